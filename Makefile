@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both create .venv once and
+# reuse it until pyproject.toml or constraints.txt change.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAMPLE := build/sample
+OUTPUT := build/output
+export TF_CPP_MIN_LOG_LEVEL ?= 3
+export TF_ENABLE_ONEDNN_OPTS ?= 0
+
+.PHONY: install run test lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/pip check
+	touch $(STAMP)
+
+run: install
+	rm -rf $(SAMPLE) $(OUTPUT)
+	$(BIN)/segprep sample-data $(SAMPLE) --count 200
+	$(BIN)/segprep prepare --image_dir $(SAMPLE)/images --mask_dir $(SAMPLE)/masks \
+		--output_dir $(OUTPUT)
+	$(BIN)/python examples/read_batch.py $(OUTPUT)
+
+test: install lint
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(BIN)/python benchmarks/writer.py
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,5 @@
+"""User mistakes: reported as one line and exit code 2, never as a traceback."""
+
+
+class UsageError(Exception):
+    """A problem the user can fix; the message names the problem and the fix."""

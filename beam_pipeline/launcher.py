@@ -1,0 +1,126 @@
+"""Parse options, check inputs and output before anything runs, then run the job."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from beam_pipeline import storage
+from beam_pipeline.errors import UsageError
+from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
+from beam_pipeline.pipeline import JobConfig, build_pipeline
+from transforms.naming import METADATA_FILE, is_output_file
+from transforms.splits import SplitFractions
+
+DEFAULT_RUNNER = "FnApiRunner"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareResult:
+    metadata: dict[str, Any]
+    counters: dict[str, int]
+    seconds: float
+
+
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    try:
+        fractions = SplitFractions(args.train_size, args.validation_size)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.num_shards is not None and args.num_shards < 1:
+        raise UsageError(f"--num_shards must be at least 1, got {args.num_shards}")
+    if args.shard_size_mb is not None and args.shard_size_mb <= 0:
+        raise UsageError(f"--shard_size_mb must be positive, got {args.shard_size_mb}")
+    shard_size = args.shard_size_mb
+    if args.num_shards is None and shard_size is None:
+        shard_size = DEFAULT_SHARD_SIZE_MB
+    return JobConfig(
+        image_dir=storage.normalize_dir(args.image_dir),
+        mask_dir=storage.normalize_dir(args.mask_dir),
+        output_dir=storage.normalize_dir(args.output_dir),
+        fractions=fractions,
+        num_shards=args.num_shards,
+        shard_size_mb=shard_size,
+        mask_format=args.mask_format,
+        mask_key=args.mask_key,
+    )
+
+
+def check_inputs(config: JobConfig) -> None:
+    for flag, path in (("--image_dir", config.image_dir), ("--mask_dir", config.mask_dir)):
+        if not storage.has_files(path):
+            raise UsageError(
+                f"{flag} {path} has no files: check the path (and that it is a folder)"
+            )
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuse to mix two runs in one directory; with --overwrite remove the earlier run."""
+    existing = storage.list_dir(output_dir)
+    if not existing:
+        return
+    if not overwrite:
+        raise UsageError(
+            f"--output_dir {output_dir} is not empty ({len(existing)} files): "
+            "choose a new folder or pass --overwrite"
+        )
+    foreign = [
+        path for path in existing if not is_output_file(path[len(output_dir) :].split("/", 1)[0])
+    ]
+    if foreign:
+        raise UsageError(
+            f"--output_dir {output_dir} holds files segprep did not write "
+            f"(e.g. {foreign[0]}): --overwrite only replaces segprep output; choose a new folder"
+        )
+    # The commit marker goes first: a crash while deleting never leaves a "complete" mix.
+    marker = FileSystems.join(output_dir, METADATA_FILE)
+    storage.delete_paths([marker] if marker in existing else [])
+    storage.delete_paths([path for path in existing if path != marker])
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    options = PipelineOptions(beam_args)
+    standard = options.view_as(StandardOptions)
+    if standard.runner is None:
+        standard.runner = DEFAULT_RUNNER
+    return options
+
+
+def run(argv: list[str] | None = None) -> PrepareResult:
+    """Entry point of the job, callable from tests; Beam flags pass through to the runner."""
+    parser = argparse.ArgumentParser(prog="segprep prepare")
+    add_prepare_arguments(parser)
+    args, beam_args = parser.parse_known_args(argv)
+    return run_job(config_from_args(args), pipeline_options(beam_args), overwrite=args.overwrite)
+
+
+def run_job(
+    config: JobConfig, options: PipelineOptions, *, overwrite: bool = False
+) -> PrepareResult:
+    check_inputs(config)
+    prepare_output_dir(config.output_dir, overwrite)
+    started = time.monotonic()
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, config)
+    result = pipeline.run()
+    result.wait_until_finish()
+    seconds = time.monotonic() - started
+    metadata_path = FileSystems.join(config.output_dir, METADATA_FILE)
+    info = json.loads(storage.read_bytes(metadata_path))
+    return PrepareResult(info, counters(result), seconds)
+
+
+def counters(result) -> dict[str, int]:
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace("segprep"))
+    totals: dict[str, int] = {}
+    for counter in query["counters"]:
+        name = counter.key.metric.name
+        totals[name] = totals.get(name, 0) + counter.committed
+    return totals

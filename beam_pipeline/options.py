@@ -1,0 +1,54 @@
+"""The prepare job's own flags; everything else on the command line goes to Beam.
+
+Kept free of Beam and TensorFlow imports so `segprep --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from transforms.features import MASK_FORMATS
+
+DEFAULT_SHARD_SIZE_MB = 100.0
+
+
+def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--image_dir", required=True, help="folder (local or gs://) of KEY.jpg|.jpeg|.png"
+    )
+    parser.add_argument(
+        "--mask_dir", required=True, help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
+    )
+    parser.add_argument("--output_dir", required=True, help="where shards and metadata.json go")
+    parser.add_argument(
+        "--train_size", type=float, default=0.9, help="fraction of valid entries for train"
+    )
+    parser.add_argument(
+        "--validation_size",
+        type=float,
+        default=0.1,
+        help="fraction of valid entries for validation",
+    )
+    sizing = parser.add_mutually_exclusive_group()
+    sizing.add_argument(
+        "--num_shards", type=int, default=None, help="total shards, spread over splits"
+    )
+    sizing.add_argument(
+        "--shard_size_mb",
+        type=float,
+        default=None,
+        help=f"target input MB per shard (default {DEFAULT_SHARD_SIZE_MB:g} unless --num_shards)",
+    )
+    parser.add_argument(
+        "--mask_format", choices=MASK_FORMATS, default="jpeg", help="how masks are stored"
+    )
+    parser.add_argument(
+        "--mask_key",
+        default=None,
+        help="variable name in .mat masks (default: 'mask', else the only 2-D variable)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier segprep output in --output_dir (never deletes other files)",
+    )

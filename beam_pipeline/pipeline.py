@@ -1,0 +1,71 @@
+"""The prepare job's graph: listing -> pairing -> shard plan -> per-shard work -> commit."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import apache_beam as beam
+
+from beam_pipeline.commit import CommitOutput, CommitSettings
+from beam_pipeline.listing import REJECTS, ListAndPair
+from beam_pipeline.planning import PlanShards
+from beam_pipeline.shard_writer import WriteShards
+from transforms.naming import TEMP_DIR
+from transforms.splits import SplitFractions
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """Everything the graph needs; directories already normalised (ending in '/')."""
+
+    image_dir: str
+    mask_dir: str
+    output_dir: str
+    fractions: SplitFractions
+    num_shards: int | None
+    shard_size_mb: float | None
+    mask_format: str
+    mask_key: str | None
+    min_shards_per_split: int = 1
+
+    @property
+    def temp_dir(self) -> str:
+        return self.output_dir + TEMP_DIR + "/"
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "image_dir": self.image_dir,
+            "mask_dir": self.mask_dir,
+            "output_dir": self.output_dir,
+            "train_size": self.fractions.train,
+            "validation_size": self.fractions.validation,
+            "num_shards": self.num_shards,
+            "shard_size_mb": self.shard_size_mb,
+            "mask_format": self.mask_format,
+            "mask_key": self.mask_key,
+        }
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollection:
+    """Adds the whole job to `pipeline`; returns the commit step's output (the metadata)."""
+    listed = pipeline | "ListAndPair" >> ListAndPair(config.image_dir, config.mask_dir)
+    discovered = (
+        (listed["pairs"], listed[REJECTS])
+        | "AllDiscovered" >> beam.Flatten()
+        | "CountDiscovered" >> beam.combiners.Count.Globally()
+    )
+    planned = listed["pairs"] | "PlanShards" >> PlanShards(
+        config.fractions,
+        num_shards=config.num_shards,
+        shard_size_mb=config.shard_size_mb,
+        min_shards_per_split=config.min_shards_per_split,
+    )
+    written = planned | "WriteShards" >> WriteShards(
+        config.output_dir, config.temp_dir, config.mask_format, config.mask_key
+    )
+    rejects = (listed[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
+    settings = CommitSettings(
+        config.output_dir, config.temp_dir, config.mask_format, config.parameters()
+    )
+    return (written.shards, rejects, discovered) | "Commit" >> CommitOutput(settings)

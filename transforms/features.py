@@ -1,0 +1,23 @@
+"""The tf.train.Example schema, declared once and imported by writer and reader."""
+
+from __future__ import annotations
+
+IMAGE = "image"
+MASK = "mask"
+KEY = "key"
+HEIGHT = "height"
+WIDTH = "width"
+
+# Feature name -> (TFRecord type, meaning); written into metadata.json as the schema.
+SCHEMA: dict[str, dict[str, str]] = {
+    IMAGE: {"type": "bytes", "description": "RGB image, JPEG-encoded"},
+    MASK: {"type": "bytes", "description": "single-channel mask, values 0 or 255"},
+    KEY: {"type": "bytes", "description": "entry key (file stem), UTF-8"},
+    HEIGHT: {"type": "int64", "description": "image and mask height in pixels"},
+    WIDTH: {"type": "int64", "description": "image and mask width in pixels"},
+}
+
+MASK_FORMATS = ("jpeg", "png")
+# Stored mask pixel values: background 0, foreground 255; readers threshold at 128.
+MASK_FOREGROUND = 255
+MASK_THRESHOLD = 128

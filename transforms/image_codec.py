@@ -1,0 +1,79 @@
+"""Validate an image file by decoding it fully, and produce the RGB JPEG to store."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import warnings
+
+import numpy as np
+from PIL import Image
+
+from transforms.rejects import Reason, RejectError
+
+# Above this many pixels a header is treated as a decompression bomb: rejected before
+# any pixel buffer is allocated. 8x the 800x600 portraits, 4x a 4K frame.
+MAX_PIXELS = 40_000_000
+TRANSCODE_QUALITY = 95
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidImage:
+    jpeg: bytes
+    height: int
+    width: int
+    transcoded: bool
+
+
+def _open_fully(data: bytes) -> Image.Image:
+    """Decode every pixel: Pillow's verify() would miss a truncated file."""
+    if not data:
+        raise RejectError(Reason.IMAGE_EMPTY, "file is empty (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > MAX_PIXELS:
+                raise RejectError(
+                    Reason.IMAGE_TOO_LARGE,
+                    f"{width}x{height} exceeds {MAX_PIXELS} pixels (decompression bomb guard)",
+                )
+            image.load()
+    except RejectError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise RejectError(Reason.IMAGE_TOO_LARGE, str(error)) from error
+    except OSError as error:
+        message = str(error)
+        if "truncated" in message or "broken data stream" in message:
+            raise RejectError(Reason.IMAGE_TRUNCATED, message) from error
+        raise RejectError(Reason.IMAGE_UNREADABLE, message) from error
+    except (ValueError, SyntaxError, EOFError) as error:
+        raise RejectError(Reason.IMAGE_UNREADABLE, f"{type(error).__name__}: {error}") from error
+    return image
+
+
+def validate_image(data: bytes) -> ValidImage:
+    """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG."""
+    image = _open_fully(data)
+    width, height = image.size
+    if image.format == "JPEG" and image.mode == "RGB":
+        return ValidImage(jpeg=data, height=height, width=width, transcoded=False)
+    return ValidImage(jpeg=encode_rgb_jpeg(image), height=height, width=width, transcoded=True)
+
+
+def encode_rgb_jpeg(image: Image.Image) -> bytes:
+    """Transcode any mode (CMYK, L, RGBA, P, I;16) to 8-bit RGB JPEG."""
+    if image.mode.startswith("I") or image.mode == "F":
+        # 16-bit grey (PNG): scale 0..65535 to 0..255 rather than clip.
+        pixels = np.asarray(image, dtype=np.float64) / 257.0
+        image = Image.fromarray(np.clip(pixels.round(), 0, 255).astype(np.uint8))
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        # Composite transparency on black, the value a mask's background has.
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
+        image = Image.alpha_composite(background, rgba)
+    out = io.BytesIO()
+    image.convert("RGB").save(out, format="JPEG", quality=TRANSCODE_QUALITY)
+    return out.getvalue()

@@ -1,0 +1,54 @@
+"""Reject reasons: every key that does not reach a shard leaves with one of these."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class Reason(enum.StrEnum):
+    MISSING_IMAGE = "missing_image"
+    MISSING_MASK = "missing_mask"
+    DUPLICATE_KEY = "duplicate_key"
+    UNRECOGNIZED_FILE = "unrecognized_file"
+    IMAGE_EMPTY = "image_empty"
+    IMAGE_TRUNCATED = "image_truncated"
+    IMAGE_UNREADABLE = "image_unreadable"
+    IMAGE_TOO_LARGE = "image_too_large"
+    MASK_EMPTY = "mask_empty"
+    MASK_UNREADABLE = "mask_unreadable"
+    MASK_VARIABLE = "mask_variable"
+    MASK_NOT_2D = "mask_not_2d"
+    MASK_VALUES = "mask_values"
+    SIZE_MISMATCH = "size_mismatch"
+    NOT_IN_SPLIT = "not_in_split"
+    READ_ERROR = "read_error"
+
+
+class RejectError(Exception):
+    """Raised by record logic when an entry must be rejected; carries the reason code."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Reject:
+    """One line of rejects.jsonl."""
+
+    key: str
+    reason: Reason
+    detail: str
+    image: str | None = None
+    mask: str | None = None
+
+    def to_json_dict(self) -> dict[str, str | None]:
+        return {
+            "key": self.key,
+            "image": self.image,
+            "mask": self.mask,
+            "reason": self.reason.value,
+            "detail": self.detail,
+        }

@@ -1,0 +1,107 @@
+"""Deterministic split and shard assignment, and the shard plan: pure planning code."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Mapping
+
+from transforms.naming import SPLITS, shard_name
+
+_TWO_64 = float(2**64)
+
+
+def _unit_hash(salt: str, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFractions:
+    """Fractions of the valid entries; what both leave out is reported, not dropped."""
+
+    train: float
+    validation: float
+
+    def __post_init__(self) -> None:
+        for name, value in (("train_size", self.train), ("validation_size", self.validation)):
+            if not (0.0 <= value <= 1.0) or math.isnan(value):
+                raise ValueError(f"--{name} must be a fraction between 0 and 1, got {value}")
+        if self.train + self.validation > 1.0 + 1e-9:
+            raise ValueError(
+                f"--train_size + --validation_size must be at most 1, got "
+                f"{self.train} + {self.validation} = {self.train + self.validation:g}"
+            )
+        if self.train + self.validation == 0:
+            raise ValueError("--train_size and --validation_size are both 0: nothing to write")
+
+    def split_of(self, key: str) -> str | None:
+        """Same key, same split, whatever else is in the dataset; None if left out."""
+        position = _unit_hash("split", key) / _TWO_64
+        if position < self.train:
+            return "train"
+        if position < self.train + self.validation:
+            return "validation"
+        return None
+
+
+def shard_index(key: str, num_shards: int) -> int:
+    """Spread keys evenly over shards, independently of the split hash."""
+    return _unit_hash("shard", key) % num_shards
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ShardSpec:
+    split: str
+    index: int
+    num_shards: int
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.split, self.index, self.num_shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSize:
+    """What the listing tells about one split before any file is read."""
+
+    entries: int
+    bytes: int
+
+
+def plan_num_shards(
+    sizes: Mapping[str, SplitSize],
+    *,
+    num_shards: int | None = None,
+    shard_size_mb: float | None = None,
+    min_shards_per_split: int = 1,
+) -> dict[str, int]:
+    """Shards per split: `num_shards` spread by entry count, else by input size per shard.
+
+    Each split that has entries gets at least `min_shards_per_split` shards (so that every
+    local worker has work) but never more shards than entries.
+    """
+    if (num_shards is None) == (shard_size_mb is None):
+        raise ValueError("give exactly one of num_shards and shard_size_mb")
+    total_entries = sum(size.entries for size in sizes.values())
+    plan = {}
+    for split in SPLITS:
+        size = sizes.get(split, SplitSize(0, 0))
+        if size.entries == 0:
+            plan[split] = 0
+            continue
+        if num_shards is not None:
+            wanted = round(num_shards * size.entries / total_entries)
+        else:
+            wanted = math.ceil(size.bytes / (shard_size_mb * 1_000_000))
+        plan[split] = max(1, min(size.entries, max(wanted, min_shards_per_split)))
+    return plan
+
+
+def shard_specs(plan: Mapping[str, int]) -> list[ShardSpec]:
+    return [ShardSpec(split, i, n) for split, n in sorted(plan.items()) for i in range(n)]
+
+
+def assign_shard(key: str, split: str, plan: Mapping[str, int]) -> ShardSpec:
+    n = plan[split]
+    return ShardSpec(split, shard_index(key, n), n)
