@@ -10,9 +10,8 @@ def main(data_dir: str) -> None:
     images, masks, keys = next(iter(dataset))
     steps = shard_reader.steps_per_epoch(data_dir, "train", batch_size=8)
     print(f"read back a batch from {data_dir}:")
-    print(
-        f"  images {tuple(images.shape)} {images.dtype.name} in [{images.numpy().min():.0f}, {images.numpy().max():.0f}]"
-    )
+    low, high = images.numpy().min(), images.numpy().max()
+    print(f"  images {tuple(images.shape)} {images.dtype.name} in [{low:.0f}, {high:.0f}]")
     print(
         f"  masks  {tuple(masks.shape)} {masks.dtype.name}, foreground {masks.numpy().mean():.1%}"
     )
