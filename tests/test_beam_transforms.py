@@ -1,0 +1,164 @@
+"""One TestPipeline test per composite transform, on tiny data, on a named real runner."""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipeline.commit import AccountingError, CommitOutput, CommitSettings
+from beam_pipeline.listing import REJECTS, ListAndPair
+from beam_pipeline.planning import PlanShards
+from beam_pipeline.sample_data import mat_bytes as mat_v5
+from beam_pipeline.shard_writer import ShardResult, WriteShards
+from beam_pipeline.storage import normalize_dir
+from tests.conftest import RUNNER_ARGS
+from tests.images import blob_mask, rgb_jpeg
+from transforms.pairing import Pair, SourceFile
+from transforms.rejects import Reason, Reject
+from transforms.splits import ShardSpec, SplitFractions
+
+
+def _pipeline() -> BeamTestPipeline:
+    return BeamTestPipeline(argv=RUNNER_ARGS, blocking=True)
+
+
+def test_list_and_pair(tmp_path):
+    images, masks = tmp_path / "img", tmp_path / "msk"
+    (images / "sub").mkdir(parents=True)
+    masks.mkdir()
+    for name in ("a.jpg", "b.png", "sub/c.jpg", "d.jpg", "d.png", "readme.txt"):
+        (images / name).write_bytes(b"x")
+    (masks / "sub").mkdir()
+    for name in ("a_mask.mat", "b.png", "sub/c_mask.mat", "d.mat", "e_mask.mat"):
+        (masks / name).write_bytes(b"y")
+    with _pipeline() as p:
+        out = p | ListAndPair(normalize_dir(str(images)), normalize_dir(str(masks)))
+        keys = out["pairs"] | "PairKeys" >> beam.Map(lambda pair: pair.key)
+        reasons = out[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
+        assert_that(keys, equal_to(["a", "b", "sub/c"]), label="pairs")
+        assert_that(
+            reasons,
+            equal_to(
+                [
+                    ("d", "duplicate_key"),
+                    ("e", "missing_image"),
+                    ("readme.txt", "unrecognized_file"),
+                ]
+            ),
+            label="rejects",
+        )
+
+
+def _pair(key: str) -> Pair:
+    return Pair(key, SourceFile(f"/i/{key}.jpg", 100), SourceFile(f"/m/{key}.mat", 10))
+
+
+def test_plan_shards_assigns_every_pair_and_plans_every_shard():
+    keys = [f"{i:03d}" for i in range(40)]
+    fractions = SplitFractions(0.5, 0.3)
+    with _pipeline() as p:
+        planned = (
+            p
+            | beam.Create([_pair(k) for k in keys])
+            | PlanShards(fractions, num_shards=4, shard_size_mb=None)
+        )
+        specs = planned["specs"] | "SpecNames" >> beam.Map(lambda kv: kv[0])
+        assigned = planned["assigned"] | "Assigned" >> beam.Map(lambda kv: (kv[1].key, kv[0]))
+        left_out = planned[REJECTS] | "LeftOut" >> beam.Map(lambda r: (r.key, r.reason.value))
+        splits = {k: fractions.split_of(k) for k in keys}
+        n_train = sum(s == "train" for s in splits.values())
+        n_val = sum(s == "validation" for s in splits.values())
+        plan = {"train": round(4 * n_train / (n_train + n_val))}
+        plan["validation"] = max(1, round(4 * n_val / (n_train + n_val)))
+        expected_specs = [ShardSpec(s, i, n).name for s, n in plan.items() for i in range(n)]
+        assert_that(specs, equal_to(expected_specs), label="specs")
+        from transforms.splits import assign_shard
+
+        expected_assigned = [
+            (k, assign_shard(k, s, plan).name) for k, s in splits.items() if s is not None
+        ]
+        assert_that(assigned, equal_to(expected_assigned), label="assigned")
+        assert_that(
+            left_out,
+            equal_to([(k, "not_in_split") for k, s in splits.items() if s is None]),
+            label="left_out",
+        )
+
+
+def test_write_shards_writes_records_and_rejects(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.jpg").write_bytes(rgb_jpeg(24, 16))
+    (src / "good.mat").write_bytes(mat_v5(blob_mask(24, 16)))
+    (src / "bad.jpg").write_bytes(b"not an image")
+    (src / "bad.mat").write_bytes(mat_v5(blob_mask(24, 16)))
+
+    def pair(key):
+        return Pair(
+            key, SourceFile(str(src / f"{key}.jpg"), 1), SourceFile(str(src / f"{key}.mat"), 1)
+        )
+
+    out_dir = normalize_dir(str(tmp_path / "out"))
+    spec = ShardSpec("train", 0, 2)
+    empty = ShardSpec("train", 1, 2)
+    with _pipeline() as p:
+        planned = {
+            "specs": p | "Specs" >> beam.Create([(spec.name, spec), (empty.name, empty)]),
+            "assigned": p
+            | "Pairs" >> beam.Create([(spec.name, pair("good")), (spec.name, pair("bad"))]),
+        }
+        written = planned | WriteShards(out_dir, out_dir + "_tmp/", "jpeg", None)
+        counts = written.shards | beam.Map(lambda r: (r.spec.name, r.num_examples))
+        reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
+        assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
+        assert_that(reasons, equal_to([("bad", "image_unreadable")]), label="rejects")
+    assert sorted(path.name for path in (tmp_path / "out").glob("*.tfrecord")) == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+    assert (tmp_path / "out" / "train-00001-of-00002.tfrecord").stat().st_size == 0
+
+
+def _result(name: str, n: int) -> ShardResult:
+    return ShardResult(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0)
+
+
+def test_commit_writes_metadata_last_and_checks_accounting(tmp_path):
+    out = normalize_dir(str(tmp_path / "out"))
+    settings = CommitSettings(out, out + "_tmp/", "jpeg", {"train_size": 1.0})
+    reject = Reject("k9", Reason.MISSING_MASK, "no mask", "/i/k9.jpg", None)
+    with _pipeline() as p:
+        shards = p | "Shards" >> beam.Create([_result("train", 5)])
+        rejects = p | "Rejects" >> beam.Create([reject])
+        discovered = p | "Discovered" >> beam.Create([6])
+        info = (shards, rejects, discovered) | CommitOutput(settings)
+        assert_that(info | beam.Map(lambda m: m["splits"]["train"]["num_examples"]), equal_to([5]))
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["num_rejected"] == {"total": 1, "by_reason": {"missing_mask": 1}}
+    assert metadata["splits"]["train"]["image_shape"] == [4, 3]
+    line = json.loads((tmp_path / "out" / "rejects.jsonl").read_text())
+    assert line == {
+        "key": "k9",
+        "image": "/i/k9.jpg",
+        "mask": None,
+        "reason": "missing_mask",
+        "detail": "no mask",
+    }
+    assert not (tmp_path / "out" / "_tmp").exists()
+
+
+def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):
+    out = normalize_dir(str(tmp_path / "out"))
+    settings = CommitSettings(out, out + "_tmp/", "jpeg", {})
+    with pytest.raises(Exception, match="refusing to publish") as caught:
+        with _pipeline() as p:
+            shards = p | "Shards" >> beam.Create([_result("train", 5)])
+            rejects = p | "Rejects" >> beam.Create([], reshuffle=False).with_output_types(Reject)
+            discovered = p | "Discovered" >> beam.Create([7])
+            _ = (shards, rejects, discovered) | CommitOutput(settings)
+    assert AccountingError.__name__ in str(caught.value) or "refusing" in str(caught.value)
+    assert not (tmp_path / "out" / "metadata.json").exists()

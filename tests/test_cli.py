@@ -1,0 +1,84 @@
+"""The console script as a user meets it: summaries, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from beam_pipeline.cli import main
+from tests.conftest import RUNNER_ARGS
+
+
+def _prepare_args(dataset, output_dir, *extra) -> list[str]:
+    return [
+        "prepare",
+        "--image_dir",
+        str(dataset.image_dir),
+        "--mask_dir",
+        str(dataset.mask_dir),
+        "--output_dir",
+        str(output_dir),
+        *extra,
+        *RUNNER_ARGS,
+    ]
+
+
+def test_sample_data_reports_each_breakage(tmp_path, capsys):
+    assert (
+        main(["sample-data", str(tmp_path / "s"), "--count", "12", "--broken_fraction", "0.5"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "wrote 12 entries" in out and "broken on purpose: 6" in out
+    for kind in ("truncated_jpeg", "zero_byte_image", "unreadable_mat", "size_mismatch"):
+        assert f"{kind}" in out
+    assert len(list((tmp_path / "s" / "images").iterdir())) == 11  # one mask_without_image
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--train_size", "0.8", "--validation_size", "0.3"], "at most 1"),
+        (["--train_size", "-0.1"], "between 0 and 1"),
+        (["--num_shards", "0"], "--num_shards must be at least 1"),
+    ],
+)
+def test_bad_flags_end_in_one_line_and_exit_2(sample_dataset, tmp_path, capsys, extra, message):
+    code = main(_prepare_args(sample_dataset, tmp_path / "out", *extra))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_input_folder_is_a_usage_error(sample_dataset, tmp_path, capsys):
+    args = _prepare_args(sample_dataset, tmp_path / "out")
+    args[args.index("--mask_dir") + 1] = str(tmp_path / "nope")
+    assert main(args) == 2
+    assert "--mask_dir" in capsys.readouterr().err
+
+
+def test_output_dir_is_never_mixed(sample_dataset, prepared, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00009.tfrecord").write_bytes(b"old run")
+    assert main(_prepare_args(sample_dataset, out)) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 0
+    assert "rejected" in capsys.readouterr().out
+    assert not (out / "train-00000-of-00009.tfrecord").exists()  # nothing of the old run
+    (out / "my_notes.txt").write_text("not segprep's")
+    assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert (out / "my_notes.txt").exists()
+
+
+def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
+    args = _prepare_args(sample_dataset, tmp_path / "m")[1:]
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "discovered 60 entries" in done.stdout
+    assert (tmp_path / "m" / "metadata.json").exists()

@@ -1,0 +1,63 @@
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.images import encode, rgb_array, rgb_jpeg
+from transforms.image_codec import MAX_PIXELS, validate_image
+from transforms.rejects import Reason, RejectError
+
+
+def _decode(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)))
+
+
+def test_rgb_jpeg_passes_through_untouched():
+    data = rgb_jpeg(30, 20)
+    image = validate_image(data)
+    assert image.jpeg is data
+    assert (image.height, image.width, image.transcoded) == (30, 20, False)
+
+
+def test_png_is_transcoded_to_rgb_jpeg_close_to_source():
+    pixels = np.full((20, 10, 3), (200, 40, 90), dtype=np.uint8)
+    image = validate_image(encode(Image.fromarray(pixels), "PNG"))
+    decoded = Image.open(io.BytesIO(image.jpeg))
+    assert decoded.format == "JPEG" and decoded.mode == "RGB"
+    assert image.transcoded and (image.height, image.width) == (20, 10)
+    assert np.abs(np.asarray(decoded, dtype=int) - pixels).max() <= 3
+
+
+@pytest.mark.parametrize("mode", ["L", "CMYK"])
+def test_non_rgb_jpeg_is_transcoded_to_rgb(mode):
+    source = Image.fromarray(rgb_array(16, 16)).convert(mode)
+    image = validate_image(encode(source, "JPEG"))
+    assert image.transcoded
+    assert Image.open(io.BytesIO(image.jpeg)).mode == "RGB"
+
+
+def test_truncated_jpeg_is_rejected_as_truncated():
+    data = rgb_jpeg(64, 64)
+    with pytest.raises(RejectError) as caught:
+        validate_image(data[: len(data) // 2])
+    assert caught.value.reason == Reason.IMAGE_TRUNCATED
+
+
+def test_empty_and_random_bytes_are_rejected():
+    with pytest.raises(RejectError) as empty:
+        validate_image(b"")
+    assert empty.value.reason == Reason.IMAGE_EMPTY
+    with pytest.raises(RejectError) as noise:
+        validate_image(np.random.default_rng(1).bytes(2000))
+    assert noise.value.reason == Reason.IMAGE_UNREADABLE
+
+
+def test_decompression_bomb_header_is_rejected_without_decoding():
+    side = int(MAX_PIXELS**0.5) + 100
+    # A 1-bit PNG of this size compresses to almost nothing; its header claims > MAX_PIXELS.
+    bomb = encode(Image.new("1", (side, side)), "PNG")
+    assert len(bomb) < 200_000
+    with pytest.raises(RejectError) as caught:
+        validate_image(bomb)
+    assert caught.value.reason == Reason.IMAGE_TOO_LARGE

@@ -1,0 +1,96 @@
+import io
+
+import numpy as np
+import pytest
+import scipy.io
+from PIL import Image
+
+from tests.images import blob_mask, encode
+from transforms.mask_codec import binarize, decode_mask_threshold, encode_mask, load_mask
+from transforms.rejects import Reason, RejectError
+
+
+def _mat(**variables) -> bytes:
+    out = io.BytesIO()
+    scipy.io.savemat(out, variables, do_compression=True)
+    return out.getvalue()
+
+
+def test_mat_v5_mask_loads_as_2d():
+    mask = blob_mask(30, 20)
+    loaded = load_mask(_mat(mask=mask), "k_mask.mat")
+    np.testing.assert_array_equal(loaded, mask)
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+@pytest.mark.parametrize("seed", range(4))
+def test_binary_mask_survives_encoding_exactly(fmt, seed):
+    mask = blob_mask(60, 45, seed)
+    encoded = encode_mask(binarize(mask), fmt)
+    np.testing.assert_array_equal(decode_mask_threshold(encoded), mask.astype(bool))
+
+
+def test_binarize_accepts_0_1_and_0_255_and_bool():
+    mask = blob_mask()
+    expected = mask * 255
+    for variant in (mask, mask * 255, mask.astype(bool), mask.astype(np.float64)):
+        np.testing.assert_array_equal(binarize(variant), expected)
+
+
+@pytest.mark.parametrize("values", [np.array([[0, 1], [2, 0]]), np.array([[0.0, 0.5], [1.0, 1.0]])])
+def test_non_binary_mask_is_rejected_not_degraded(values):
+    with pytest.raises(RejectError) as caught:
+        binarize(values)
+    assert caught.value.reason == Reason.MASK_VALUES
+
+
+def test_nan_mask_is_rejected():
+    with pytest.raises(RejectError) as caught:
+        binarize(np.array([[0.0, np.nan], [1.0, 0.0]]))
+    assert caught.value.reason == Reason.MASK_VALUES
+    assert "NaN" in caught.value.detail
+
+
+def test_3d_mask_is_rejected():
+    with pytest.raises(RejectError) as caught:
+        load_mask(_mat(mask=np.zeros((4, 4, 3), dtype=np.uint8)), "k.mat")
+    assert caught.value.reason == Reason.MASK_NOT_2D
+
+
+def test_variable_choice():
+    mask = blob_mask()
+    # No `mask` variable but a single 2-D candidate: used.
+    np.testing.assert_array_equal(load_mask(_mat(seg=mask, name=np.array(["x"])), "k.mat"), mask)
+    # Two candidates and no --mask_key: rejected, naming both.
+    with pytest.raises(RejectError) as caught:
+        load_mask(_mat(a=mask, b=mask), "k.mat")
+    assert caught.value.reason == Reason.MASK_VARIABLE and "'a'" in caught.value.detail
+    # --mask_key picks one; a missing one is rejected.
+    np.testing.assert_array_equal(load_mask(_mat(a=mask, b=1 - mask), "k.mat", "b"), 1 - mask)
+    with pytest.raises(RejectError) as missing:
+        load_mask(_mat(a=mask), "k.mat", "gt")
+    assert missing.value.reason == Reason.MASK_VARIABLE
+
+
+def test_png_masks_grey_and_palette():
+    mask = blob_mask()
+    np.testing.assert_array_equal(
+        load_mask(encode(Image.fromarray(mask * 255), "PNG"), "k.png"), mask * 255
+    )
+    palette = Image.fromarray(mask, mode="L").convert("P")
+    palette.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    assert set(np.unique(load_mask(encode(palette, "PNG"), "k_mask.png"))) <= {0, 1}
+
+
+@pytest.mark.parametrize("data", [b"", b"this is a text file, not MATLAB\n" * 20])
+def test_unreadable_mat_is_rejected(data):
+    with pytest.raises(RejectError) as caught:
+        load_mask(data, "k_mask.mat")
+    assert caught.value.reason in (Reason.MASK_EMPTY, Reason.MASK_UNREADABLE)
+
+
+def test_truncated_mat_is_rejected():
+    data = _mat(mask=blob_mask(80, 60))
+    with pytest.raises(RejectError) as caught:
+        load_mask(data[: len(data) // 2], "k.mat")
+    assert caught.value.reason == Reason.MASK_UNREADABLE
