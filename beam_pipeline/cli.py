@@ -1,4 +1,4 @@
-"""`segprep`: sample-data, prepare, verify. User mistakes end in one line and exit code 2."""
+"""`segprep`: sample-data, prepare, verify, inspect. User mistakes: one line, exit code 2."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from beam_pipeline import __version__
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import RejectLimitError, UsageError
 
 
 def _sample_data(args: argparse.Namespace) -> int:
@@ -35,14 +35,29 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from beam_pipeline.verify import run_verify
+
+    return run_verify(args.dir)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from beam_pipeline.inspect_sheet import run_inspect
+
+    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
+
+
 def quiet_libraries() -> None:
     """Hide TensorFlow's C++ start-up lines and Beam's info logs (inherited by workers)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     logging.getLogger().setLevel(logging.WARNING)
+    # Beam logs a failing DoFn's traceback at ERROR; segprep reports the error itself.
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from beam_pipeline.inspect_sheet import DEFAULT_COUNT, DEFAULT_OUT, DEFAULT_SPLIT
     from beam_pipeline.options import add_prepare_arguments
     from beam_pipeline.sample_data import DEFAULT_BROKEN_FRACTION
 
@@ -75,6 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=defaults,
     )
     add_prepare_arguments(prepare)
+
+    verify = commands.add_parser(
+        "verify",
+        help="re-read an output and check shards, CRCs, sha256, counts and rejects "
+        "against metadata.json (exit 1 on any problem)",
+        formatter_class=defaults,
+    )
+    verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="render a contact sheet PNG (image | mask | overlay) of examples or rejects",
+        formatter_class=defaults,
+    )
+    inspect.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    inspect.add_argument("--split", default=DEFAULT_SPLIT, help="split to show")
+    inspect.add_argument("--count", type=int, default=DEFAULT_COUNT, help="entries to show")
+    inspect.add_argument(
+        "--out", default=DEFAULT_OUT, help="PNG to write (never inside the dataset directory)"
+    )
+    inspect.add_argument(
+        "--rejects",
+        action="store_true",
+        help="show rejects.jsonl entries from their original files instead of shard examples",
+    )
     return parser
 
 
@@ -89,9 +129,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "sample-data":
             return _sample_data(args)
+        if args.command == "verify":
+            return _verify(args)
+        if args.command == "inspect":
+            return _inspect(args)
         return _prepare(args, extra)
     except UsageError as error:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"segprep: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(args, f"error: {error}", 2)
+    except RejectLimitError as error:
+        return _fail(args, str(error).splitlines()[0], 1)
+    except Exception as error:  # noqa: BLE001 - last resort: one line, not a traceback
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        hint = "" if args.verbose else " (run with --verbose for the traceback)"
+        return _fail(args, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if args.verbose:
+        traceback.print_exc()
+    print(f"segprep: {message}", file=sys.stderr)
+    return code

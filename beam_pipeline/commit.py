@@ -11,10 +11,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import storage
+from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.shard_writer import ShardResult
 from transforms import metadata
 from transforms.naming import METADATA_FILE, REJECTS_FILE
-from transforms.rejects import Reject
+from transforms.rejects import Reason, Reject
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -59,6 +60,7 @@ class CommitSettings:
     temp_dir: str
     mask_format: str
     parameters: Mapping[str, Any]
+    max_reject_fraction: float = 1.0
 
 
 def commit(
@@ -87,6 +89,13 @@ def commit(
     storage.write_bytes_atomically(
         metadata.rejects_jsonl(rejects), join(settings.output_dir, REJECTS_FILE), settings.temp_dir
     )
+    bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
+    if discovered and bad / discovered > settings.max_reject_fraction:
+        raise RejectLimitError(
+            f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
+            f"--max_reject_fraction {settings.max_reject_fraction:g}: see {REJECTS_FILE}; "
+            "nothing was published"
+        )
     storage.write_bytes_atomically(
         metadata.dumps(info), join(settings.output_dir, METADATA_FILE), settings.temp_dir
     )

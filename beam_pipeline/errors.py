@@ -3,3 +3,7 @@
 
 class UsageError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
+
+
+class RejectLimitError(RuntimeError):
+    """More input was rejected than --max_reject_fraction allows: nothing was published."""

@@ -36,6 +36,10 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         raise UsageError(str(error)) from None
     if args.num_shards is not None and args.num_shards < 1:
         raise UsageError(f"--num_shards must be at least 1, got {args.num_shards}")
+    if not 0.0 <= args.max_reject_fraction <= 1.0:
+        raise UsageError(
+            f"--max_reject_fraction must be between 0 and 1, got {args.max_reject_fraction}"
+        )
     if args.shard_size_mb is not None and args.shard_size_mb <= 0:
         raise UsageError(f"--shard_size_mb must be positive, got {args.shard_size_mb}")
     shard_size = args.shard_size_mb
@@ -50,6 +54,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         shard_size_mb=shard_size,
         mask_format=args.mask_format,
         mask_key=args.mask_key,
+        max_reject_fraction=args.max_reject_fraction,
     )
 
 

@@ -10,6 +10,8 @@ import argparse
 from transforms.features import MASK_FORMATS
 
 DEFAULT_SHARD_SIZE_MB = 100.0
+# Half the dataset broken is almost always a wrong folder or flag, not a dirty download.
+DEFAULT_MAX_REJECT_FRACTION = 0.5
 
 
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +48,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--mask_key",
         default=None,
         help="variable name in .mat masks (default: 'mask', else the only 2-D variable)",
+    )
+    parser.add_argument(
+        "--max_reject_fraction",
+        type=float,
+        default=DEFAULT_MAX_REJECT_FRACTION,
+        help="above this fraction of bad entries (not counting not_in_split) rejects.jsonl is "
+        "written but metadata.json is not, and the job fails",
     )
     parser.add_argument(
         "--overwrite",

@@ -27,6 +27,7 @@ class JobConfig:
     shard_size_mb: float | None
     mask_format: str
     mask_key: str | None
+    max_reject_fraction: float = 1.0
     min_shards_per_split: int = 1
 
     @property
@@ -44,6 +45,7 @@ class JobConfig:
             "shard_size_mb": self.shard_size_mb,
             "mask_format": self.mask_format,
             "mask_key": self.mask_key,
+            "max_reject_fraction": self.max_reject_fraction,
         }
 
 
@@ -66,6 +68,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
     )
     rejects = (listed[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
     settings = CommitSettings(
-        config.output_dir, config.temp_dir, config.mask_format, config.parameters()
+        config.output_dir,
+        config.temp_dir,
+        config.mask_format,
+        config.parameters(),
+        config.max_reject_fraction,
     )
     return (written.shards, rejects, discovered) | "Commit" >> CommitOutput(settings)

@@ -53,7 +53,8 @@ def portrait(
     rng: np.random.Generator, height: int = HEIGHT, width: int = WIDTH
 ) -> tuple[np.ndarray, np.ndarray]:
     """(RGB uint8 image, uint8 0/1 mask) of a head-and-shoulders figure on a textured background."""
-    rows, cols = np.mgrid[0:height, 0:width].astype(np.float32)
+    rows = np.arange(height, dtype=np.float32)[:, None]
+    cols = np.arange(width, dtype=np.float32)[None, :]
     base = rng.uniform(40, 220, size=3).astype(np.float32)
     gradient = (rows / height)[..., None] * rng.uniform(-60, 60, size=3).astype(np.float32)
     texture = (_smooth_noise(rng, height, width, 12)[..., None] - 0.5) * 90
@@ -65,9 +66,8 @@ def portrait(
     head = ((cols - cx) / head_rx) ** 2 + ((rows - head_y) / head_ry) ** 2 <= 1.0
     neck = (np.abs(cols - cx) < width * 0.06) & (rows > head_y) & (rows < head_y + head_ry * 1.6)
     shoulder_y = head_y + head_ry * 1.5
-    body = (
-        ((cols - cx) / (width * 0.42)) ** 2 + ((rows - height * 1.05) / (height - shoulder_y)) ** 2
-    ) <= 1.0
+    body_rx, body_ry = width * 0.42, height * 1.05 - shoulder_y
+    body = ((cols - cx) / body_rx) ** 2 + ((rows - height * 1.05) / body_ry) ** 2 <= 1.0
     mask = (head | neck | body).astype(np.uint8)
 
     skin = rng.uniform([150, 100, 80], [240, 190, 160]).astype(np.float32)
@@ -75,7 +75,7 @@ def portrait(
     shading = (_smooth_noise(rng, height, width, 6)[..., None] - 0.5) * 40
     person = np.where((head | neck)[..., None], skin, cloth) + shading
     image = np.where(mask[..., None].astype(bool), person, background)
-    image += rng.normal(0, 4, size=image.shape).astype(np.float32)
+    image += rng.standard_normal(size=image.shape, dtype=np.float32) * 4
     return np.clip(image, 0, 255).astype(np.uint8), mask
 
 

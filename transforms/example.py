@@ -1,8 +1,6 @@
-"""Build and parse the tf.train.Example of one entry."""
+"""Build the tf.train.Example of one entry."""
 
 from __future__ import annotations
-
-import tensorflow as tf
 
 from transforms import features
 
@@ -11,6 +9,7 @@ def build_example(
     key: str, image_jpeg: bytes, mask_encoded: bytes, height: int, width: int
 ) -> bytes:
     """Serialised tf.train.Example with the schema of transforms.features."""
+    import tensorflow as tf  # deferred: importing it costs seconds; the CLI must start fast
 
     def _bytes(value: bytes) -> tf.train.Feature:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))

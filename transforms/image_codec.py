@@ -7,7 +7,7 @@ import io
 import warnings
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from transforms.rejects import Reason, RejectError
 
@@ -15,6 +15,8 @@ from transforms.rejects import Reason, RejectError
 # any pixel buffer is allocated. 8x the 800x600 portraits, 4x a 4K frame.
 MAX_PIXELS = 40_000_000
 TRANSCODE_QUALITY = 95
+_ORIENTATION_TAG = 0x0112
+_QUARTER_TURNS = (5, 6, 7, 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +25,12 @@ class ValidImage:
     height: int
     width: int
     transcoded: bool
+    orientation: int = 1  # EXIF orientation tag of the source; 1 = as stored
+
+    @property
+    def rotated_shape(self) -> tuple[int, int] | None:
+        """(height, width) the image has when its EXIF 90-degree rotation is applied."""
+        return (self.width, self.height) if self.orientation in _QUARTER_TURNS else None
 
 
 def _open_fully(data: bytes) -> Image.Image:
@@ -44,9 +52,13 @@ def _open_fully(data: bytes) -> Image.Image:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise RejectError(Reason.IMAGE_TOO_LARGE, str(error)) from error
+    except Image.UnidentifiedImageError as error:
+        raise RejectError(
+            Reason.IMAGE_UNREADABLE, "not an image format Pillow can decode (or a corrupt header)"
+        ) from error
     except OSError as error:
         message = str(error)
-        if "truncated" in message or "broken data stream" in message:
+        if "truncated" in message.lower() or "broken data stream" in message:
             raise RejectError(Reason.IMAGE_TRUNCATED, message) from error
         raise RejectError(Reason.IMAGE_UNREADABLE, message) from error
     except (ValueError, SyntaxError, EOFError) as error:
@@ -58,9 +70,21 @@ def validate_image(data: bytes) -> ValidImage:
     """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG."""
     image = _open_fully(data)
     width, height = image.size
+    orientation = image.getexif().get(_ORIENTATION_TAG, 1)
     if image.format == "JPEG" and image.mode == "RGB":
-        return ValidImage(jpeg=data, height=height, width=width, transcoded=False)
-    return ValidImage(jpeg=encode_rgb_jpeg(image), height=height, width=width, transcoded=True)
+        return ValidImage(data, height, width, transcoded=False, orientation=orientation)
+    return ValidImage(encode_rgb_jpeg(image), height, width, True, orientation)
+
+
+def apply_orientation(data: bytes) -> ValidImage:
+    """Transcoded image with its EXIF rotation applied to the pixels (tag then dropped).
+
+    Used only when the mask was drawn on the rotated view: tf.io.decode_jpeg ignores EXIF,
+    so the stored pixels themselves must be upright to stay aligned with the mask.
+    """
+    image = ImageOps.exif_transpose(_open_fully(data))
+    width, height = image.size
+    return ValidImage(encode_rgb_jpeg(image), height, width, transcoded=True, orientation=1)
 
 
 def encode_rgb_jpeg(image: Image.Image) -> bytes:

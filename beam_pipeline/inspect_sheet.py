@@ -1,0 +1,393 @@
+"""`segprep inspect DIR`: a contact sheet PNG of image | mask | overlay, for a human look.
+
+Shard mode renders what training will see: records go through the reader's own
+`make_dataset` (same decoder, mask thresholded at 128), so a mask that looks right here is
+right for the model. `--rejects` mode renders the original files named in rejects.jsonl,
+decoding whatever part of them Pillow still can, so a person can judge a reject reason.
+The sheet is written outside the dataset directory: that directory is a published output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFile, ImageFont
+
+from beam_pipeline.errors import UsageError
+from transforms.image_codec import MAX_PIXELS
+from transforms.naming import REJECTS_FILE
+
+# TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used: the CLI
+# imports this module to build its parser, before it has quietened TensorFlow.
+
+DEFAULT_OUT = "segprep_inspect.png"
+DEFAULT_COUNT = 16
+DEFAULT_SPLIT = "train"
+TILE_HEIGHT = 200
+COLUMNS = 4  # entries (image | mask | overlay triples) per row of the sheet
+MARGIN = 12  # around the sheet
+TILE_GAP = 4  # between the three tiles of one entry
+CELL_GAP = 20  # between entries
+TITLE_HEIGHT = 26
+CAPTION_HEIGHT = 36  # two lines of text under each entry
+BACKGROUND = (236, 236, 236)
+UNAVAILABLE = (150, 150, 150)  # tile of a file that is missing or cannot be decoded at all
+TINT = (255, 0, 200)  # overlay colour: magenta stands out on skin, sky and foliage alike
+TINT_ALPHA = 0.5
+OUTLINE = (255, 235, 0)  # mask boundary on the overlay: yellow shows where the tint is faint
+TEXT = (20, 20, 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One row item: decoded pixels (None when unavailable) and two caption lines."""
+
+    key: str
+    image: np.ndarray | None  # uint8 [H, W, 3]
+    mask: np.ndarray | None  # uint8 [H, W], 0..255 for display
+    caption: tuple[str, str]
+    image_problem: str = "no image"  # grey-tile labels, when image or mask is None
+    mask_problem: str = "no mask"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sheet:
+    image: Image.Image
+    keys: list[str]
+    tile_size: tuple[int, int]  # (width, height) of each tile
+
+    def tile_box(self, index: int, column: int) -> tuple[int, int, int, int]:
+        """(left, top, right, bottom) of entry `index`'s tile: 0 image, 1 mask, 2 overlay."""
+        return _tile_box(index, column, self.tile_size)
+
+
+def _cell_size(tile: tuple[int, int]) -> tuple[int, int]:
+    return 3 * tile[0] + 2 * TILE_GAP, tile[1] + CAPTION_HEIGHT
+
+
+def sheet_size(count: int, tile: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) in pixels of a sheet of `count` entries with tiles of size `tile`."""
+    columns = max(1, min(count, COLUMNS))
+    rows = max(1, math.ceil(count / COLUMNS))
+    cell_width, cell_height = _cell_size(tile)
+    width = 2 * MARGIN + columns * cell_width + (columns - 1) * CELL_GAP
+    height = TITLE_HEIGHT + 2 * MARGIN + rows * cell_height + (rows - 1) * CELL_GAP
+    return width, height
+
+
+def _tile_box(index: int, column: int, tile: tuple[int, int]) -> tuple[int, int, int, int]:
+    cell_width, cell_height = _cell_size(tile)
+    row, cell = divmod(index, COLUMNS)
+    left = MARGIN + cell * (cell_width + CELL_GAP) + column * (tile[0] + TILE_GAP)
+    top = TITLE_HEIGHT + MARGIN + row * (cell_height + CELL_GAP)
+    return left, top, left + tile[0], top + tile[1]
+
+
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, ImportError, OSError):  # Pillow without FreeType: fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
+    """`text` shortened with an ellipsis until it fits in `width` pixels."""
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "...", font=font) > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def _tile_size(entries: Sequence[Entry]) -> tuple[int, int]:
+    """TILE_HEIGHT tall; as wide as the widest entry scaled to that height (within 2:1)."""
+    widths = []
+    for entry in entries:
+        pixels = entry.image if entry.image is not None else entry.mask
+        if pixels is not None:
+            height, width = pixels.shape[:2]
+            widths.append(round(width * TILE_HEIGHT / height))
+    width = max(widths) if widths else round(TILE_HEIGHT * 3 / 4)
+    return min(max(width, TILE_HEIGHT // 4), 2 * TILE_HEIGHT), TILE_HEIGHT
+
+
+def _scaled(pixels: Image.Image, box: tuple[int, int, int, int]) -> Image.Image:
+    """`pixels` resized to fit `box` with its aspect ratio kept.
+
+    Masks (mode L) use NEAREST so the tile shows hard stored edges, not a blur.
+    """
+    width, height = box[2] - box[0], box[3] - box[1]
+    scale = min(width / pixels.width, height / pixels.height)
+    size = (max(1, round(pixels.width * scale)), max(1, round(pixels.height * scale)))
+    return pixels.resize(size, Image.NEAREST if pixels.mode == "L" else Image.BILINEAR)
+
+
+def _overlay(image: Image.Image, mask: Image.Image) -> Image.Image:
+    """The (scaled) image with the mask tinted in TINT and its outline drawn in OUTLINE.
+
+    The mask is stretched to the image when their sizes differ (a size_mismatch reject).
+    """
+    weight = np.asarray(mask.resize(image.size, Image.NEAREST), np.float32) / 255.0
+    alpha = (weight * TINT_ALPHA)[..., None]
+    pixels = np.asarray(image.convert("RGB"), np.float32)
+    tinted = pixels * (1 - alpha) + np.asarray(TINT, np.float32) * alpha
+    foreground = weight >= 0.5
+    padded = np.pad(foreground, 1, mode="edge")
+    interior = (
+        padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:] & foreground
+    )
+    tinted[foreground & ~interior] = OUTLINE
+    return Image.fromarray(np.clip(tinted.round(), 0, 255).astype(np.uint8), "RGB")
+
+
+def _grey_tile(sheet: Image.Image, box: tuple[int, int, int, int], label: str) -> None:
+    draw = ImageDraw.Draw(sheet)
+    draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=UNAVAILABLE)
+    font = _font(13)
+    text = _fit_text(draw, label, font, box[2] - box[0] - 8)
+    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    draw.text(centre, text, fill=TEXT, font=font, anchor="mm")
+
+
+def _paste(sheet: Image.Image, pixels: Image.Image, box: tuple[int, int, int, int]) -> None:
+    """Paste already-scaled pixels centred in box."""
+    left = box[0] + (box[2] - box[0] - pixels.width) // 2
+    top = box[1] + (box[3] - box[1] - pixels.height) // 2
+    sheet.paste(pixels.convert("RGB"), (left, top))
+
+
+def render(entries: Sequence[Entry], title: str) -> Sheet:
+    """Lay entries out COLUMNS to a row, each as image | mask | overlay plus a caption."""
+    tile = _tile_size(entries)
+    sheet = Image.new("RGB", sheet_size(len(entries), tile), BACKGROUND)
+    draw = ImageDraw.Draw(sheet)
+    title_font, caption_font = _font(15), _font(13)
+    draw.text(
+        (MARGIN, MARGIN),
+        _fit_text(draw, title, title_font, sheet.width - 2 * MARGIN),
+        fill=TEXT,
+        font=title_font,
+    )
+    cell_width = _cell_size(tile)[0]
+    for index, entry in enumerate(entries):
+        boxes = [_tile_box(index, column, tile) for column in range(3)]
+        image = mask = None
+        if entry.image is not None:
+            image = _scaled(Image.fromarray(entry.image, "RGB"), boxes[0])
+            _paste(sheet, image, boxes[0])
+        else:
+            _grey_tile(sheet, boxes[0], entry.image_problem)
+        if entry.mask is not None:
+            mask = _scaled(Image.fromarray(entry.mask, "L"), boxes[1])
+            _paste(sheet, mask, boxes[1])
+        else:
+            _grey_tile(sheet, boxes[1], entry.mask_problem)
+        if image is not None and mask is not None:
+            _paste(sheet, _overlay(image, mask), boxes[2])
+        else:
+            _grey_tile(sheet, boxes[2], "no overlay")
+        for line, text in enumerate(entry.caption):
+            draw.text(
+                (boxes[0][0], boxes[0][3] + 3 + line * 16),
+                _fit_text(draw, text, caption_font, cell_width),
+                fill=TEXT,
+                font=caption_font,
+            )
+    return Sheet(sheet, [entry.key for entry in entries], tile)
+
+
+def _load_metadata(directory: str) -> dict:
+    import tensorflow as tf
+
+    from shard_reader.metadata import IncompleteOutputError, load_metadata
+
+    if not tf.io.gfile.isdir(directory):
+        raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+    try:
+        return load_metadata(directory)
+    except IncompleteOutputError as error:
+        raise UsageError(str(error)) from None
+    except ValueError as error:
+        raise UsageError(f"metadata.json of {directory} is not valid JSON ({error})") from None
+
+
+def shard_entries(directory: str, split: str, count: int) -> tuple[list[Entry], int]:
+    """The first `count` examples of `split` exactly as the training reader yields them."""
+    import tensorflow as tf
+
+    from shard_reader.dataset import make_dataset
+
+    metadata = _load_metadata(directory)
+    splits = metadata.get("splits", {})
+    if split not in splits:
+        raise UsageError(f"--split {split!r} not in {directory}; it has {sorted(splits)}")
+    total = splits[split].get("num_examples", 0)
+    if not total:
+        raise UsageError(f"--split {split!r} of {directory} has no examples")
+    dataset = make_dataset(directory, split, batch_size=1, training=False, with_keys=True)
+    entries = []
+    try:
+        for image, mask, key in dataset.take(count):
+            binary = mask.numpy()[0, ..., 0]  # the reader's {0, 1} after thresholding at 128
+            pixels = image.numpy()[0].astype(np.uint8)
+            caption = (
+                key.numpy()[0].decode("utf-8", "replace"),
+                f"{pixels.shape[0]}x{pixels.shape[1]} (HxW), foreground {binary.mean():.1%}",
+            )
+            display = (binary * 255).astype(np.uint8)
+            entries.append(Entry(caption[0], pixels, display, caption))
+    except tf.errors.OpError as error:
+        raise UsageError(
+            f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
+        ) from None
+    return entries, total
+
+
+@contextlib.contextmanager
+def truncated_images_allowed() -> Iterator[None]:
+    """Let Pillow decode the readable part of a truncated file, only inside this block.
+
+    The flag is process-global and the pipeline's validation relies on it being off, so it
+    is restored however the block ends.
+    """
+    previous = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = True
+    try:
+        yield
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def _read(path: str | None, what: str) -> tuple[bytes | None, str]:
+    """(bytes, "") or (None, why not) for a path from rejects.jsonl, which may be null."""
+    import tensorflow as tf
+
+    if not path:
+        return None, f"no {what} file"
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            data = handle.read()
+    except (tf.errors.OpError, OSError):
+        return None, f"{what} file not readable"
+    return (data, "") if data else (None, f"{what} file empty")
+
+
+def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | None, str]:
+    """RGB pixels of whatever Pillow can decode (large JPEGs reduced while decoding)."""
+    data, problem = _read(path, "image")
+    if data is None:
+        return None, problem
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            if image.format == "JPEG":
+                image.draft("RGB", (1, target_height))  # DCT-domain downscale, JPEG only
+            if image.width * image.height > MAX_PIXELS:
+                return None, f"image too large ({image.width}x{image.height})"
+            image.load()
+            return np.asarray(image.convert("RGB")), ""
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
+        return None, "image not decodable"
+
+
+def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
+    """uint8 0..255 of a reject's mask file, whatever its values were (they may be why)."""
+    from transforms.mask_codec import load_mask
+
+    data, problem = _read(path, "mask")
+    if data is None:
+        return None, problem
+    try:
+        array = load_mask(data, os.path.basename(path))
+    except Exception:  # RejectError, or anything a broken file makes a parser raise
+        return None, "mask not decodable"
+    array = np.clip(np.nan_to_num(np.asarray(array, dtype=np.float64)), 0, None)
+    peak = array.max()
+    # {0,1} and {0,255} masks both show as black/white; other values scale to 0..255.
+    scale = 255.0 if 0 < peak <= 1 else 255.0 / peak if peak > 255 else 1.0
+    return np.clip((array * scale).round(), 0, 255).astype(np.uint8), ""
+
+
+def reject_entries(directory: str, count: int) -> tuple[list[Entry], int]:
+    """The first `count` lines of rejects.jsonl, rendered from their original files."""
+    _load_metadata(directory)
+    path = f"{directory.rstrip('/')}/{REJECTS_FILE}"
+    data, _ = _read(path, REJECTS_FILE)
+    if data is None:
+        raise UsageError(f"{path} is missing or empty: {directory} has no rejects to show")
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    entries = []
+    with truncated_images_allowed():
+        for line in lines[:count]:
+            try:
+                reject = json.loads(line)
+            except ValueError:
+                reject = {"key": "?", "reason": "unparseable rejects.jsonl line", "detail": line}
+            image, image_problem = _partial_image(reject.get("image"), TILE_HEIGHT)
+            mask, mask_problem = _display_mask(reject.get("mask"))
+            key = str(reject.get("key"))
+            caption = (f"{key}: {reject.get('reason')}", str(reject.get("detail") or ""))
+            entries.append(Entry(key, image, mask, caption, image_problem, mask_problem))
+    return entries, len(lines)
+
+
+def _check_out(out: str, directory: str) -> str:
+    """Absolute output path; refused inside the dataset directory or in a missing folder."""
+    if "://" in out:
+        dataset = directory.rstrip("/") + "/"
+        if out.startswith(dataset):
+            raise UsageError(f"--out {out} is inside the dataset directory: write it elsewhere")
+        return out
+    out = os.path.abspath(out)
+    if "://" not in directory:
+        dataset = os.path.realpath(directory)
+        if os.path.commonpath([os.path.realpath(out), dataset]) == dataset:
+            raise UsageError(
+                f"--out {out} is inside the dataset directory {directory}, a published output: "
+                "write the sheet elsewhere"
+            )
+    if not os.path.isdir(os.path.dirname(out)):
+        raise UsageError(f"--out {out}: folder {os.path.dirname(out)} does not exist")
+    return out
+
+
+def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
+    """The contact sheet for `directory`: shard examples of `split`, or rejects."""
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, got {count}")
+    if rejects:
+        entries, total = reject_entries(directory, count)
+        title = (
+            f"{directory} | rejects: {len(entries)} of {total}, from the original files "
+            "(partly decoded; grey = unreadable) | image, mask, overlay"
+        )
+    else:
+        entries, total = shard_entries(directory, split, count)
+        title = (
+            f"{directory} | {split}: {len(entries)} of {total} examples as training reads "
+            "them (mask thresholded at 128) | image, mask, overlay"
+        )
+    return render(entries, title)
+
+
+def run_inspect(directory: str, split: str, count: int, out: str, rejects: bool) -> int:
+    """CLI body: write the sheet PNG and print its path."""
+    import tensorflow as tf
+
+    out = _check_out(out, directory)
+    sheet = build_sheet(directory, split, count, rejects)
+    buffer = io.BytesIO()
+    sheet.image.save(buffer, format="PNG")
+    with tf.io.gfile.GFile(out, "wb") as handle:
+        handle.write(buffer.getvalue())
+    print(out)
+    return 0

@@ -1,0 +1,327 @@
+"""`segprep verify DIR`: re-read a published output and check it against its metadata.json.
+
+A finished job writes metadata.json last, but copies, syncs and partial deletes happen
+afterwards; this reads every shard the way a trainer would, so a broken dataset is found
+before a training run trips over it. No Beam: plain TensorFlow (tf.io.gfile, so local and
+gs:// paths both work) and numpy.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from beam_pipeline.errors import UsageError
+from shard_reader.decoding import FEATURE_SPEC
+from shard_reader.metadata import IncompleteOutputError, load_metadata
+from transforms import features
+from transforms.naming import REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
+
+# A stored JPEG mask pixel this close to the threshold could land on either side with a
+# different decoder or quality setting: the mask no longer thresholds cleanly.
+JPEG_MASK_MARGIN = 64
+_CHUNK = 8 << 20
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """What was checked and what failed; `problems` empty means the output is sound."""
+
+    directory: str
+    problems: list[str] = dataclasses.field(default_factory=list)
+    examples: dict[str, int] = dataclasses.field(default_factory=dict)  # split -> records read
+    shards: int = 0
+    rejects: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        splits = ", ".join(f"{split} {count}" for split, count in self.examples.items())
+        return (
+            f"OK {self.directory}: {sum(self.examples.values())} examples ({splits}) in "
+            f"{self.shards} shards, {self.rejects} rejects; CRCs, sha256, sizes, "
+            "images and masks checked"
+        )
+
+
+def verify_output(directory: str) -> list[str]:
+    """Problems found in a segprep output directory, one line each; empty when it is sound.
+
+    Raises UsageError when `directory` is missing or has no metadata.json (not an output).
+    """
+    return check_output(directory).problems
+
+
+def check_output(directory: str) -> VerifyReport:
+    """The full report behind verify_output, with counts for the OK summary."""
+    base = directory.rstrip("/") or "/"
+    if not tf.io.gfile.isdir(base):
+        raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+    report = VerifyReport(directory)
+    try:
+        metadata = load_metadata(base)
+    except IncompleteOutputError as error:
+        raise UsageError(str(error)) from None
+    except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
+        report.problems.append(f"metadata.json is not valid JSON: {error}")
+        return report
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("splits"), dict):
+        report.problems.append("metadata.json has no `splits` table")
+        return report
+    checker = _Checker(base, metadata, report)
+    checker.check_splits()
+    checker.check_extra_shards()
+    checker.check_rejects()
+    checker.check_accounting()
+    return report
+
+
+def run_verify(directory: str) -> int:
+    """CLI body: the OK line and exit 0, or one line per problem and exit 1."""
+    report = check_output(directory)
+    if report.ok:
+        print(report.summary())
+        return 0
+    for problem in report.problems:
+        print(problem)
+    print(f"FAILED {directory}: {len(report.problems)} problems")
+    return 1
+
+
+def _short(error: Exception) -> str:
+    """The first line of a TensorFlow error without its op and function-node decorations."""
+    message = getattr(error, "message", None) or str(error)
+    message = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:[^\]]*\].*$", "", message, flags=re.S)
+    lines = message.strip().splitlines()
+    return f"{type(error).__name__}: {lines[0].strip()}" if lines else type(error).__name__
+
+
+class _Checker:
+    def __init__(self, base: str, metadata: dict[str, Any], report: VerifyReport) -> None:
+        self.base = base
+        self.metadata = metadata
+        self.report = report
+        self.mask_format = metadata.get("mask_format")
+        self.listed: set[str] = set()
+        self.keys: collections.Counter[str] = collections.Counter()
+        self.records_complete = True  # False once a shard could not be read to its end
+        self.rejects_read = False
+
+    def problem(self, line: str) -> None:
+        self.report.problems.append(line)
+
+    def check_splits(self) -> None:
+        if self.mask_format not in features.MASK_FORMATS:
+            self.problem(
+                f"metadata.json: mask_format {self.mask_format!r} is not one of "
+                f"{list(features.MASK_FORMATS)}"
+            )
+        for split, info in self.metadata["splits"].items():
+            self._check_split(split, info)
+
+    def _check_split(self, split: str, info: Any) -> None:
+        shards = info.get("shards") if isinstance(info, dict) else None
+        if not isinstance(shards, list):
+            self.problem(f"metadata.json: split {split!r} has no shards list")
+            self.records_complete = False
+            return
+        if info.get("num_shards") != len(shards):
+            self.problem(
+                f"metadata.json: split {split!r} num_shards {info.get('num_shards')} "
+                f"but {len(shards)} shards listed"
+            )
+        listed_total = sum(
+            shard.get("num_examples", 0) for shard in shards if isinstance(shard, dict)
+        )
+        if info.get("num_examples") != listed_total:
+            self.problem(
+                f"metadata.json: split {split!r} num_examples {info.get('num_examples')} "
+                f"but its shards list {listed_total}"
+            )
+        shape = info.get("image_shape")
+        image_shape = tuple(shape) if shape else None
+        read = 0
+        for index, shard in enumerate(shards):
+            name = shard.get("file") if isinstance(shard, dict) else None
+            if not isinstance(name, str):
+                self.problem(f"metadata.json: split {split!r} shard {index} has no file name")
+                self.records_complete = False
+                continue
+            self.listed.add(name)
+            if parse_shard_name(name) != (split, index, len(shards)):
+                self.problem(
+                    f"{name}: name does not match its place in metadata.json "
+                    f"(split {split!r}, shard {index} of {len(shards)})"
+                )
+            count = self._check_shard(name, shard, image_shape)
+            read += count or 0
+            self.report.shards += 1
+        self.report.examples[split] = read
+
+    def _check_shard(
+        self, name: str, entry: dict[str, Any], image_shape: tuple[int, ...] | None
+    ) -> int | None:
+        """Records read from one shard, or None when it is missing or unreadable."""
+        path = f"{self.base}/{name}"
+        if not tf.io.gfile.exists(path):
+            self.problem(f"{name}: missing (listed in metadata.json)")
+            self.records_complete = False
+            return None
+        size = tf.io.gfile.stat(path).length
+        if size != entry.get("bytes"):
+            self.problem(f"{name}: {size} bytes, metadata.json says {entry.get('bytes')}")
+        digest = _sha256(path)
+        if digest != entry.get("sha256"):
+            self.problem(f"{name}: sha256 {digest}, metadata.json says {entry.get('sha256')}")
+        count = 0
+        try:
+            # The TFRecord reader checks the length and data CRC of every record.
+            for record in tf.data.TFRecordDataset(path):
+                self._check_record(record.numpy(), f"{name} record {count}", image_shape)
+                count += 1
+        except tf.errors.OpError as error:
+            self.problem(
+                f"{name}: record {count} fails the TFRecord check (bad CRC or framing): "
+                f"{_short(error)}"
+            )
+            self.records_complete = False
+            return count
+        if count != entry.get("num_examples"):
+            self.problem(f"{name}: {count} records, metadata.json says {entry.get('num_examples')}")
+        return count
+
+    def _check_record(
+        self, serialized: bytes, where: str, image_shape: tuple[int, ...] | None
+    ) -> None:
+        try:
+            parsed = tf.io.parse_single_example(serialized, FEATURE_SPEC)
+        except tf.errors.OpError as error:
+            self.problem(f"{where}: not a segprep example: {_short(error)}")
+            return
+        key = parsed[features.KEY].numpy().decode("utf-8", "replace")
+        self.keys[key] += 1
+        where = f"{where} (key {key})"
+        height = int(parsed[features.HEIGHT])
+        width = int(parsed[features.WIDTH])
+        if image_shape is not None and (height, width) != image_shape:
+            self.problem(
+                f"{where}: {height}x{width} (HxW) but metadata.json image_shape is "
+                f"{list(image_shape)}"
+            )
+        try:
+            image = tf.io.decode_jpeg(parsed[features.IMAGE]).shape
+        except tf.errors.OpError as error:
+            self.problem(f"{where}: image does not decode as JPEG: {_short(error)}")
+        else:
+            if tuple(image) != (height, width, 3):
+                self.problem(f"{where}: image is {tuple(image)}, expected ({height}, {width}, 3)")
+        self._check_mask(parsed[features.MASK], where, height, width)
+
+    def _check_mask(self, encoded: tf.Tensor, where: str, height: int, width: int) -> None:
+        try:
+            if self.mask_format == "png":
+                mask = tf.io.decode_png(encoded).numpy()
+            elif self.mask_format == "jpeg":
+                mask = tf.io.decode_jpeg(encoded).numpy()
+            else:
+                mask = tf.io.decode_image(encoded, expand_animations=False).numpy()
+        except tf.errors.OpError as error:
+            self.problem(f"{where}: mask does not decode as {self.mask_format}: {_short(error)}")
+            return
+        if mask.shape != (height, width, 1):
+            self.problem(f"{where}: mask is {mask.shape}, expected ({height}, {width}, 1)")
+            return
+        if self.mask_format == "png":
+            unclean = int(np.count_nonzero((mask != 0) & (mask != features.MASK_FOREGROUND)))
+            if unclean:
+                self.problem(f"{where}: {unclean} mask pixels are neither 0 nor 255")
+            return
+        low = features.MASK_THRESHOLD - JPEG_MASK_MARGIN
+        high = features.MASK_THRESHOLD + JPEG_MASK_MARGIN
+        ambiguous = int(np.count_nonzero((mask >= low) & (mask < high)))
+        if ambiguous:
+            self.problem(
+                f"{where}: {ambiguous} mask pixels in {low}..{high - 1}, too close to the "
+                f"threshold {features.MASK_THRESHOLD} to be clean 0/255"
+            )
+
+    def check_extra_shards(self) -> None:
+        for name in sorted(tf.io.gfile.listdir(self.base)):
+            name = name.rstrip("/")
+            is_shard = parse_shard_name(name) is not None or name.endswith(SHARD_SUFFIX)
+            if is_shard and name not in self.listed:
+                self.problem(f"{name}: extra shard, present but not in metadata.json")
+
+    def check_rejects(self) -> None:
+        rejected = self.metadata.get("num_rejected")
+        if not isinstance(rejected, dict) or not isinstance(rejected.get("total"), int):
+            self.problem("metadata.json has no num_rejected total")
+            return
+        path = f"{self.base}/{REJECTS_FILE}"
+        if not tf.io.gfile.exists(path):
+            self.problem(f"{REJECTS_FILE}: missing (metadata.json counts {rejected['total']})")
+            return
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+        reasons: collections.Counter[str] = collections.Counter()
+        count = 0
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            count += 1
+            try:
+                entry = json.loads(line)
+                reasons[entry["reason"]] += 1
+                key = entry["key"]
+            except (ValueError, KeyError, TypeError):
+                self.problem(f"{REJECTS_FILE} line {number}: not a JSON object with key and reason")
+                continue
+            if key in self.keys:
+                self.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
+        self.report.rejects = count
+        if count != rejected["total"]:
+            self.problem(
+                f"{REJECTS_FILE}: {count} lines, metadata.json num_rejected total is "
+                f"{rejected['total']}"
+            )
+        self.rejects_read = True
+        by_reason = rejected.get("by_reason")
+        all_parsed = count == sum(reasons.values())
+        if all_parsed and isinstance(by_reason, dict) and dict(reasons) != by_reason:
+            self.problem(
+                f"{REJECTS_FILE}: reasons {dict(sorted(reasons.items()))}, metadata.json says "
+                f"{by_reason}"
+            )
+
+    def check_accounting(self) -> None:
+        duplicates = sorted(key for key, count in self.keys.items() if count > 1)
+        if duplicates:
+            shown = ", ".join(duplicates[:10])
+            more = f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
+            self.problem(f"keys stored more than once (across all shards): {shown}{more}")
+        discovered = self.metadata.get("num_discovered")
+        if discovered is None or not (self.records_complete and self.rejects_read):
+            return
+        accepted = sum(self.report.examples.values())
+        if accepted + self.report.rejects != discovered:
+            self.problem(
+                f"metadata.json num_discovered {discovered} but {accepted} records + "
+                f"{self.report.rejects} rejects"
+            )
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

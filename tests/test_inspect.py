@@ -1,0 +1,154 @@
+"""`segprep inspect`: the sheet's layout, its mask tiles against the stored masks, rejects mode."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image, ImageFile
+
+from beam_pipeline import cli, inspect_sheet
+from beam_pipeline.inspect_sheet import build_sheet
+from shard_reader.decoding import FEATURE_SPEC
+from transforms import features
+from transforms.naming import METADATA_FILE, REJECTS_FILE
+from transforms.rejects import Reason
+
+SAMPLE_TILE = (150, 200)  # conftest's 160x120 (HxW) samples scaled to 200 px tall
+
+
+def _expected_size(count: int, tile: tuple[int, int]) -> tuple[int, int]:
+    m = inspect_sheet
+    columns, rows = min(count, m.COLUMNS), -(-count // m.COLUMNS)
+    cell_width, cell_height = 3 * tile[0] + 2 * m.TILE_GAP, tile[1] + m.CAPTION_HEIGHT
+    return (
+        2 * m.MARGIN + columns * cell_width + (columns - 1) * m.CELL_GAP,
+        m.TITLE_HEIGHT + 2 * m.MARGIN + rows * cell_height + (rows - 1) * m.CELL_GAP,
+    )
+
+
+def _stored_masks(output_dir) -> dict[str, np.ndarray]:
+    """key -> boolean foreground, decoded with Pillow (not the reader) and thresholded."""
+    metadata = json.loads((output_dir / METADATA_FILE).read_text())
+    masks = {}
+    for split in metadata["splits"].values():
+        for shard in split["shards"]:
+            for record in tf.data.TFRecordDataset(str(output_dir / shard["file"])):
+                parsed = tf.io.parse_single_example(record, FEATURE_SPEC)
+                encoded = parsed[features.MASK].numpy()
+                pixels = np.asarray(Image.open(io.BytesIO(encoded)).convert("L"))
+                masks[parsed[features.KEY].numpy().decode()] = pixels >= features.MASK_THRESHOLD
+    return masks
+
+
+def test_sheet_layout_and_output(prepared, tmp_path, capsys):
+    output_dir, _ = prepared
+    out = tmp_path / "sheet.png"
+    assert cli.main(["inspect", str(output_dir), "--count", "5", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+
+    written = Image.open(out)
+    assert written.format == "PNG"
+    assert written.size == _expected_size(5, SAMPLE_TILE)  # 4 entries per row: 2 rows
+    sheet = build_sheet(str(output_dir), "train", 5, rejects=False)
+    assert sheet.tile_size == SAMPLE_TILE
+    assert len(sheet.keys) == 5 == len(set(sheet.keys))
+    assert np.array_equal(np.asarray(written.convert("RGB")), np.asarray(sheet.image))
+
+
+def test_mask_tiles_show_the_stored_masks(prepared):
+    output_dir, _ = prepared
+    sheet = build_sheet(str(output_dir), "train", 6, rejects=False)
+    stored = _stored_masks(output_dir)
+    pixels = np.asarray(sheet.image)
+    for index, key in enumerate(sheet.keys):
+        expected = Image.fromarray(stored[key].astype(np.uint8) * 255).resize(
+            SAMPLE_TILE, Image.NEAREST
+        )
+        expected = np.asarray(expected) >= 128
+        left, top, right, bottom = sheet.tile_box(index, 1)
+        tile = pixels[top:bottom, left:right]
+        assert 0.05 < expected.mean() < 0.95, key  # both classes present, so the check can fail
+        white = (tile >= 250).all(axis=2)
+        black = (tile <= 5).all(axis=2)
+        assert np.array_equal(white, expected), key
+        assert np.array_equal(black, ~expected), key
+
+        # Overlay: untouched image outside the mask, tinted inside it.
+        image = _tile(pixels, sheet.tile_box(index, 0))
+        overlay = _tile(pixels, sheet.tile_box(index, 2))
+        assert np.array_equal(overlay[~expected], image[~expected]), key
+        changed = (overlay != image).any(axis=2)
+        assert changed[expected].mean() > 0.95, key
+
+
+def _tile(pixels: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    left, top, right, bottom = box
+    return pixels[top:bottom, left:right]
+
+
+def test_count_larger_than_split(prepared):
+    output_dir, result = prepared
+    available = result.metadata["splits"]["validation"]["num_examples"]
+    assert 0 < available < 16
+    sheet = build_sheet(str(output_dir), "validation", 16, rejects=False)
+    assert len(sheet.keys) == available
+    assert sheet.image.size == _expected_size(available, SAMPLE_TILE)
+
+
+def test_rejects_sheet(prepared, sample_dataset, tmp_path, capsys):
+    output_dir, _ = prepared
+    out = tmp_path / "rejects.png"
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False
+    code = cli.main(["inspect", str(output_dir), "--rejects", "--out", str(out)])
+    assert code == 0 and out.exists()
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False  # restored after the partial decodes
+    capsys.readouterr()
+
+    sheet = build_sheet(str(output_dir), "train", 16, rejects=True)
+    lines = (output_dir / REJECTS_FILE).read_text().splitlines()
+    assert sheet.keys == [json.loads(line)["key"] for line in lines]
+    assert set(sheet.keys) == set(sample_dataset.expected_rejects())
+    pixels = np.asarray(sheet.image)
+    by_reason = {reason: key for key, reason in sample_dataset.expected_rejects().items()}
+
+    def image_tile(reason: Reason) -> np.ndarray:
+        return _tile(pixels, sheet.tile_box(sheet.keys.index(by_reason[reason]), 0))
+
+    grey = image_tile(Reason.MISSING_IMAGE)
+    assert (grey[:20] == inspect_sheet.UNAVAILABLE).all()  # above the centred label
+    assert (image_tile(Reason.IMAGE_EMPTY)[:20] == inspect_sheet.UNAVAILABLE).all()
+    truncated = image_tile(Reason.IMAGE_TRUNCATED)
+    assert truncated[:20].std() > 5  # the decodable top rows show real pixels
+
+
+def test_out_inside_dataset_is_refused(prepared, capsys):
+    output_dir, _ = prepared
+    out = output_dir / "sheet.png"
+    assert cli.main(["inspect", str(output_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "inside the dataset directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--split", "test"], "not in"),
+        (["--count", "0"], "--count must be at least 1"),
+    ],
+)
+def test_usage_errors(prepared, tmp_path, capsys, args, message):
+    output_dir, _ = prepared
+    out = tmp_path / "x.png"
+    assert cli.main(["inspect", str(output_dir), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
+def test_missing_directory(tmp_path, capsys):
+    assert cli.main(["inspect", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
