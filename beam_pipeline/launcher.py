@@ -67,25 +67,30 @@ def check_inputs(config: JobConfig) -> None:
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Refuse to mix two runs in one directory; with --overwrite remove the earlier run."""
+    """Refuse to mix two runs in one directory.
+
+    An unfinished earlier run (segprep files but no metadata.json) is cleared without asking:
+    it was never published. A finished one needs --overwrite. Files segprep did not write
+    are never deleted.
+    """
     existing = storage.list_dir(output_dir)
     if not existing:
         return
-    if not overwrite:
-        raise UsageError(
-            f"--output_dir {output_dir} is not empty ({len(existing)} files): "
-            "choose a new folder or pass --overwrite"
-        )
     foreign = [
         path for path in existing if not is_output_file(path[len(output_dir) :].split("/", 1)[0])
     ]
     if foreign:
         raise UsageError(
             f"--output_dir {output_dir} holds files segprep did not write "
-            f"(e.g. {foreign[0]}): --overwrite only replaces segprep output; choose a new folder"
+            f"(e.g. {foreign[0]}): choose a new folder"
+        )
+    marker = FileSystems.join(output_dir, METADATA_FILE)
+    if marker in existing and not overwrite:
+        raise UsageError(
+            f"--output_dir {output_dir} already holds a finished segprep output: "
+            "choose a new folder or pass --overwrite"
         )
     # The commit marker goes first: a crash while deleting never leaves a "complete" mix.
-    marker = FileSystems.join(output_dir, METADATA_FILE)
     storage.delete_paths([marker] if marker in existing else [])
     storage.delete_paths([path for path in existing if path != marker])
 

@@ -61,17 +61,17 @@ def test_missing_input_folder_is_a_usage_error(sample_dataset, tmp_path, capsys)
 
 def test_output_dir_is_never_mixed(sample_dataset, prepared, tmp_path, capsys):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "train-00000-of-00009.tfrecord").write_bytes(b"old run")
+    assert main(_prepare_args(sample_dataset, out, "--num_shards", "9")) == 0
     assert main(_prepare_args(sample_dataset, out)) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 0
     assert "rejected" in capsys.readouterr().out
-    assert not (out / "train-00000-of-00009.tfrecord").exists()  # nothing of the old run
+    assert not list(out.glob("*-of-00009.tfrecord"))  # nothing of the earlier 9-shard run
+    assert len(list(out.glob("*.tfrecord"))) == 2
     (out / "my_notes.txt").write_text("not segprep's")
     assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 2
     assert "did not write" in capsys.readouterr().err
-    assert (out / "my_notes.txt").exists()
+    assert (out / "my_notes.txt").exists() and (out / "metadata.json").exists()
 
 
 def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):

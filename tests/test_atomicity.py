@@ -1,0 +1,88 @@
+"""Atomic, repeatable output: a failed job publishes nothing, a retried shard writes once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from beam_pipeline import launcher, storage
+from beam_pipeline.shard_writer import _WriteShard
+from tests.conftest import RUNNER_ARGS
+from transforms.pairing import Pair, SourceFile
+from transforms.splits import ShardSpec
+
+
+def _args(dataset, out) -> list[str]:
+    return [
+        "--image_dir",
+        str(dataset.image_dir),
+        "--mask_dir",
+        str(dataset.mask_dir),
+        "--output_dir",
+        str(out),
+        "--num_shards",
+        "3",
+        *RUNNER_ARGS,
+    ]
+
+
+def _first_train_key(prepared_dir) -> str:
+    rejected = {
+        json.loads(line)["key"]
+        for line in (prepared_dir / "rejects.jsonl").read_text().splitlines()
+    }
+    return min(f"{n:05d}" for n in range(1, 61) if f"{n:05d}" not in rejected)
+
+
+def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
+    sample_dataset, prepared, tmp_path, monkeypatch
+):
+    clean_dir, clean = prepared
+    victim = str(sample_dataset.image_dir / f"{_first_train_key(clean_dir)}.jpg")
+    real_read = storage.read_bytes
+
+    def failing_read(path: str) -> bytes:
+        if path == victim:
+            raise OSError("injected I/O failure")
+        return real_read(path)
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(storage, "read_bytes", failing_read)
+    with pytest.raises(Exception, match="injected I/O failure"):
+        launcher.run(_args(sample_dataset, out))
+    assert not (out / "metadata.json").exists()
+    for shard in out.glob("*.tfrecord"):  # whatever sits under a final name is complete
+        assert shard.read_bytes() == (clean_dir / shard.name).read_bytes()
+    monkeypatch.undo()
+
+    again = launcher.run(_args(sample_dataset, out))  # an unfinished run needs no --overwrite
+    assert again.metadata["splits"] == clean.metadata["splits"]
+    assert (out / "rejects.jsonl").read_bytes() == (clean_dir / "rejects.jsonl").read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean_dir.iterdir())
+    for shard in clean_dir.glob("*.tfrecord"):
+        assert (out / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_retried_shard_is_written_once_with_the_same_bytes(sample_dataset, tmp_path):
+    out = storage.normalize_dir(str(tmp_path / "out"))
+    temp = out + "_tmp/"
+    spec = ShardSpec("train", 0, 1)
+    pairs = [
+        Pair(
+            key,
+            SourceFile(str(sample_dataset.image_dir / f"{key}.jpg"), 1),
+            SourceFile(str(sample_dataset.mask_dir / f"{key}_mask.mat"), 1),
+        )
+        for key in ("00001", "00002", "00004")
+    ]
+    element = (spec.name, {"spec": [spec], "pairs": pairs})
+    writer = _WriteShard(out, temp, "jpeg", None)
+    writer.setup()
+    first = [r for r in writer.process(element) if not hasattr(r, "tag")]
+    data = (tmp_path / "out" / spec.name).read_bytes()
+    second = [r for r in writer.process(element) if not hasattr(r, "tag")]  # the retry
+    assert first == second and first[0].num_examples == 3
+    assert (tmp_path / "out" / spec.name).read_bytes() == data
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.tfrecord")) == [spec.name]
+    assert not list((tmp_path / "out" / "_tmp").glob("*"))  # no stray temporaries
