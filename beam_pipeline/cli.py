@@ -31,7 +31,7 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     config = launcher.config_from_args(args)
     options = launcher.pipeline_options(beam_args)
     result = launcher.run_job(config, options, overwrite=args.overwrite)
-    print(format_summary(result))
+    print(format_summary(result.metadata))
     return 0
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib.metadata
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +63,7 @@ class CommitSettings:
     mask_format: str
     parameters: Mapping[str, Any]
     max_reject_fraction: float = 1.0
+    started_at: float | None = None  # epoch seconds when the job was launched
 
 
 def commit(
@@ -85,6 +88,15 @@ def commit(
         versions=package_versions(),
     )
     info["num_discovered"] = discovered
+    if settings.started_at is not None:
+        wall = max(time.time() - settings.started_at, 1e-6)
+        started = datetime.datetime.fromtimestamp(settings.started_at, datetime.UTC)
+        info["run"] = {
+            "started_at": started.isoformat(timespec="seconds"),
+            "wall_seconds": round(wall, 2),
+            "records_per_second": round(accepted / wall, 1),
+            "bytes_written": sum(shard.bytes for shard in shards),
+        }
     join = FileSystems.join
     storage.write_bytes_atomically(
         metadata.rejects_jsonl(rejects), join(settings.output_dir, REJECTS_FILE), settings.temp_dir

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import time
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from beam_pipeline import storage
+from beam_pipeline import progress, storage
 from beam_pipeline.errors import UsageError
 from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
 from beam_pipeline.pipeline import JobConfig, build_pipeline
@@ -20,6 +22,7 @@ from transforms.naming import METADATA_FILE, is_output_file
 from transforms.splits import SplitFractions
 
 DEFAULT_RUNNER = "FnApiRunner"
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +99,27 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam options; with no --runner, the fastest local mode measured (benchmarks/writer.py):
+    the FnApiRunner with one worker process per core."""
     options = PipelineOptions(beam_args)
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
         standard.runner = DEFAULT_RUNNER
+        direct = options.view_as(DirectOptions)
+        if not any(arg.startswith("--direct_running_mode") for arg in beam_args):
+            direct.direct_running_mode = "multi_processing"
+        if not any(arg.startswith("--direct_num_workers") for arg in beam_args):
+            direct.direct_num_workers = os.cpu_count() or 1
     return options
+
+
+def local_workers(options: PipelineOptions) -> int:
+    """Worker processes or threads of a local run; 1 for remote runners."""
+    runner = options.view_as(StandardOptions).runner or ""
+    direct = options.view_as(DirectOptions)
+    if runner.split(".")[-1] not in LOCAL_RUNNERS or direct.direct_running_mode == "in_memory":
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
 
 
 def run(argv: list[str] | None = None) -> PrepareResult:
@@ -116,15 +135,30 @@ def run_job(
 ) -> PrepareResult:
     check_inputs(config)
     prepare_output_dir(config.output_dir, overwrite)
+    # Every local worker gets a shard of each split to write: no idle core on small datasets.
+    config = dataclasses.replace(
+        config, min_shards_per_split=local_workers(options), started_at=time.time()
+    )
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with _progress_monitor(config, options):
+        result = pipeline.run()
+        result.wait_until_finish()
     seconds = time.monotonic() - started
     metadata_path = FileSystems.join(config.output_dir, METADATA_FILE)
     info = json.loads(storage.read_bytes(metadata_path))
     return PrepareResult(info, counters(result), seconds)
+
+
+def _progress_monitor(config: JobConfig, options: PipelineOptions):
+    """Live progress for local runs on local files; nothing for remote runners or gs://."""
+    runner = (options.view_as(StandardOptions).runner or "").split(".")[-1]
+    paths = (config.image_dir, config.mask_dir, config.output_dir)
+    if runner not in LOCAL_RUNNERS or not all(storage.is_local(path) for path in paths):
+        return contextlib.nullcontext()
+    total = progress.expected_entries(config.image_dir, config.mask_dir, config.fractions)
+    return progress.Monitor(lambda: progress.entries_done(config.temp_dir), total)
 
 
 def counters(result) -> dict[str, int]:

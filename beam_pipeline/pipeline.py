@@ -29,6 +29,7 @@ class JobConfig:
     mask_key: str | None
     max_reject_fraction: float = 1.0
     min_shards_per_split: int = 1
+    started_at: float | None = None  # for the run figures in metadata.json
 
     @property
     def temp_dir(self) -> str:
@@ -73,5 +74,6 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
         config.mask_format,
         config.parameters(),
         config.max_reject_fraction,
+        config.started_at,
     )
     return (written.shards, rejects, discovered) | "Commit" >> CommitOutput(settings)

@@ -9,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_pipeline import storage
+from beam_pipeline.progress import Reporter
 from transforms.entry import make_record
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject, RejectError
@@ -41,6 +42,8 @@ class _WriteShard(beam.DoFn):
     def setup(self) -> None:
         import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
+        self._progress = Reporter(self._temp_dir)
+
     def process(self, element):
         import tensorflow as tf
 
@@ -54,6 +57,7 @@ class _WriteShard(beam.DoFn):
         count = transcoded = 0
         with tf.io.TFRecordWriter(staging) as writer:
             for pair in pairs:
+                self._progress.add()
                 try:
                     record = self._record(pair)
                 except RejectError as error:
@@ -70,6 +74,7 @@ class _WriteShard(beam.DoFn):
                 count += 1
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
+        self._progress.flush()
         size, digest = storage.publish_file(staging, final_path, self._temp_dir)
         self._shards.inc()
         self._transcoded.inc(transcoded)

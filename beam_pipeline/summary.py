@@ -1,26 +1,34 @@
-"""The end-of-run summary, from metadata.json and the job's counters."""
+"""The end-of-run summary: the same figures metadata.json holds, for a person."""
 
 from __future__ import annotations
 
-from beam_pipeline.launcher import PrepareResult
+from typing import Any
 
 
-def format_summary(result: PrepareResult) -> str:
-    info = result.metadata
-    accepted = sum(split["num_examples"] for split in info["splits"].values())
+def format_summary(metadata: dict[str, Any]) -> str:
+    run = metadata.get("run", {})
+    splits = metadata["splits"]
+    accepted = sum(split["num_examples"] for split in splits.values())
+    shards = sum(split["num_shards"] for split in splits.values())
+    rejected = metadata["num_rejected"]
     lines = [
-        f"discovered {info['num_discovered']} entries in {result.seconds:.1f} s "
-        f"({accepted / max(result.seconds, 1e-9):.1f} records/s)"
+        f"segprep: {metadata['num_discovered']:,} entries discovered, {accepted:,} accepted, "
+        f"{rejected['total']:,} rejected",
     ]
-    for name, split in info["splits"].items():
+    for name, split in splits.items():
         size = sum(shard["bytes"] for shard in split["shards"])
         lines.append(
-            f"  {name:<11} {split['num_examples']:>7} examples in {split['num_shards']} shards "
-            f"({size / 1e6:.1f} MB)"
+            f"  {name:<12}{split['num_examples']:>9,} examples  {split['num_shards']:>4} shards"
+            f"  {size / 1e6:>9.1f} MB"
         )
-    rejected = info["num_rejected"]
-    lines.append(f"  rejected    {rejected['total']:>7}")
     for reason, count in rejected["by_reason"].items():
-        lines.append(f"    {reason:<22} {count}")
-    lines.append(f"output: {info['parameters']['output_dir']}")
+        example = rejected.get("example_key", {}).get(reason, "")
+        lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
+    if run:
+        lines.append(
+            f"  {shards} shards, {run['bytes_written'] / 1e6:.1f} MB written in "
+            f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
+        )
+    output = metadata["parameters"]["output_dir"]
+    lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     return "\n".join(lines)

@@ -138,7 +138,11 @@ def test_commit_writes_metadata_last_and_checks_accounting(tmp_path):
         info = (shards, rejects, discovered) | CommitOutput(settings)
         assert_that(info | beam.Map(lambda m: m["splits"]["train"]["num_examples"]), equal_to([5]))
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
-    assert metadata["num_rejected"] == {"total": 1, "by_reason": {"missing_mask": 1}}
+    assert metadata["num_rejected"] == {
+        "total": 1,
+        "by_reason": {"missing_mask": 1},
+        "example_key": {"missing_mask": "k9"},
+    }
     assert metadata["splits"]["train"]["image_shape"] == [4, 3]
     line = json.loads((tmp_path / "out" / "rejects.jsonl").read_text())
     assert line == {

@@ -43,13 +43,18 @@ def build_metadata(
                 for shard in entries
             ],
         }
-    reasons = collections.Counter(reject.reason.value for reject in rejects)
+    reasons: collections.Counter[str] = collections.Counter()
+    examples: dict[str, str] = {}
+    for reject in sorted(rejects):
+        reasons[reject.reason.value] += 1
+        examples.setdefault(reject.reason.value, reject.key)
     return {
         "format_version": FORMAT_VERSION,
         "splits": splits,
         "num_rejected": {
             "total": sum(reasons.values()),
             "by_reason": dict(sorted(reasons.items())),
+            "example_key": dict(sorted(examples.items())),
         },
         "features": features.SCHEMA,
         "mask_format": mask_format,

@@ -1,0 +1,212 @@
+"""Writer throughput and memory: segprep prepare vs a plain loop vs the per-core decode limit.
+
+    python benchmarks/writer.py                      # N = 1,000 and 8,000 (the README table)
+    python benchmarks/writer.py --sizes 2000,20000   # memory flat in dataset size?
+
+(a) `segprep prepare` with default local settings (subprocess, whole command timed);
+(b) a plain single-process loop doing the same work per entry (subprocess, whole command);
+(c) the per-core limit: decode + mask work alone on bytes already in memory.
+Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
+benchmarks/.cache/. Peak RSS is the sum over the process tree, sampled every 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "benchmarks" / ".cache"
+POOL = 200
+BIN = Path(sys.executable).parent
+
+
+def dataset(n: int) -> Path:
+    """N entries in the real layout; the pool's breakages repeat every 200 keys."""
+    from beam_pipeline.sample_data import write_sample_data
+
+    pool = CACHE / "pool"
+    if not (pool / "done").exists():
+        shutil.rmtree(pool, ignore_errors=True)
+        write_sample_data(pool, count=POOL, seed=0)
+        (pool / "done").write_text("")
+    target = CACHE / f"sample-{n}"
+    if (target / "done").exists():
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    (target / "images").mkdir(parents=True)
+    (target / "masks").mkdir(parents=True)
+    for index in range(n):
+        source, key = f"{index % POOL + 1:05d}", f"{index + 1:06d}"
+        image, mask = pool / "images" / f"{source}.jpg", pool / "masks" / f"{source}_mask.mat"
+        if image.exists():
+            shutil.copyfile(image, target / "images" / f"{key}.jpg")
+        if mask.exists():
+            shutil.copyfile(mask, target / "masks" / f"{key}_mask.mat")
+    (target / "done").write_text("")
+    return target
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        try:
+            with open(f"/proc/{current}/statm") as handle:
+                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+    return total
+
+
+def timed(command: list[str]) -> tuple[float, int, str]:
+    """(wall seconds, peak tree RSS bytes, stdout) of a command."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate()
+    seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed: {err.decode()[-2000:]}")
+    return seconds, peak, out.decode()
+
+
+def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, int]:
+    shutil.rmtree(out, ignore_errors=True)
+    command = [str(BIN / "segprep"), "prepare", "--image_dir", str(data / "images")]
+    command += ["--mask_dir", str(data / "masks"), "--output_dir", str(out), *extra]
+    seconds, peak, _ = timed(command)
+    metadata = json.loads((out / "metadata.json").read_text())
+    accepted = sum(split["num_examples"] for split in metadata["splits"].values())
+    rejected = metadata["num_rejected"]["total"]
+    if accepted + rejected != metadata["num_discovered"]:
+        raise AssertionError("keys lost or duplicated")
+    return seconds, peak, accepted
+
+
+def run_plain_loop(data: Path, out: Path) -> tuple[float, int, int]:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    seconds, peak, stdout = timed([sys.executable, __file__, "--plain-loop", str(data), str(out)])
+    return seconds, peak, int(stdout.split()[-1])
+
+
+def plain_loop(data: Path, out: Path) -> None:
+    """The blog's way: one process, one file at a time, one TFRecordWriter."""
+    import tensorflow as tf
+
+    from transforms.entry import make_record
+    from transforms.rejects import RejectError
+
+    accepted = 0
+    with tf.io.TFRecordWriter(str(out / "all.tfrecord")) as writer:
+        for image in sorted((data / "images").iterdir()):
+            mask = data / "masks" / f"{image.stem}_mask.mat"
+            if not mask.exists():
+                continue
+            try:
+                record = make_record(image.stem, image.read_bytes(), mask.read_bytes(), mask.name)
+            except RejectError:
+                continue
+            writer.write(record.serialized)
+            accepted += 1
+    print(accepted)
+
+
+def per_core_limit(seconds: float = 5.0) -> float:
+    """Records/s of decode + mask work alone, one core, bytes already in memory."""
+    from transforms.image_codec import validate_image
+    from transforms.mask_codec import binarize, encode_mask, load_mask
+    from transforms.rejects import RejectError
+
+    pool = CACHE / "pool"
+    entries = []
+    for image in sorted((pool / "images").iterdir()):
+        mask = pool / "masks" / f"{image.stem}_mask.mat"
+        if mask.exists():
+            entries.append((image.read_bytes(), mask.read_bytes()))
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for image, mask in entries:
+            try:
+                validate_image(image)
+                encode_mask(binarize(load_mask(mask, "m.mat")), "jpeg")
+            except RejectError:
+                pass
+            done += 1
+    return done / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,8000", help="comma-separated N")
+    parser.add_argument("--modes", default="default,in_memory", help="segprep local modes")
+    parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain_loop:
+        plain_loop(Path(args.plain_loop[0]), Path(args.plain_loop[1]))
+        return
+    cores = os.cpu_count() or 1
+    sizes = [int(n) for n in args.sizes.split(",")]
+    modes = {
+        "default": [],
+        "in_memory": ["--runner", "FnApiRunner", "--direct_running_mode", "in_memory"],
+        "multi_threading": ["--runner", "FnApiRunner", "--direct_running_mode", "multi_threading"]
+        + ["--direct_num_workers", str(cores)],
+    }
+    data = {n: dataset(n) for n in sizes}
+    limit = per_core_limit()
+    print(f"cores: {cores}; per-core limit c = {limit:.0f} records/s (decode + mask work)")
+    print()
+    print("| N | run | records/s | wall s | peak RSS MB | vs plain loop | vs cores x c |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for n in sizes:
+        scratch = CACHE / f"out-{n}"
+        b_seconds, b_peak, b_accepted = run_plain_loop(data[n], scratch)
+        b_rate = b_accepted / b_seconds
+        rows = [("(b) plain loop", b_seconds, b_peak, b_rate)]
+        for mode in args.modes.split(","):
+            seconds, peak, accepted = run_segprep(data[n], scratch, modes[mode])
+            rows.append((f"(a) segprep prepare, {mode}", seconds, peak, accepted / seconds))
+        for name, seconds, peak, rate in rows:
+            print(
+                f"| {n:,} | {name} | {rate:.0f} | {seconds:.1f} | {peak / 2**20:.0f} | "
+                f"{rate / b_rate:.2f} | {rate / (cores * limit):.0%} |"
+            )
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
