@@ -30,7 +30,12 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
 
     config = launcher.config_from_args(args)
     options = launcher.pipeline_options(beam_args)
-    result = launcher.run_job(config, options, overwrite=args.overwrite)
+    result = launcher.run_job(config, options, overwrite=args.overwrite, dry_run=args.dry_run)
+    if result.submission is not None:  # --dry_run, a template, or a job left running remotely
+        from beam_pipeline.cloud import format_description
+
+        print(format_description(result.submission))
+        return 0
     print(format_summary(result.metadata))
     return 0
 

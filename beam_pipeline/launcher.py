@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from beam_pipeline import progress, storage
+from beam_pipeline import cloud, progress, storage
 from beam_pipeline.errors import UsageError
 from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
 from beam_pipeline.pipeline import JobConfig, build_pipeline
@@ -22,6 +22,8 @@ from transforms.naming import METADATA_FILE, is_output_file
 from transforms.splits import SplitFractions
 
 DEFAULT_RUNNER = "FnApiRunner"
+# Local shard plans have at least this many shards per worker (see plan_num_shards).
+SHARDS_PER_LOCAL_WORKER = 4
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
 
@@ -30,6 +32,8 @@ class PrepareResult:
     metadata: dict[str, Any]
     counters: dict[str, int]
     seconds: float
+    # Set instead of metadata when the job was only built, templated or submitted (cloud.py).
+    submission: dict[str, Any] | None = None
 
 
 def config_from_args(args: argparse.Namespace) -> JobConfig:
@@ -127,23 +131,36 @@ def run(argv: list[str] | None = None) -> PrepareResult:
     parser = argparse.ArgumentParser(prog="segprep prepare")
     add_prepare_arguments(parser)
     args, beam_args = parser.parse_known_args(argv)
-    return run_job(config_from_args(args), pipeline_options(beam_args), overwrite=args.overwrite)
+    return run_job(
+        config_from_args(args),
+        pipeline_options(beam_args),
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+    )
 
 
 def run_job(
-    config: JobConfig, options: PipelineOptions, *, overwrite: bool = False
+    config: JobConfig, options: PipelineOptions, *, overwrite: bool = False, dry_run: bool = False
 ) -> PrepareResult:
+    cloud.prepare_options(config, options)  # emulator fast path; Dataflow checks, before staging
+    if dry_run:
+        return PrepareResult({}, {}, 0.0, submission=cloud.dry_run(config, options))
     check_inputs(config)
     prepare_output_dir(config.output_dir, overwrite)
-    # Every local worker gets a shard of each split to write: no idle core on small datasets.
+    # Several similar shards per local worker: no idle core, even on small datasets.
     config = dataclasses.replace(
-        config, min_shards_per_split=local_workers(options), started_at=time.time()
+        config,
+        min_total_shards=SHARDS_PER_LOCAL_WORKER * local_workers(options),
+        started_at=time.time(),
     )
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config)
     with _progress_monitor(config, options):
         result = pipeline.run()
+        if cloud.submit_only(options):  # template or no-wait submission: outputs come later
+            submission = cloud.describe_job(pipeline, options, config, result=result)
+            return PrepareResult({}, {}, time.monotonic() - started, submission=submission)
         result.wait_until_finish()
     seconds = time.monotonic() - started
     metadata_path = FileSystems.join(config.output_dir, METADATA_FILE)

@@ -61,3 +61,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace an earlier segprep output in --output_dir (never deletes other files)",
     )
+    parser.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="build the job and print what would be submitted (steps, packaging, project, "
+        "region, locations) as JSON; reads, stages and submits nothing",
+    )

@@ -28,7 +28,7 @@ class JobConfig:
     mask_format: str
     mask_key: str | None
     max_reject_fraction: float = 1.0
-    min_shards_per_split: int = 1
+    min_total_shards: int = 1
     started_at: float | None = None  # for the run figures in metadata.json
 
     @property
@@ -62,7 +62,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
         config.fractions,
         num_shards=config.num_shards,
         shard_size_mb=config.shard_size_mb,
-        min_shards_per_split=config.min_shards_per_split,
+        min_total_shards=config.min_total_shards,
     )
     written = planned | "WriteShards" >> WriteShards(
         config.output_dir, config.temp_dir, config.mask_format, config.mask_key

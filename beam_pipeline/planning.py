@@ -59,13 +59,13 @@ class PlanShards(beam.PTransform):
         *,
         num_shards: int | None,
         shard_size_mb: float | None,
-        min_shards_per_split: int = 1,
+        min_total_shards: int = 1,
     ) -> None:
         super().__init__()
         self._fractions = fractions
         self._num_shards = num_shards
         self._shard_size_mb = shard_size_mb
-        self._min_shards = min_shards_per_split
+        self._min_total_shards = min_total_shards
 
     def _plan(self, _, sizes: dict) -> dict[str, int]:
         split_sizes = {split: SplitSize(*value) for split, value in sizes.items()}
@@ -73,7 +73,7 @@ class PlanShards(beam.PTransform):
             split_sizes,
             num_shards=self._num_shards,
             shard_size_mb=self._shard_size_mb,
-            min_shards_per_split=self._min_shards,
+            min_total_shards=self._min_total_shards,
         )
 
     def expand(self, pairs):

@@ -107,13 +107,13 @@ class Monitor:
         self,
         count: Callable[[], int],
         total: int,
-        stream: TextIO = sys.stderr,
+        stream: TextIO | None = None,
         interval: float | None = None,
     ) -> None:
         self._count = count
         self._total = total
-        self._stream = stream
-        self._tty = stream.isatty()
+        self._stream = sys.stderr if stream is None else stream  # looked up now: it gets swapped
+        self._tty = self._stream.isatty()
         self._interval = interval if interval is not None else (0.25 if self._tty else 10.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="segprep-progress", daemon=True)

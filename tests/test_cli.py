@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -67,7 +68,9 @@ def test_output_dir_is_never_mixed(sample_dataset, prepared, tmp_path, capsys):
     assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 0
     assert "rejected" in capsys.readouterr().out
     assert not list(out.glob("*-of-00009.tfrecord"))  # nothing of the earlier 9-shard run
-    assert len(list(out.glob("*.tfrecord"))) == 2
+    metadata = json.loads((out / "metadata.json").read_text())
+    listed = {s["file"] for split in metadata["splits"].values() for s in split["shards"]}
+    assert {p.name for p in out.glob("*.tfrecord")} == listed
     (out / "my_notes.txt").write_text("not segprep's")
     assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 2
     assert "did not write" in capsys.readouterr().err

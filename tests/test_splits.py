@@ -40,15 +40,17 @@ def test_bad_fractions_are_refused(train, validation):
 
 def test_plan_by_size_and_by_count():
     sizes = {"train": SplitSize(900, 450_000_000), "validation": SplitSize(100, 50_000_000)}
-    assert plan_num_shards(sizes, shard_size_mb=100) == {"train": 5, "validation": 1}
+    assert plan_num_shards(sizes, shard_size_mb=100) == {"train": 4, "validation": 1}
     assert plan_num_shards(sizes, num_shards=10) == {"train": 9, "validation": 1}
-    assert plan_num_shards(sizes, shard_size_mb=100, min_shards_per_split=2) == {
-        "train": 5,
-        "validation": 2,
+    # Local runs: at least 8 similar shards, spread by entries.
+    assert plan_num_shards(sizes, shard_size_mb=1000, min_total_shards=8) == {
+        "train": 7,
+        "validation": 1,
     }
     # Never more shards than entries; an empty split gets none.
     tiny = {"train": SplitSize(3, 10)}
     assert plan_num_shards(tiny, num_shards=50) == {"train": 3, "validation": 0}
+    assert plan_num_shards({}, shard_size_mb=100) == {"train": 0, "validation": 0}
 
 
 def test_shard_assignment_covers_every_planned_shard():

@@ -74,28 +74,28 @@ def plan_num_shards(
     *,
     num_shards: int | None = None,
     shard_size_mb: float | None = None,
-    min_shards_per_split: int = 1,
+    min_total_shards: int = 1,
 ) -> dict[str, int]:
-    """Shards per split: `num_shards` spread by entry count, else by input size per shard.
+    """Shards per split, spread over the splits by entry count.
 
-    Each split that has entries gets at least `min_shards_per_split` shards (so that every
-    local worker has work) but never more shards than entries.
+    The total is `num_shards`, or the listed input size over `shard_size_mb` but at least
+    `min_total_shards` (local runs ask for a few per worker: round-robin scheduling then
+    hands every worker an equal share of similar-sized shards). Each split with entries
+    gets at least one shard and never more shards than entries.
     """
     if (num_shards is None) == (shard_size_mb is None):
         raise ValueError("give exactly one of num_shards and shard_size_mb")
-    total_entries = sum(size.entries for size in sizes.values())
-    plan = {}
-    for split in SPLITS:
-        size = sizes.get(split, SplitSize(0, 0))
-        if size.entries == 0:
-            plan[split] = 0
-            continue
-        if num_shards is not None:
-            wanted = round(num_shards * size.entries / total_entries)
-        else:
-            wanted = math.ceil(size.bytes / (shard_size_mb * 1_000_000))
-        plan[split] = max(1, min(size.entries, max(wanted, min_shards_per_split)))
-    return plan
+    entries = {split: sizes.get(split, SplitSize(0, 0)).entries for split in SPLITS}
+    total_entries = sum(entries.values())
+    if total_entries == 0:
+        return {split: 0 for split in SPLITS}
+    if num_shards is None:
+        total_bytes = sum(size.bytes for size in sizes.values())
+        num_shards = max(math.ceil(total_bytes / (shard_size_mb * 1_000_000)), min_total_shards)
+    return {
+        split: min(count, max(1, round(num_shards * count / total_entries))) if count else 0
+        for split, count in entries.items()
+    }
 
 
 def shard_specs(plan: Mapping[str, int]) -> list[ShardSpec]:

@@ -1,0 +1,161 @@
+"""The whole job gs:// -> gs:// against a real GCS server, in-process and through the CLI.
+
+Raw sample data is uploaded with google-cloud-storage; the job lists, reads and writes only
+the bucket; the shards are read back after download, since TensorFlow's own gs:// client does
+not follow STORAGE_EMULATOR_HOST.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import shard_reader
+from beam_pipeline import launcher
+from beam_pipeline.sample_data import write_sample_data
+from tests.conftest import RUNNER_ARGS
+from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from transforms.naming import METADATA_FILE, REJECTS_FILE, parse_shard_name
+
+COUNT = 30
+SEGPREP = [sys.executable, "-m", "beam_pipeline"]
+
+
+@pytest.fixture(scope="module")
+def raw(gcs, tmp_path_factory):  # noqa: F811
+    """30 entries at 160x120, 10% broken, uploaded to gs://BUCKET/raw/{images,masks}/."""
+    root = tmp_path_factory.mktemp("raw")
+    summary = write_sample_data(
+        root, count=COUNT, seed=11, broken_fraction=0.1, height=160, width=120
+    )
+    assert gcs.upload_tree(root, "raw")
+    return summary
+
+
+@pytest.fixture(scope="module")
+def job(gcs, raw):  # noqa: F811
+    """One FnApiRunner run from the bucket to the bucket."""
+    result = launcher.run(
+        [
+            "--image_dir",
+            gcs.url("raw/images"),
+            "--mask_dir",
+            gcs.url("raw/masks"),
+            "--output_dir",
+            gcs.url("prepared"),
+            "--num_shards",
+            "3",
+            *RUNNER_ARGS,
+        ]
+    )
+    return result
+
+
+def test_output_is_published_in_the_bucket_and_nothing_else(gcs, job):  # noqa: F811
+    names = gcs.names("prepared/")
+    files = [name.removeprefix("prepared/") for name in names]
+    shards = [name for name in files if parse_shard_name(name)]
+    assert shards, files
+    # No temporary object is left behind: only shards and the two reports.
+    assert sorted(files) == sorted([*shards, METADATA_FILE, REJECTS_FILE])
+    metadata = json.loads(gcs.read(f"prepared/{METADATA_FILE}"))
+    assert metadata == job.metadata
+    listed = {shard["file"] for split in metadata["splits"].values() for shard in split["shards"]}
+    assert listed == set(shards)
+    assert metadata["parameters"]["output_dir"] == gcs.url("prepared/")
+
+
+def test_every_entry_is_accounted_for_with_the_right_reason(gcs, raw, job):  # noqa: F811
+    rejects = [json.loads(line) for line in gcs.read(f"prepared/{REJECTS_FILE}").splitlines()]
+    assert {r["key"]: r["reason"] for r in rejects} == {
+        key: reason.value for key, reason in raw.expected_rejects().items()
+    }
+    for reject in rejects:
+        if reject["image"]:
+            assert reject["image"].startswith(gcs.url("raw/images/"))
+    accepted = sum(split["num_examples"] for split in job.metadata["splits"].values())
+    assert accepted == COUNT - len(raw.broken)
+    assert job.metadata["num_discovered"] == COUNT
+
+
+def test_shards_match_metadata_and_read_back_after_download(gcs, job, tmp_path):  # noqa: F811
+    gcs.download_prefix("prepared/", tmp_path)
+    for split in job.metadata["splits"].values():
+        for shard in split["shards"]:
+            data = (tmp_path / shard["file"]).read_bytes()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (
+                shard["bytes"],
+                shard["sha256"],
+            )
+    train = job.metadata["splits"]["train"]["num_examples"]
+    dataset = shard_reader.make_dataset(
+        str(tmp_path), "train", batch_size=4, training=False, with_keys=True
+    )
+    keys = []
+    for images, masks, batch_keys in dataset:
+        assert tuple(images.shape[1:3]) == (160, 120)
+        assert tuple(masks.shape[1:3]) == (160, 120)
+        keys.extend(key.decode() for key in batch_keys.numpy())
+    assert len(keys) == len(set(keys)) == train
+
+
+def _cli(args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """The real CLI in a fresh process (nothing cached), with this test's environment."""
+    started = time.monotonic()
+    completed = subprocess.run(
+        [*SEGPREP, *args], capture_output=True, text=True, env=dict(os.environ), timeout=300
+    )
+    return completed, time.monotonic() - started
+
+
+def test_cli_reaches_the_emulator_at_once(gcs, raw):  # noqa: F811
+    """No credential search: without the fast path this answer takes 15-40 s (back-off)."""
+    completed, seconds = _cli(
+        [
+            "--image_dir",
+            gcs.url("raw/nothing-here"),
+            "--mask_dir",
+            gcs.url("raw/masks"),
+            "--output_dir",
+            gcs.url("cli-empty"),
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
+    assert completed.returncode == 2, completed.stderr
+    (line,) = completed.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"segprep: error: --image_dir {gcs.url('raw/nothing-here/')} has no")
+    assert seconds < 15, f"{seconds:.1f} s: is Beam looking for credentials again?"
+
+
+def test_cli_job_with_worker_processes_against_the_emulator(gcs, raw):  # noqa: F811
+    """Local worker processes would each search for credentials; the launcher avoids them."""
+    completed, seconds = _cli(
+        [
+            "--image_dir",
+            gcs.url("raw/images"),
+            "--mask_dir",
+            gcs.url("raw/masks"),
+            "--output_dir",
+            gcs.url("cli-out"),
+            "--num_shards",
+            "2",
+            "--runner",
+            "FnApiRunner",
+            "--direct_running_mode",
+            "multi_processing",
+            "--direct_num_workers",
+            "2",
+        ]
+    )
+    assert completed.returncode == 0, completed.stderr
+    metadata = json.loads(gcs.read(f"cli-out/{METADATA_FILE}"))
+    assert metadata["num_discovered"] == COUNT
+    assert sum(split["num_shards"] for split in metadata["splits"].values()) >= 2
+    assert seconds < 45, f"{seconds:.1f} s: are worker processes looking for credentials?"
