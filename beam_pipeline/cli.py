@@ -29,7 +29,7 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from beam_pipeline.summary import format_summary
 
     config = launcher.config_from_args(args)
-    options = launcher.pipeline_options(beam_args)
+    options = launcher.pipeline_options(beam_args, no_wait=args.no_wait)
     result = launcher.run_job(config, options, overwrite=args.overwrite, dry_run=args.dry_run)
     if result.submission is not None:  # --dry_run, a template, or a job left running remotely
         from beam_pipeline.cloud import format_description

@@ -25,6 +25,7 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_pipeline.errors import UsageError
+from beam_pipeline.job_monitor import console_url
 
 if TYPE_CHECKING:
     from beam_pipeline.pipeline import JobConfig
@@ -265,10 +266,7 @@ def describe_job(
         job_id = result.job_id() if mode == "submitted" else None
         if job_id:
             description["job_id"] = job_id
-            description["console"] = (
-                f"https://console.cloud.google.com/dataflow/jobs/{cloud.region}/{job_id}"
-                f"?project={cloud.project}"
-            )
+            description["console"] = console_url(cloud.project, cloud.region, job_id)
     description["steps"] = _steps(proto)
     description["parameters"] = config.parameters()
     return description

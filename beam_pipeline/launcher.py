@@ -7,14 +7,20 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 import time
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 
-from beam_pipeline import cloud, progress, storage
+from beam_pipeline import cloud, job_monitor, progress, storage
 from beam_pipeline.errors import UsageError
 from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
 from beam_pipeline.pipeline import JobConfig, build_pipeline
@@ -102,11 +108,13 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
     storage.delete_paths([path for path in existing if path != marker])
 
 
-def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+def pipeline_options(beam_args: list[str], *, no_wait: bool = False) -> PipelineOptions:
     """Beam options; with no --runner, the fastest local mode measured (benchmarks/writer.py):
     the FnApiRunner with one worker process per core."""
     options = PipelineOptions(beam_args)
     standard = options.view_as(StandardOptions)
+    if no_wait:
+        standard.no_wait_until_finish = True
     if standard.runner is None:
         standard.runner = DEFAULT_RUNNER
         direct = options.view_as(DirectOptions)
@@ -133,7 +141,7 @@ def run(argv: list[str] | None = None) -> PrepareResult:
     args, beam_args = parser.parse_known_args(argv)
     return run_job(
         config_from_args(args),
-        pipeline_options(beam_args),
+        pipeline_options(beam_args, no_wait=args.no_wait),
         overwrite=args.overwrite,
         dry_run=args.dry_run,
     )
@@ -161,11 +169,20 @@ def run_job(
         if cloud.submit_only(options):  # template or no-wait submission: outputs come later
             submission = cloud.describe_job(pipeline, options, config, result=result)
             return PrepareResult({}, {}, time.monotonic() - started, submission=submission)
+        if cloud.is_dataflow(options):
+            _announce_dataflow_job(result, options)
+            job_monitor.watch(result)
         result.wait_until_finish()
     seconds = time.monotonic() - started
     metadata_path = FileSystems.join(config.output_dir, METADATA_FILE)
     info = json.loads(storage.read_bytes(metadata_path))
-    return PrepareResult(info, counters(result), seconds)
+    return PrepareResult(info, job_monitor.counters(result), seconds)
+
+
+def _announce_dataflow_job(result, options: PipelineOptions) -> None:
+    google = options.view_as(GoogleCloudOptions)
+    url = job_monitor.console_url(google.project, google.region, result.job_id())
+    print(f"Dataflow job {result.job_id()} submitted: {url}", file=sys.stderr, flush=True)
 
 
 def _progress_monitor(config: JobConfig, options: PipelineOptions):
@@ -176,12 +193,3 @@ def _progress_monitor(config: JobConfig, options: PipelineOptions):
         return contextlib.nullcontext()
     total = progress.expected_entries(config.image_dir, config.mask_dir, config.fractions)
     return progress.Monitor(lambda: progress.entries_done(config.temp_dir), total)
-
-
-def counters(result) -> dict[str, int]:
-    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace("segprep"))
-    totals: dict[str, int] = {}
-    for counter in query["counters"]:
-        name = counter.key.metric.name
-        totals[name] = totals.get(name, 0) + counter.committed
-    return totals

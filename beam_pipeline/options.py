@@ -62,6 +62,12 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace an earlier segprep output in --output_dir (never deletes other files)",
     )
     parser.add_argument(
+        "--no_wait",
+        action="store_true",
+        help="Dataflow: return once the job is submitted (prints its id and console URL) "
+        "instead of following its counters until it ends",
+    )
+    parser.add_argument(
         "--dry_run",
         action="store_true",
         help="build the job and print what would be submitted (steps, packaging, project, "
