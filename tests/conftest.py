@@ -22,23 +22,25 @@ def sample_dataset(tmp_path_factory):
     return write_sample_data(root, count=60, seed=7, broken_fraction=0.1, height=160, width=120)
 
 
+def job_args(dataset, output_dir, *extra: str) -> list[str]:
+    """`prepare` flags for a sample dataset, on the named runner."""
+    return [
+        "--image_dir",
+        str(dataset.image_dir),
+        "--mask_dir",
+        str(dataset.mask_dir),
+        "--output_dir",
+        str(output_dir),
+        *extra,
+        *RUNNER_ARGS,
+    ]
+
+
 @pytest.fixture(scope="session")
 def prepared(sample_dataset, tmp_path_factory):
-    """(output_dir, PrepareResult) of one job run over `sample_dataset`, 2 train shards."""
+    """(output_dir, PrepareResult) of one job run over `sample_dataset`, 3 train shards."""
     from beam_pipeline import launcher
 
     output_dir = tmp_path_factory.mktemp("prepared") / "out"
-    result = launcher.run(
-        [
-            "--image_dir",
-            str(sample_dataset.image_dir),
-            "--mask_dir",
-            str(sample_dataset.mask_dir),
-            "--output_dir",
-            str(output_dir),
-            "--num_shards",
-            "3",
-            *RUNNER_ARGS,
-        ]
-    )
+    result = launcher.run(job_args(sample_dataset, output_dir, "--num_shards", "3"))
     return output_dir, result

@@ -8,23 +8,13 @@ import pytest
 
 from beam_pipeline import launcher, storage
 from beam_pipeline.shard_writer import _WriteShard
-from tests.conftest import RUNNER_ARGS
+from tests.conftest import job_args
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
 
 
 def _args(dataset, out) -> list[str]:
-    return [
-        "--image_dir",
-        str(dataset.image_dir),
-        "--mask_dir",
-        str(dataset.mask_dir),
-        "--output_dir",
-        str(out),
-        "--num_shards",
-        "3",
-        *RUNNER_ARGS,
-    ]
+    return job_args(dataset, out, "--num_shards", "3")
 
 
 def _first_train_key(prepared_dir) -> str:

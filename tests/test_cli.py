@@ -9,21 +9,11 @@ import sys
 import pytest
 
 from beam_pipeline.cli import main
-from tests.conftest import RUNNER_ARGS
+from tests.conftest import job_args
 
 
 def _prepare_args(dataset, output_dir, *extra) -> list[str]:
-    return [
-        "prepare",
-        "--image_dir",
-        str(dataset.image_dir),
-        "--mask_dir",
-        str(dataset.mask_dir),
-        "--output_dir",
-        str(output_dir),
-        *extra,
-        *RUNNER_ARGS,
-    ]
+    return ["prepare", *job_args(dataset, output_dir, *extra)]
 
 
 def test_sample_data_reports_each_breakage(tmp_path, capsys):

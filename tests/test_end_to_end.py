@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from beam_pipeline import launcher
-from tests.conftest import RUNNER_ARGS
+from tests.conftest import job_args
 from transforms import features
 from transforms.naming import METADATA_FILE, REJECTS_FILE
 
@@ -135,19 +135,7 @@ def test_reader_round_trip(sample_dataset, prepared):
 
 def test_rerun_gives_byte_identical_shards(sample_dataset, prepared, tmp_path):
     output_dir, first = prepared
-    second = launcher.run(
-        [
-            "--image_dir",
-            str(sample_dataset.image_dir),
-            "--mask_dir",
-            str(sample_dataset.mask_dir),
-            "--output_dir",
-            str(tmp_path / "again"),
-            "--num_shards",
-            "3",
-            *RUNNER_ARGS,
-        ]
-    )
+    second = launcher.run(job_args(sample_dataset, tmp_path / "again", "--num_shards", "3"))
     assert second.metadata["splits"] == first.metadata["splits"]
     for shard in output_dir.glob("*.tfrecord"):
         assert (tmp_path / "again" / shard.name).read_bytes() == shard.read_bytes()
@@ -159,21 +147,16 @@ def test_rerun_gives_byte_identical_shards(sample_dataset, prepared, tmp_path):
 @pytest.mark.parametrize("mask_format", ["png"])
 def test_png_masks(sample_dataset, tmp_path, mask_format):
     result = launcher.run(
-        [
-            "--image_dir",
-            str(sample_dataset.image_dir),
-            "--mask_dir",
-            str(sample_dataset.mask_dir),
-            "--output_dir",
-            str(tmp_path / "png"),
+        job_args(
+            sample_dataset,
+            tmp_path / "png",
             "--mask_format",
             mask_format,
             "--train_size",
             "1",
             "--validation_size",
             "0",
-            *RUNNER_ARGS,
-        ]
+        )
     )
     assert result.metadata["mask_format"] == "png"
     assert result.metadata["splits"]["validation"]["num_examples"] == 0
