@@ -70,7 +70,8 @@ def test_flex_template_parameters_are_the_prepare_flags():
         if action.option_strings and action.dest != "help"
     }
     parameters = {parameter["name"]: parameter for parameter in metadata["parameters"]}
-    assert set(parameters) == set(flags) - {"dry_run"}
+    # Launch-time switches of the CLI, not job parameters: a template launch never waits.
+    assert set(parameters) == set(flags) - {"dry_run", "no_wait"}
     for name, parameter in parameters.items():
         assert parameter["label"] and parameter["helpText"], name
         assert parameter["paramType"] in PARAM_TYPES, name
