@@ -53,6 +53,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         raise UsageError(
             f"--max_reject_fraction must be between 0 and 1, got {args.max_reject_fraction}"
         )
+    if args.threads_per_shard < 0:
+        raise UsageError(f"--threads_per_shard must be 0 or more, got {args.threads_per_shard}")
     if args.shard_size_mb is not None and args.shard_size_mb <= 0:
         raise UsageError(f"--shard_size_mb must be positive, got {args.shard_size_mb}")
     shard_size = args.shard_size_mb
@@ -68,6 +70,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         mask_format=args.mask_format,
         mask_key=args.mask_key,
         max_reject_fraction=args.max_reject_fraction,
+        threads_per_shard=args.threads_per_shard,
     )
 
 
@@ -110,18 +113,13 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
 
 def pipeline_options(beam_args: list[str], *, no_wait: bool = False) -> PipelineOptions:
     """Beam options; with no --runner, the fastest local mode measured (benchmarks/writer.py):
-    the FnApiRunner with one worker process per core."""
+    the FnApiRunner in this process, each shard's entries decoded on one thread per core."""
     options = PipelineOptions(beam_args)
     standard = options.view_as(StandardOptions)
     if no_wait:
         standard.no_wait_until_finish = True
     if standard.runner is None:
         standard.runner = DEFAULT_RUNNER
-        direct = options.view_as(DirectOptions)
-        if not any(arg.startswith("--direct_running_mode") for arg in beam_args):
-            direct.direct_running_mode = "multi_processing"
-        if not any(arg.startswith("--direct_num_workers") for arg in beam_args):
-            direct.direct_num_workers = os.cpu_count() or 1
     return options
 
 

@@ -10,6 +10,7 @@ import argparse
 from transforms.features import MASK_FORMATS
 
 DEFAULT_SHARD_SIZE_MB = 100.0
+DEFAULT_THREADS_PER_SHARD = 0  # one per core of the machine that writes the shard
 # Half the dataset broken is almost always a wrong folder or flag, not a dirty download.
 DEFAULT_MAX_REJECT_FRACTION = 0.5
 
@@ -48,6 +49,14 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--mask_key",
         default=None,
         help="variable name in .mat masks (default: 'mask', else the only 2-D variable)",
+    )
+    parser.add_argument(
+        "--threads_per_shard",
+        type=int,
+        default=DEFAULT_THREADS_PER_SHARD,
+        help="threads that read and decode the entries of one shard, 0 = one per core "
+        "(decoders release the GIL; remote reads wait on the network); records are still "
+        "written in key order",
     )
     parser.add_argument(
         "--max_reject_fraction",

@@ -29,6 +29,7 @@ class JobConfig:
     mask_key: str | None
     max_reject_fraction: float = 1.0
     min_total_shards: int = 1
+    threads_per_shard: int = 0  # 0: one per core where the shard is written
     started_at: float | None = None  # for the run figures in metadata.json
 
     @property
@@ -47,6 +48,7 @@ class JobConfig:
             "mask_format": self.mask_format,
             "mask_key": self.mask_key,
             "max_reject_fraction": self.max_reject_fraction,
+            "threads_per_shard": self.threads_per_shard,
         }
 
 
@@ -65,7 +67,11 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
         min_total_shards=config.min_total_shards,
     )
     written = planned | "WriteShards" >> WriteShards(
-        config.output_dir, config.temp_dir, config.mask_format, config.mask_key
+        config.output_dir,
+        config.temp_dir,
+        config.mask_format,
+        config.mask_key,
+        config.threads_per_shard,
     )
     rejects = (listed[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
     settings = CommitSettings(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_pipeline import storage
+from beam_pipeline.ordered_pool import ordered_map
 from beam_pipeline.progress import Reporter
-from transforms.entry import make_record
+from transforms.entry import Record, make_record
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject, RejectError
 from transforms.splits import ShardSpec
@@ -30,9 +32,15 @@ class ShardResult:
 
 class _WriteShard(beam.DoFn):
     def __init__(
-        self, output_dir: str, temp_dir: str, mask_format: str, mask_key: str | None
+        self,
+        output_dir: str,
+        temp_dir: str,
+        mask_format: str,
+        mask_key: str | None,
+        threads: int = 0,
     ) -> None:
         self._output_dir = output_dir
+        self._requested_threads = threads
         self._temp_dir = temp_dir
         self._mask_format = mask_format
         self._mask_key = mask_key
@@ -43,6 +51,7 @@ class _WriteShard(beam.DoFn):
         import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
         self._progress = Reporter(self._temp_dir)
+        self._threads = self._requested_threads or os.cpu_count() or 1
 
     def process(self, element):
         import tensorflow as tf
@@ -55,12 +64,14 @@ class _WriteShard(beam.DoFn):
         accepted = Metrics.counter("segprep", f"accepted_{spec.split}")
         shapes: set[tuple[int, int]] = set()
         count = transcoded = 0
+        # Records are computed on pool threads; counters and writes stay on this thread,
+        # where Beam's metrics context lives.
+        outcomes = ordered_map(self._record_or_reject, pairs, self._threads)
         with tf.io.TFRecordWriter(staging) as writer:
-            for pair in pairs:
+            for pair, record in outcomes:
                 self._progress.add()
-                try:
-                    record = self._record(pair)
-                except RejectError as error:
+                if isinstance(record, RejectError):
+                    error = record
                     Metrics.counter("segprep", f"rejected_{error.reason.value}").inc()
                     yield beam.pvalue.TaggedOutput(
                         REJECTS,
@@ -80,7 +91,13 @@ class _WriteShard(beam.DoFn):
         self._transcoded.inc(transcoded)
         yield ShardResult(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
 
-    def _record(self, pair: Pair):
+    def _record_or_reject(self, pair: Pair) -> Record | RejectError:
+        try:
+            return self._record(pair)
+        except RejectError as error:
+            return error
+
+    def _record(self, pair: Pair) -> Record:
         try:
             image_bytes = storage.read_bytes(pair.image.path)
             mask_bytes = storage.read_bytes(pair.mask.path)
@@ -100,10 +117,15 @@ class WriteShards(beam.PTransform):
     """Group pair *paths* by shard, then write each shard in one DoFn call."""
 
     def __init__(
-        self, output_dir: str, temp_dir: str, mask_format: str, mask_key: str | None
+        self,
+        output_dir: str,
+        temp_dir: str,
+        mask_format: str,
+        mask_key: str | None,
+        threads: int = 0,
     ) -> None:
         super().__init__()
-        self._dofn = _WriteShard(output_dir, temp_dir, mask_format, mask_key)
+        self._dofn = _WriteShard(output_dir, temp_dir, mask_format, mask_key, threads)
 
     def expand(self, planned):
         return (

@@ -3,7 +3,8 @@
     python benchmarks/writer.py                      # N = 1,000 and 8,000 (the README table)
     python benchmarks/writer.py --sizes 2000,20000   # memory flat in dataset size?
 
-(a) `segprep prepare` with default local settings (subprocess, whole command timed);
+(a) `segprep prepare` with default local settings (subprocess, whole command timed), and for
+    comparison Beam's multi-processing and multi-threading local modes and a serial run;
 (b) a plain single-process loop doing the same work per entry (subprocess, whole command);
 (c) the per-core limit: decode + mask work alone on bytes already in memory.
 Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
@@ -171,7 +172,9 @@ def per_core_limit(seconds: float = 5.0) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,8000", help="comma-separated N")
-    parser.add_argument("--modes", default="default,in_memory", help="segprep local modes")
+    parser.add_argument(
+        "--modes", default="default,processes,serial", help="default, processes, threads, serial"
+    )
     parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:
@@ -179,11 +182,16 @@ def main() -> None:
         return
     cores = os.cpu_count() or 1
     sizes = [int(n) for n in args.sizes.split(",")]
+    local = ["--runner", "FnApiRunner"]
     modes = {
-        "default": [],
-        "in_memory": ["--runner", "FnApiRunner", "--direct_running_mode", "in_memory"],
-        "multi_threading": ["--runner", "FnApiRunner", "--direct_running_mode", "multi_threading"]
-        + ["--direct_num_workers", str(cores)],
+        "default": [],  # in-process runner, one decode thread per core
+        "processes": local
+        + ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(cores)]
+        + ["--threads_per_shard", "1"],
+        "threads": local
+        + ["--direct_running_mode", "multi_threading", "--direct_num_workers", str(cores)]
+        + ["--threads_per_shard", "1"],
+        "serial": local + ["--threads_per_shard", "1"],
     }
     data = {n: dataset(n) for n in sizes}
     limit = per_core_limit()
