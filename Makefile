@@ -40,6 +40,7 @@ format: install
 
 bench: install
 	$(BIN)/python benchmarks/writer.py
+	$(BIN)/python benchmarks/reader.py
 
 clean:
 	rm -rf build $(VENV)
