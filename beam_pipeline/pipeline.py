@@ -10,7 +10,7 @@ import apache_beam as beam
 from beam_pipeline.commit import CommitOutput, CommitSettings
 from beam_pipeline.listing import REJECTS, ListAndPair
 from beam_pipeline.planning import PlanShards
-from beam_pipeline.shard_writer import WriteShards
+from beam_pipeline.shard_writer import ShardWriterSettings, WriteShards
 from transforms.naming import TEMP_DIR
 from transforms.splits import SplitFractions
 
@@ -67,12 +67,15 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
         min_total_shards=config.min_total_shards,
     )
     written = planned | "WriteShards" >> WriteShards(
-        config.output_dir,
-        config.temp_dir,
-        config.mask_format,
-        config.mask_key,
-        config.threads_per_shard,
+        ShardWriterSettings(
+            config.output_dir,
+            config.temp_dir,
+            config.mask_format,
+            config.mask_key,
+            config.threads_per_shard,
+        )
     )
+
     rejects = (listed[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
     settings = CommitSettings(
         config.output_dir,

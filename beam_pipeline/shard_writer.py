@@ -30,28 +30,26 @@ class ShardResult:
     transcoded_images: int
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardWriterSettings:
+    output_dir: str
+    temp_dir: str
+    mask_format: str = "jpeg"
+    mask_key: str | None = None
+    threads: int = 0  # 0: one per core of the machine writing the shard
+
+
 class _WriteShard(beam.DoFn):
-    def __init__(
-        self,
-        output_dir: str,
-        temp_dir: str,
-        mask_format: str,
-        mask_key: str | None,
-        threads: int = 0,
-    ) -> None:
-        self._output_dir = output_dir
-        self._requested_threads = threads
-        self._temp_dir = temp_dir
-        self._mask_format = mask_format
-        self._mask_key = mask_key
+    def __init__(self, settings: ShardWriterSettings) -> None:
+        self._settings = settings
         self._shards = Metrics.counter("segprep", "shards_written")
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
 
     def setup(self) -> None:
         import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
-        self._progress = Reporter(self._temp_dir)
-        self._threads = self._requested_threads or os.cpu_count() or 1
+        self._progress = Reporter(self._settings.temp_dir)
+        self._threads = self._settings.threads or os.cpu_count() or 1
 
     def process(self, element):
         import tensorflow as tf
@@ -59,8 +57,8 @@ class _WriteShard(beam.DoFn):
         _, grouped = element
         (spec,) = grouped["spec"]
         pairs: list[Pair] = sorted(grouped["pairs"], key=lambda pair: pair.key)
-        final_path = FileSystems.join(self._output_dir, spec.name)
-        staging = storage.local_staging_path(final_path, self._temp_dir)
+        final_path = FileSystems.join(self._settings.output_dir, spec.name)
+        staging = storage.local_staging_path(final_path, self._settings.temp_dir)
         accepted = Metrics.counter("segprep", f"accepted_{spec.split}")
         shapes: set[tuple[int, int]] = set()
         count = transcoded = 0
@@ -86,7 +84,7 @@ class _WriteShard(beam.DoFn):
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
         self._progress.flush()
-        size, digest = storage.publish_file(staging, final_path, self._temp_dir)
+        size, digest = storage.publish_file(staging, final_path, self._settings.temp_dir)
         self._shards.inc()
         self._transcoded.inc(transcoded)
         yield ShardResult(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
@@ -108,24 +106,17 @@ class _WriteShard(beam.DoFn):
             image_bytes,
             mask_bytes,
             pair.mask.path,
-            mask_format=self._mask_format,
-            mask_key=self._mask_key,
+            mask_format=self._settings.mask_format,
+            mask_key=self._settings.mask_key,
         )
 
 
 class WriteShards(beam.PTransform):
     """Group pair *paths* by shard, then write each shard in one DoFn call."""
 
-    def __init__(
-        self,
-        output_dir: str,
-        temp_dir: str,
-        mask_format: str,
-        mask_key: str | None,
-        threads: int = 0,
-    ) -> None:
+    def __init__(self, settings: ShardWriterSettings) -> None:
         super().__init__()
-        self._dofn = _WriteShard(output_dir, temp_dir, mask_format, mask_key, threads)
+        self._dofn = _WriteShard(settings)
 
     def expand(self, planned):
         return (

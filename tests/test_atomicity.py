@@ -7,7 +7,7 @@ import json
 import pytest
 
 from beam_pipeline import launcher, storage
-from beam_pipeline.shard_writer import _WriteShard
+from beam_pipeline.shard_writer import ShardWriterSettings, _WriteShard
 from tests.conftest import job_args
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
@@ -67,7 +67,7 @@ def test_retried_shard_is_written_once_with_the_same_bytes(sample_dataset, tmp_p
         for key in ("00001", "00002", "00004")
     ]
     element = (spec.name, {"spec": [spec], "pairs": pairs})
-    writer = _WriteShard(out, temp, "jpeg", None)
+    writer = _WriteShard(ShardWriterSettings(out, temp))
     writer.setup()
     first = [r for r in writer.process(element) if not hasattr(r, "tag")]
     data = (tmp_path / "out" / spec.name).read_bytes()

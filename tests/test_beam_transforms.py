@@ -13,7 +13,7 @@ from beam_pipeline.commit import AccountingError, CommitOutput, CommitSettings
 from beam_pipeline.listing import REJECTS, ListAndPair
 from beam_pipeline.planning import PlanShards
 from beam_pipeline.sample_data import mat_bytes as mat_v5
-from beam_pipeline.shard_writer import ShardResult, WriteShards
+from beam_pipeline.shard_writer import ShardResult, ShardWriterSettings, WriteShards
 from beam_pipeline.storage import normalize_dir
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, rgb_jpeg
@@ -111,7 +111,7 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
             "assigned": p
             | "Pairs" >> beam.Create([(spec.name, pair("good")), (spec.name, pair("bad"))]),
         }
-        written = planned | WriteShards(out_dir, out_dir + "_tmp/", "jpeg", None)
+        written = planned | WriteShards(ShardWriterSettings(out_dir, out_dir + "_tmp/"))
         counts = written.shards | beam.Map(lambda r: (r.spec.name, r.num_examples))
         reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
