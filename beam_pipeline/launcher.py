@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cloud, job_monitor, progress, storage
+from beam_pipeline import cloud, job_monitor, preflight, progress, storage
 from beam_pipeline.errors import UsageError
 from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
 from beam_pipeline.pipeline import JobConfig, build_pipeline
@@ -72,14 +72,6 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         max_reject_fraction=args.max_reject_fraction,
         threads_per_shard=args.threads_per_shard,
     )
-
-
-def check_inputs(config: JobConfig) -> None:
-    for flag, path in (("--image_dir", config.image_dir), ("--mask_dir", config.mask_dir)):
-        if not storage.has_files(path):
-            raise UsageError(
-                f"{flag} {path} has no files: check the path (and that it is a folder)"
-            )
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
@@ -151,7 +143,7 @@ def run_job(
     cloud.prepare_options(config, options)  # emulator fast path; Dataflow checks, before staging
     if dry_run:
         return PrepareResult({}, {}, 0.0, submission=cloud.dry_run(config, options))
-    check_inputs(config)
+    preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key)
     prepare_output_dir(config.output_dir, overwrite)
     # Several similar shards per local worker: no idle core, even on small datasets.
     config = dataclasses.replace(

@@ -50,6 +50,23 @@ def test_missing_input_folder_is_a_usage_error(sample_dataset, tmp_path, capsys)
     assert "--mask_dir" in capsys.readouterr().err
 
 
+def test_wrong_mask_folder_is_a_usage_error(sample_dataset, tmp_path, capsys):
+    args = _prepare_args(sample_dataset, tmp_path / "out")
+    args[args.index("--mask_dir") + 1] = str(sample_dataset.image_dir)  # images twice
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "no image in --image_dir has a mask" in err and "KEY_mask.mat" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_unknown_mask_variable_is_a_usage_error(sample_dataset, tmp_path, capsys):
+    assert main(_prepare_args(sample_dataset, tmp_path / "out", "--mask_key", "gt")) == 2
+    err = capsys.readouterr().err
+    assert "--mask_key 'gt' is not a variable" in err and "--mask_key mask" in err
+    assert "Traceback" not in err
+
+
 def test_output_dir_is_never_mixed(sample_dataset, prepared, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(_prepare_args(sample_dataset, out, "--num_shards", "9")) == 0

@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline import cloud, launcher, storage
+from beam_pipeline import cloud, launcher, preflight, storage
 from beam_pipeline.errors import UsageError
 from beam_pipeline.listing import REJECTS, ListAndPair
 from beam_pipeline.pipeline import JobConfig
@@ -117,7 +117,7 @@ def test_missing_gcs_inputs_are_a_usage_error(gcs):  # noqa: F811
     gcs.put("inputs/images/1.jpg", b"x")
     config = _config(gcs, "inputs")
     with pytest.raises(UsageError, match=r"--mask_dir gs://segprep-test/inputs/masks/ has no"):
-        launcher.check_inputs(config)
+        preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key)
 
 
 def test_output_dir_rules_on_gcs(gcs):  # noqa: F811
