@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import uuid
 
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes, MatchResult
 from apache_beam.io.filesystems import FileSystems
 
 _CHUNK = 8 << 20
@@ -78,13 +78,12 @@ def publish_file(staging_path: str, final_path: str, temp_dir: str) -> tuple[int
 
 
 def list_dir(path: str) -> list[str]:
-    """Paths of every file under a directory (recursively), [] when there is none."""
-    pattern = normalize_dir(path) + "**"
-    try:
-        result = FileSystems.match([pattern])[0]
-    except Exception:  # noqa: BLE001 - Beam raises BeamIOError for "nothing there"
-        return []
-    return [meta.path for meta in result.metadata_list]
+    """Paths of every file under a directory (recursively), [] when there is none.
+
+    Errors (no credentials, no such bucket) propagate: they must not read as "empty".
+    """
+    result = _match(normalize_dir(path) + "**")
+    return [meta.path for meta in result.metadata_list] if result else []
 
 
 def delete_paths(paths: list[str]) -> None:
@@ -102,8 +101,23 @@ def delete_tree(path: str) -> None:
 
 def has_files(path: str) -> bool:
     """True when at least one file lies under the directory; cheap on huge buckets."""
+    result = _match(normalize_dir(path) + "**", limit=1)
+    return bool(result and result.metadata_list)
+
+
+def _match(pattern: str, limit: int | None = None) -> MatchResult | None:
+    """Beam's match, with "no such bucket" as nothing found; other errors (credentials,
+    network) propagate so that they never read as an empty folder."""
     try:
-        result = FileSystems.match([normalize_dir(path) + "**"], limits=[1])[0]
-    except Exception:  # noqa: BLE001 - BeamIOError for a missing directory
-        return False
-    return bool(result.metadata_list)
+        return FileSystems.match([pattern], limits=None if limit is None else [limit])[0]
+    except BeamIOError as error:
+        if _is_not_found(error):
+            return None
+        raise
+
+
+def _is_not_found(error: BaseException) -> bool:
+    if type(error).__name__ in ("NotFound", "FileNotFoundError"):
+        return True
+    details = getattr(error, "exception_details", None) or {}
+    return bool(details) and all(_is_not_found(inner) for inner in details.values())
