@@ -7,7 +7,6 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.metrics import Metrics
 
-from beam_pipeline.warmup import start_tensorflow_import
 from transforms.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
 from transforms.rejects import Reason, Reject
 
@@ -23,9 +22,6 @@ class _KeyFiles(beam.DoFn):
         self._key_of = key_of
         self._role = role
         self._unrecognized = Metrics.counter(_NAMESPACE, f"unrecognized_{role}_files")
-
-    def setup(self) -> None:
-        start_tensorflow_import()  # this worker will write shards later
 
     def process(self, metadata: FileMetadata):
         relative = metadata.path[len(self._root) :]
