@@ -117,9 +117,8 @@ def pipeline_options(beam_args: list[str], *, no_wait: bool = False) -> Pipeline
 
 def local_workers(options: PipelineOptions) -> int:
     """Worker processes or threads of a local run; 1 for remote runners."""
-    runner = options.view_as(StandardOptions).runner or ""
     direct = options.view_as(DirectOptions)
-    if runner.split(".")[-1] not in LOCAL_RUNNERS or direct.direct_running_mode == "in_memory":
+    if cloud.runner_name(options) not in LOCAL_RUNNERS or direct.direct_running_mode == "in_memory":
         return 1
     return direct.direct_num_workers or os.cpu_count() or 1
 
@@ -177,9 +176,10 @@ def _announce_dataflow_job(result, options: PipelineOptions) -> None:
 
 def _progress_monitor(config: JobConfig, options: PipelineOptions):
     """Live progress for local runs on local files; nothing for remote runners or gs://."""
-    runner = (options.view_as(StandardOptions).runner or "").split(".")[-1]
     paths = (config.image_dir, config.mask_dir, config.output_dir)
-    if runner not in LOCAL_RUNNERS or not all(storage.is_local(path) for path in paths):
+    if cloud.runner_name(options) not in LOCAL_RUNNERS or not all(
+        storage.is_local(path) for path in paths
+    ):
         return contextlib.nullcontext()
     total = progress.expected_entries(config.image_dir, config.mask_dir, config.fractions)
     return progress.Monitor(lambda: progress.entries_done(config.temp_dir), total)
