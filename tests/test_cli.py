@@ -92,3 +92,28 @@ def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "60 entries discovered" in done.stdout
     assert (tmp_path / "m" / "metadata.json").exists()
+
+
+@pytest.mark.parametrize("command", ["sample-data", "prepare", "verify", "inspect"])
+def test_help_lists_every_option_with_its_default(command, capsys):
+    from beam_pipeline.cli import build_parser
+
+    parser = build_parser()
+    subparser = parser._subparsers._group_actions[0].choices[command]
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for action in subparser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.option_strings[-1] in out, action.dest
+            assert action.help, action.dest
+    assert out.count("(default:") >= sum(
+        1 for a in subparser._actions if a.option_strings and a.dest != "help"
+    )
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("segprep 0.1.0")
