@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both create .venv once and
 # reuse it until pyproject.toml or constraints.txt change.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
