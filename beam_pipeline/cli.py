@@ -10,6 +10,15 @@ import traceback
 
 from beam_pipeline import __version__
 from beam_pipeline.errors import RejectLimitError, UsageError
+from beam_pipeline.options import (
+    DEFAULT_BROKEN_FRACTION,
+    DEFAULT_INSPECT_COUNT,
+    DEFAULT_INSPECT_OUT,
+    DEFAULT_INSPECT_SPLIT,
+    DEFAULT_RUNNER,
+    LOCAL_RUNNERS,
+    add_prepare_arguments,
+)
 
 
 def _sample_data(args: argparse.Namespace) -> int:
@@ -25,6 +34,10 @@ def _sample_data(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
+    if _writes_locally(args, beam_args):
+        from beam_pipeline import writer_pool
+
+        writer_pool.warm_up()  # before importing Beam: the pool's imports run beside ours
     from beam_pipeline import launcher
     from beam_pipeline.summary import format_summary
 
@@ -38,6 +51,25 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         return 0
     print(format_summary(result.metadata))
     return 0
+
+
+def _writes_locally(args: argparse.Namespace, beam_args: list[str]) -> bool:
+    """A quick look at the flags: will this run use local writer processes?
+
+    Only decides how early the pool starts; launcher.writer_processes has the final word.
+    """
+    runner = argparse.ArgumentParser(add_help=False)
+    runner.add_argument("--runner", default=DEFAULT_RUNNER)
+    runner.add_argument("--direct_running_mode", default="in_memory")
+    beam, _ = runner.parse_known_args(beam_args)
+    paths = (args.image_dir, args.mask_dir, args.output_dir)
+    return (
+        args.writer_processes != 1
+        and not args.dry_run
+        and beam.runner in LOCAL_RUNNERS
+        and beam.direct_running_mode == "in_memory"
+        and not any("://" in path for path in paths)
+    )
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -62,10 +94,6 @@ def quiet_libraries() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from beam_pipeline.inspect_sheet import DEFAULT_COUNT, DEFAULT_OUT, DEFAULT_SPLIT
-    from beam_pipeline.options import add_prepare_arguments
-    from beam_pipeline.sample_data import DEFAULT_BROKEN_FRACTION
-
     defaults = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
         prog="segprep",
@@ -110,10 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=defaults,
     )
     inspect.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
-    inspect.add_argument("--split", default=DEFAULT_SPLIT, help="split to show")
-    inspect.add_argument("--count", type=int, default=DEFAULT_COUNT, help="entries to show")
+    inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
+    inspect.add_argument("--count", type=int, default=DEFAULT_INSPECT_COUNT, help="entries to show")
     inspect.add_argument(
-        "--out", default=DEFAULT_OUT, help="PNG to write (never inside the dataset directory)"
+        "--out",
+        default=DEFAULT_INSPECT_OUT,
+        help="PNG to write (never inside the dataset directory)",
     )
     inspect.add_argument(
         "--rejects",

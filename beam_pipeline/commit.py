@@ -14,7 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import storage
 from beam_pipeline.errors import RejectLimitError
-from beam_pipeline.shard_writer import ShardResult
+from beam_pipeline.shard_work import ShardResult
 from transforms import metadata
 from transforms.naming import METADATA_FILE, REJECTS_FILE
 from transforms.rejects import Reason, Reject

@@ -25,12 +25,8 @@ from beam_pipeline.errors import UsageError
 from transforms.image_codec import MAX_PIXELS
 from transforms.naming import REJECTS_FILE
 
-# TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used: the CLI
-# imports this module to build its parser, before it has quietened TensorFlow.
+# TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used.
 
-DEFAULT_OUT = "segprep_inspect.png"
-DEFAULT_COUNT = 16
-DEFAULT_SPLIT = "train"
 TILE_HEIGHT = 200
 COLUMNS = 4  # entries (image | mask | overlay triples) per row of the sheet
 MARGIN = 12  # around the sheet

@@ -20,17 +20,20 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cloud, job_monitor, preflight, progress, storage
+from beam_pipeline import cloud, job_monitor, preflight, progress, storage, writer_pool
 from beam_pipeline.errors import UsageError
-from beam_pipeline.options import DEFAULT_SHARD_SIZE_MB, add_prepare_arguments
+from beam_pipeline.options import (
+    DEFAULT_RUNNER,
+    DEFAULT_SHARD_SIZE_MB,
+    LOCAL_RUNNERS,
+    add_prepare_arguments,
+)
 from beam_pipeline.pipeline import JobConfig, build_pipeline
 from transforms.naming import METADATA_FILE, is_output_file
 from transforms.splits import SplitFractions
 
-DEFAULT_RUNNER = "FnApiRunner"
 # Local shard plans have at least this many shards per worker (see plan_num_shards).
 SHARDS_PER_LOCAL_WORKER = 4
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         )
     if args.threads_per_shard < 0:
         raise UsageError(f"--threads_per_shard must be 0 or more, got {args.threads_per_shard}")
+    if args.writer_processes < 0:
+        raise UsageError(f"--writer_processes must be 0 or more, got {args.writer_processes}")
     if args.shard_size_mb is not None and args.shard_size_mb <= 0:
         raise UsageError(f"--shard_size_mb must be positive, got {args.shard_size_mb}")
     shard_size = args.shard_size_mb
@@ -71,6 +76,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         mask_key=args.mask_key,
         max_reject_fraction=args.max_reject_fraction,
         threads_per_shard=args.threads_per_shard,
+        writer_processes=args.writer_processes,
     )
 
 
@@ -105,7 +111,7 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
 
 def pipeline_options(beam_args: list[str], *, no_wait: bool = False) -> PipelineOptions:
     """Beam options; with no --runner, the fastest local mode measured (benchmarks/writer.py):
-    the FnApiRunner in this process, each shard's entries decoded on one thread per core."""
+    the FnApiRunner in this process, handing shards to one writer process per core."""
     options = PipelineOptions(beam_args)
     standard = options.view_as(StandardOptions)
     if no_wait:
@@ -121,6 +127,22 @@ def local_workers(options: PipelineOptions) -> int:
     if cloud.runner_name(options) not in LOCAL_RUNNERS or direct.direct_running_mode == "in_memory":
         return 1
     return direct.direct_num_workers or os.cpu_count() or 1
+
+
+def writer_processes(config: JobConfig, options: PipelineOptions) -> int:
+    """Writer processes this run uses: only a single-process local run on local files.
+
+    Remote runners and Beam's multi-process mode already run a process per core, and gs://
+    paths are latency-bound (threads hide that) and need this process's credentials.
+    """
+    paths = (config.image_dir, config.mask_dir, config.output_dir)
+    if (
+        cloud.runner_name(options) not in LOCAL_RUNNERS
+        or local_workers(options) > 1
+        or not all(storage.is_local(path) for path in paths)
+    ):
+        return 1
+    return config.writer_processes or os.cpu_count() or 1
 
 
 def run(argv: list[str] | None = None) -> PrepareResult:
@@ -142,12 +164,16 @@ def run_job(
     cloud.prepare_options(config, options)  # emulator fast path; Dataflow checks, before staging
     if dry_run:
         return PrepareResult({}, {}, 0.0, submission=cloud.dry_run(config, options))
+    processes = writer_processes(config, options)
+    if processes > 1:
+        writer_pool.warm_up()  # its imports overlap the listing below
     preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key)
     prepare_output_dir(config.output_dir, overwrite)
     # Several similar shards per local worker: no idle core, even on small datasets.
     config = dataclasses.replace(
         config,
-        min_total_shards=SHARDS_PER_LOCAL_WORKER * local_workers(options),
+        writer_processes=processes,
+        min_total_shards=SHARDS_PER_LOCAL_WORKER * max(processes, local_workers(options)),
         started_at=time.time(),
     )
     started = time.monotonic()

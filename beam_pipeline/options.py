@@ -1,6 +1,8 @@
-"""The prepare job's own flags; everything else on the command line goes to Beam.
+"""The prepare job's own flags, and the defaults of every subcommand; everything else on a
+`prepare` command line goes to Beam.
 
-Kept free of Beam and TensorFlow imports so `segprep --help` answers at once.
+Kept free of Beam, TensorFlow and image-library imports so `segprep --help` answers at once
+and `segprep prepare` loads only what it uses.
 """
 
 from __future__ import annotations
@@ -9,10 +11,17 @@ import argparse
 
 from transforms.features import MASK_FORMATS
 
+DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launcher.pipeline_options
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 DEFAULT_SHARD_SIZE_MB = 100.0
-DEFAULT_THREADS_PER_SHARD = 0  # one per core of the machine that writes the shard
+DEFAULT_THREADS_PER_SHARD = 0  # one per core, or one per writer process
+DEFAULT_WRITER_PROCESSES = 0  # one per core
 # Half the dataset broken is almost always a wrong folder or flag, not a dirty download.
 DEFAULT_MAX_REJECT_FRACTION = 0.5
+DEFAULT_BROKEN_FRACTION = 0.05  # segprep sample-data
+DEFAULT_INSPECT_OUT = "segprep_inspect.png"
+DEFAULT_INSPECT_COUNT = 16
+DEFAULT_INSPECT_SPLIT = "train"
 
 
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +63,17 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads_per_shard",
         type=int,
         default=DEFAULT_THREADS_PER_SHARD,
-        help="threads that read and decode the entries of one shard, 0 = one per core "
-        "(decoders release the GIL; remote reads wait on the network); records are still "
-        "written in key order",
+        help="threads that read and decode the entries of one shard, 0 = one per core, or "
+        "one per writer process (decoders release the GIL; remote reads wait on the network); "
+        "records are still written in key order",
+    )
+    parser.add_argument(
+        "--writer_processes",
+        type=int,
+        default=DEFAULT_WRITER_PROCESSES,
+        help="local runs on local files: processes that write shards side by side, 0 = one "
+        "per core, 1 = write in the runner's process (Dataflow and Beam's multi-process "
+        "mode parallelise by themselves and ignore this)",
     )
     parser.add_argument(
         "--max_reject_fraction",

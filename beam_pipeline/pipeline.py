@@ -10,7 +10,8 @@ import apache_beam as beam
 from beam_pipeline.commit import CommitOutput, CommitSettings
 from beam_pipeline.listing import REJECTS, ListAndPair
 from beam_pipeline.planning import PlanShards
-from beam_pipeline.shard_writer import ShardWriterSettings, WriteShards
+from beam_pipeline.shard_work import ShardWriterSettings
+from beam_pipeline.shard_writer import WriteShards
 from transforms.naming import TEMP_DIR
 from transforms.splits import SplitFractions
 
@@ -29,7 +30,8 @@ class JobConfig:
     mask_key: str | None
     max_reject_fraction: float = 1.0
     min_total_shards: int = 1
-    threads_per_shard: int = 0  # 0: one per core where the shard is written
+    threads_per_shard: int = 0  # 0: one per core (or per writer process) where shards are written
+    writer_processes: int = 1  # local runs: processes writing shards side by side
     started_at: float | None = None  # for the run figures in metadata.json
 
     @property
@@ -49,6 +51,7 @@ class JobConfig:
             "mask_key": self.mask_key,
             "max_reject_fraction": self.max_reject_fraction,
             "threads_per_shard": self.threads_per_shard,
+            "writer_processes": self.writer_processes,
         }
 
 
@@ -73,6 +76,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig) -> beam.PCollecti
             config.mask_format,
             config.mask_key,
             config.threads_per_shard,
+            config.writer_processes,
         )
     )
 

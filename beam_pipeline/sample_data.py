@@ -11,10 +11,10 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
+from beam_pipeline.options import DEFAULT_BROKEN_FRACTION
 from transforms.rejects import Reason
 
 HEIGHT, WIDTH = 800, 600
-DEFAULT_BROKEN_FRACTION = 0.05
 
 # Kind of breakage -> the reject reason segprep must report for it.
 BREAKAGES: dict[str, Reason] = {

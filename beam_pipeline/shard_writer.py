@@ -1,114 +1,83 @@
-"""One unit of work per shard: read, validate, convert and write its own TFRecord file."""
+"""The shard-writing stage: group pair paths by shard, then write each shard in one call."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
+from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline import storage
-from beam_pipeline.ordered_pool import ordered_map
-from beam_pipeline.progress import Reporter
-from transforms.entry import Record, make_record
-from transforms.pairing import Pair
-from transforms.rejects import Reason, Reject, RejectError
-from transforms.splits import ShardSpec
+from beam_pipeline import writer_pool
+from beam_pipeline.shard_work import ShardOutcome, ShardWriterSettings, write_shard
 
 REJECTS = "rejects"
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardResult:
-    spec: ShardSpec
-    num_examples: int
-    bytes: int
-    sha256: str
-    image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
-    transcoded_images: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardWriterSettings:
-    output_dir: str
-    temp_dir: str
-    mask_format: str = "jpeg"
-    mask_key: str | None = None
-    threads: int = 0  # 0: one per core of the machine writing the shard
-
-
 class _WriteShard(beam.DoFn):
+    """Writes in this process, or (local runs) hands shards to writer processes.
+
+    With writer processes, shards are collected during the bundle and submitted largest
+    first in finish_bundle, so the small ones fill in at the end and no core idles long.
+    """
+
     def __init__(self, settings: ShardWriterSettings) -> None:
         self._settings = settings
         self._shards = Metrics.counter("segprep", "shards_written")
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
 
     def setup(self) -> None:
-        import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
+        if self._settings.processes <= 1:
+            import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
-        self._progress = Reporter(self._settings.temp_dir)
-        self._threads = self._settings.threads or os.cpu_count() or 1
+    def start_bundle(self) -> None:
+        self._pending: list[tuple] = []
 
     def process(self, element):
-        import tensorflow as tf
-
         _, grouped = element
         (spec,) = grouped["spec"]
-        pairs: list[Pair] = sorted(grouped["pairs"], key=lambda pair: pair.key)
-        final_path = FileSystems.join(self._settings.output_dir, spec.name)
-        staging = storage.local_staging_path(final_path, self._settings.temp_dir)
-        accepted = Metrics.counter("segprep", f"accepted_{spec.split}")
-        shapes: set[tuple[int, int]] = set()
-        count = transcoded = 0
-        # Records are computed on pool threads; counters and writes stay on this thread,
-        # where Beam's metrics context lives.
-        outcomes = ordered_map(self._record_or_reject, pairs, self._threads)
-        with tf.io.TFRecordWriter(staging) as writer:
-            for pair, record in outcomes:
-                self._progress.add()
-                if isinstance(record, RejectError):
-                    error = record
-                    Metrics.counter("segprep", f"rejected_{error.reason.value}").inc()
-                    yield beam.pvalue.TaggedOutput(
-                        REJECTS,
-                        Reject(
-                            pair.key, error.reason, error.detail, pair.image.path, pair.mask.path
-                        ),
-                    )
-                    continue
-                writer.write(record.serialized)
-                accepted.inc()
-                count += 1
-                transcoded += record.image_transcoded
-                shapes.add((record.height, record.width))
-        self._progress.flush()
-        size, digest = storage.publish_file(staging, final_path, self._settings.temp_dir)
+        pairs = list(grouped["pairs"])
+        if self._settings.processes <= 1:
+            yield from self._emit(write_shard(self._settings, spec, pairs))
+        else:
+            self._pending.append((spec, pairs))
+
+    def finish_bundle(self):
+        if not self._pending:
+            return
+        jobs = sorted(self._pending, key=lambda job: len(job[1]), reverse=True)
+        self._pending = []
+        pool = writer_pool.executor(self._settings.processes)
+        futures = [pool.submit(write_shard, self._settings, spec, pairs) for spec, pairs in jobs]
+        try:
+            for future in futures:
+                for output in self._emit(future.result()):
+                    if isinstance(output, beam.pvalue.TaggedOutput):
+                        yield beam.pvalue.TaggedOutput(
+                            output.tag, GlobalWindows.windowed_value(output.value)
+                        )
+                    else:
+                        yield GlobalWindows.windowed_value(output)
+        except BrokenProcessPool as error:
+            writer_pool.discard(self._settings.processes)
+            raise RuntimeError(
+                "a shard writer process died: out of memory, or a script that calls "
+                "launcher.run() without an `if __name__ == '__main__':` guard "
+                "(try --writer_processes 1)"
+            ) from error
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def _emit(self, outcome: ShardOutcome):
+        result = outcome.result
+        for reject in outcome.rejects:
+            Metrics.counter("segprep", f"rejected_{reject.reason.value}").inc()
+            yield beam.pvalue.TaggedOutput(REJECTS, reject)
+        Metrics.counter("segprep", f"accepted_{result.spec.split}").inc(result.num_examples)
         self._shards.inc()
-        self._transcoded.inc(transcoded)
-        yield ShardResult(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
-
-    def _record_or_reject(self, pair: Pair) -> Record | RejectError:
-        try:
-            return self._record(pair)
-        except RejectError as error:
-            return error
-
-    def _record(self, pair: Pair) -> Record:
-        try:
-            image_bytes = storage.read_bytes(pair.image.path)
-            mask_bytes = storage.read_bytes(pair.mask.path)
-        except FileNotFoundError as error:
-            raise RejectError(Reason.READ_ERROR, f"file vanished after listing: {error}") from error
-        return make_record(
-            pair.key,
-            image_bytes,
-            mask_bytes,
-            pair.mask.path,
-            mask_format=self._settings.mask_format,
-            mask_key=self._settings.mask_key,
-        )
+        self._transcoded.inc(result.transcoded_images)
+        yield result
 
 
 class WriteShards(beam.PTransform):

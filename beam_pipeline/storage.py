@@ -1,4 +1,8 @@
-"""File access through Beam FileSystems, so local paths and gs:// behave alike."""
+"""File access through Beam FileSystems, so local paths and gs:// behave alike.
+
+Beam is imported on first use, and a shard's own reads, staging and publishing go straight
+to the OS for local paths: a local writer process (writer_pool.py) never loads Beam.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,25 @@ import os
 import shutil
 import tempfile
 import uuid
+from typing import TYPE_CHECKING
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes, MatchResult
-from apache_beam.io.filesystems import FileSystems
+if TYPE_CHECKING:
+    from apache_beam.io.filesystem import MatchResult
 
 _CHUNK = 8 << 20
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _uncompressed() -> str:
+    """Never guess a codec from a file name: a mask named x.gz stays x.gz."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return CompressionTypes.UNCOMPRESSED
 
 
 def is_local(path: str) -> bool:
@@ -25,18 +43,27 @@ def normalize_dir(path: str) -> str:
     return path.rstrip("/") + "/"
 
 
+def join(directory: str, name: str) -> str:
+    if is_local(directory):
+        return os.path.join(directory, name)
+    return _filesystems().join(directory, name)
+
+
 def read_bytes(path: str) -> bytes:
-    # UNCOMPRESSED: never guess a codec from the file name (a mask named x.gz stays x.gz).
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    if is_local(path):
+        with open(path, "rb") as handle:
+            return handle.read()
+    with _filesystems().open(path, compression_type=_uncompressed()) as handle:
         return handle.read()
 
 
 def write_bytes_atomically(data: bytes, final_path: str, temp_dir: str) -> None:
     """Write under a unique temporary name, then rename: readers never see half a file."""
-    temp_path = FileSystems.join(temp_dir, f"{os.path.basename(final_path)}.{uuid.uuid4().hex}")
-    with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    filesystems = _filesystems()
+    temp_path = filesystems.join(temp_dir, f"{os.path.basename(final_path)}.{uuid.uuid4().hex}")
+    with filesystems.create(temp_path, compression_type=_uncompressed()) as handle:
         handle.write(data)
-    FileSystems.rename([temp_path], [final_path])
+    filesystems.rename([temp_path], [final_path])
 
 
 def local_staging_path(final_path: str, temp_dir: str) -> str:
@@ -61,19 +88,20 @@ def publish_file(staging_path: str, final_path: str, temp_dir: str) -> tuple[int
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
-        FileSystems.rename([staging_path], [final_path])
+        os.replace(staging_path, final_path)
         return size, digest.hexdigest()
-    remote_temp = FileSystems.join(temp_dir, os.path.basename(staging_path))
+    filesystems = _filesystems()
+    remote_temp = filesystems.join(temp_dir, os.path.basename(staging_path))
     with (
         open(staging_path, "rb") as source,
-        FileSystems.create(remote_temp, compression_type=CompressionTypes.UNCOMPRESSED) as target,
+        filesystems.create(remote_temp, compression_type=_uncompressed()) as target,
     ):
         while chunk := source.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
             target.write(chunk)
     os.remove(staging_path)
-    FileSystems.rename([remote_temp], [final_path])
+    filesystems.rename([remote_temp], [final_path])
     return size, digest.hexdigest()
 
 
@@ -88,7 +116,7 @@ def list_dir(path: str) -> list[str]:
 
 def delete_paths(paths: list[str]) -> None:
     if paths:
-        FileSystems.delete(paths)
+        _filesystems().delete(paths)
 
 
 def delete_tree(path: str) -> None:
@@ -108,8 +136,10 @@ def has_files(path: str) -> bool:
 def _match(pattern: str, limit: int | None = None) -> MatchResult | None:
     """Beam's match, with "no such bucket" as nothing found; other errors (credentials,
     network) propagate so that they never read as an empty folder."""
+    from apache_beam.io.filesystem import BeamIOError
+
     try:
-        return FileSystems.match([pattern], limits=None if limit is None else [limit])[0]
+        return _filesystems().match([pattern], limits=None if limit is None else [limit])[0]
     except BeamIOError as error:
         if _is_not_found(error):
             return None

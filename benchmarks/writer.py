@@ -3,10 +3,13 @@
     python benchmarks/writer.py                      # N = 1,000 and 8,000 (the README table)
     python benchmarks/writer.py --sizes 2000,20000   # memory flat in dataset size?
 
-(a) `segprep prepare` with default local settings (subprocess, whole command timed), and for
-    comparison Beam's multi-processing and multi-threading local modes and a serial run;
+(a) `segprep prepare` with default local settings (subprocess, whole command timed until
+    every process it started has let go of its output), and for comparison: writing in the
+    runner's process with threads, Beam's multi-processing mode, and a serial run;
 (b) a plain single-process loop doing the same work per entry (subprocess, whole command);
 (c) the per-core limit: decode + mask work alone on bytes already in memory.
+Rates are paired entries per second, accepted or rejected, for all three: (c) counts every
+entry it decodes too. Each command runs --repeats times, interleaved; the median is shown.
 Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
 benchmarks/.cache/. Peak RSS is the sum over the process tree, sampled every 50 ms.
 """
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -103,7 +107,11 @@ def timed(command: list[str]) -> tuple[float, int, str]:
     return seconds, peak, out.decode()
 
 
+UNPAIRED = ("missing_image", "missing_mask")
+
+
 def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, int]:
+    """(seconds, peak RSS, paired entries processed)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [str(BIN / "segprep"), "prepare", "--image_dir", str(data / "images")]
     command += ["--mask_dir", str(data / "masks"), "--output_dir", str(out), *extra]
@@ -113,10 +121,12 @@ def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, in
     rejected = metadata["num_rejected"]["total"]
     if accepted + rejected != metadata["num_discovered"]:
         raise AssertionError("keys lost or duplicated")
-    return seconds, peak, accepted
+    unpaired = sum(metadata["num_rejected"]["by_reason"].get(reason, 0) for reason in UNPAIRED)
+    return seconds, peak, metadata["num_discovered"] - unpaired
 
 
 def run_plain_loop(data: Path, out: Path) -> tuple[float, int, int]:
+    """(seconds, peak RSS, paired entries processed)."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     seconds, peak, stdout = timed([sys.executable, __file__, "--plain-loop", str(data), str(out)])
@@ -130,23 +140,23 @@ def plain_loop(data: Path, out: Path) -> None:
     from transforms.entry import make_record
     from transforms.rejects import RejectError
 
-    accepted = 0
+    paired = 0
     with tf.io.TFRecordWriter(str(out / "all.tfrecord")) as writer:
         for image in sorted((data / "images").iterdir()):
             mask = data / "masks" / f"{image.stem}_mask.mat"
             if not mask.exists():
                 continue
+            paired += 1
             try:
                 record = make_record(image.stem, image.read_bytes(), mask.read_bytes(), mask.name)
             except RejectError:
                 continue
             writer.write(record.serialized)
-            accepted += 1
-    print(accepted)
+    print(paired)
 
 
 def per_core_limit(seconds: float = 5.0) -> float:
-    """Records/s of decode + mask work alone, one core, bytes already in memory."""
+    """Entries/s of decode + mask work alone, one core, bytes already in memory."""
     from transforms.image_codec import validate_image
     from transforms.mask_codec import binarize, encode_mask, load_mask
     from transforms.rejects import RejectError
@@ -173,8 +183,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,8000", help="comma-separated N")
     parser.add_argument(
-        "--modes", default="default,processes,serial", help="default, processes, threads, serial"
+        "--modes",
+        default="default,inline,processes,serial",
+        help="default, inline, processes, threads, serial",
     )
+    parser.add_argument("--repeats", type=int, default=1, help="runs per command (median)")
     parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:
@@ -184,29 +197,42 @@ def main() -> None:
     sizes = [int(n) for n in args.sizes.split(",")]
     local = ["--runner", "FnApiRunner"]
     modes = {
-        "default": [],  # in-process runner, one decode thread per core
+        "default": [],  # in-process runner, one writer process per core
+        "inline": ["--writer_processes", "1"],  # shards written in the runner, thread per core
         "processes": local
         + ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(cores)]
         + ["--threads_per_shard", "1"],
         "threads": local
         + ["--direct_running_mode", "multi_threading", "--direct_num_workers", str(cores)]
         + ["--threads_per_shard", "1"],
-        "serial": local + ["--threads_per_shard", "1"],
+        "serial": local + ["--writer_processes", "1", "--threads_per_shard", "1"],
+    }
+    labels = {
+        "default": "(a) segprep prepare, default (writer process per core)",
+        "inline": "segprep, shards written in the runner (thread per core)",
+        "processes": "segprep, Beam multi-processing",
+        "threads": "segprep, Beam multi-threading",
+        "serial": "segprep, serial",
     }
     data = {n: dataset(n) for n in sizes}
     limit = per_core_limit()
-    print(f"cores: {cores}; per-core limit c = {limit:.0f} records/s (decode + mask work)")
+    print(f"cores: {cores}; per-core limit c = {limit:.0f} entries/s (decode + mask work)")
     print()
-    print("| N | run | records/s | wall s | peak RSS MB | vs plain loop | vs cores x c |")
+    print("| N | run | entries/s | wall s | peak RSS MB | vs plain loop | vs cores x c |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in sizes:
         scratch = CACHE / f"out-{n}"
-        b_seconds, b_peak, b_accepted = run_plain_loop(data[n], scratch)
-        b_rate = b_accepted / b_seconds
-        rows = [("(b) plain loop", b_seconds, b_peak, b_rate)]
-        for mode in args.modes.split(","):
-            seconds, peak, accepted = run_segprep(data[n], scratch, modes[mode])
-            rows.append((f"(a) segprep prepare, {mode}", seconds, peak, accepted / seconds))
+        runs: dict[str, list[tuple[float, int, int]]] = {}
+        for _ in range(args.repeats):  # interleaved: a noisy minute hits every command alike
+            runs.setdefault("(b) plain loop", []).append(run_plain_loop(data[n], scratch))
+            for mode in args.modes.split(","):
+                runs.setdefault(labels[mode], []).append(run_segprep(data[n], scratch, modes[mode]))
+        rows = []
+        for name, results in runs.items():
+            seconds = statistics.median(result[0] for result in results)
+            peak = max(result[1] for result in results)
+            rows.append((name, seconds, peak, results[0][2] / seconds))
+        b_rate = rows[0][3]
         for name, seconds, peak, rate in rows:
             print(
                 f"| {n:,} | {name} | {rate:.0f} | {seconds:.1f} | {peak / 2**20:.0f} | "

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from beam_pipeline import launcher, storage
-from beam_pipeline.shard_writer import ShardWriterSettings, _WriteShard
+from beam_pipeline.shard_work import ShardWriterSettings
+from beam_pipeline.shard_writer import _WriteShard
 from tests.conftest import job_args
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
@@ -25,28 +26,29 @@ def _first_train_key(prepared_dir) -> str:
     return min(f"{n:05d}" for n in range(1, 61) if f"{n:05d}" not in rejected)
 
 
+@pytest.mark.parametrize("writer_processes", ["1", "2"])  # in the runner; writer processes
 def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
-    sample_dataset, prepared, tmp_path, monkeypatch
+    sample_dataset, prepared, tmp_path, writer_processes
 ):
     clean_dir, clean = prepared
-    victim = str(sample_dataset.image_dir / f"{_first_train_key(clean_dir)}.jpg")
-    real_read = storage.read_bytes
-
-    def failing_read(path: str) -> bytes:
-        if path == victim:
-            raise OSError("injected I/O failure")
-        return real_read(path)
-
+    victim = sample_dataset.image_dir / f"{_first_train_key(clean_dir)}.jpg"
+    original = victim.read_bytes()
     out = tmp_path / "out"
-    monkeypatch.setattr(storage, "read_bytes", failing_read)
-    with pytest.raises(Exception, match="injected I/O failure"):
-        launcher.run(_args(sample_dataset, out))
+    args = [*_args(sample_dataset, out), "--writer_processes", writer_processes]
+    # A real I/O error in whichever process reads the file: /proc/self/mem fails with EIO.
+    victim.unlink()
+    victim.symlink_to("/proc/self/mem")
+    try:
+        with pytest.raises(Exception, match="Input/output error"):
+            launcher.run(args)
+    finally:
+        victim.unlink()
+        victim.write_bytes(original)
     assert not (out / "metadata.json").exists()
     for shard in out.glob("*.tfrecord"):  # whatever sits under a final name is complete
         assert shard.read_bytes() == (clean_dir / shard.name).read_bytes()
-    monkeypatch.undo()
 
-    again = launcher.run(_args(sample_dataset, out))  # an unfinished run needs no --overwrite
+    again = launcher.run(args)  # an unfinished run needs no --overwrite
     assert again.metadata["splits"] == clean.metadata["splits"]
     assert (out / "rejects.jsonl").read_bytes() == (clean_dir / "rejects.jsonl").read_bytes()
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean_dir.iterdir())

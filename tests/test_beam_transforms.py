@@ -13,7 +13,8 @@ from beam_pipeline.commit import AccountingError, CommitOutput, CommitSettings
 from beam_pipeline.listing import REJECTS, ListAndPair
 from beam_pipeline.planning import PlanShards
 from beam_pipeline.sample_data import mat_bytes as mat_v5
-from beam_pipeline.shard_writer import ShardResult, ShardWriterSettings, WriteShards
+from beam_pipeline.shard_work import ShardResult, ShardWriterSettings
+from beam_pipeline.shard_writer import WriteShards
 from beam_pipeline.storage import normalize_dir
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, rgb_jpeg

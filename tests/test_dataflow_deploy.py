@@ -71,7 +71,7 @@ def test_flex_template_parameters_are_the_prepare_flags():
     }
     parameters = {parameter["name"]: parameter for parameter in metadata["parameters"]}
     # Launch-time switches of the CLI, not job parameters: a template launch never waits.
-    assert set(parameters) == set(flags) - {"dry_run", "no_wait"}
+    assert set(parameters) == set(flags) - {"dry_run", "no_wait", "writer_processes"}
     for name, parameter in parameters.items():
         assert parameter["label"] and parameter["helpText"], name
         assert parameter["paramType"] in PARAM_TYPES, name

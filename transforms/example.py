@@ -28,4 +28,6 @@ def build_example(
             }
         )
     )
-    return example.SerializeToString()
+    # Feature map entries in key order: the same entry gives the same bytes in any process
+    # (protobuf's map order follows a per-process hash seed).
+    return example.SerializeToString(deterministic=True)

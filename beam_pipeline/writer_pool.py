@@ -1,0 +1,43 @@
+"""Local writer processes: each shard of a local run is written by its own process.
+
+Python threads share one interpreter lock, and converting an entry is Python-heavy (mask
+loading, protobuf building), so threads alone leave part of every extra core idle
+(benchmarks/writer.py). On the in-process runner each shard therefore goes to a process of
+this pool; only a small ShardOutcome comes back, never pixels. Processes are forked from a
+fork server that imports TensorFlow and the record code once; warm_up() starts it early so
+those imports overlap the job's own start-up. Dataflow runs one SDK process per core and
+never uses this pool.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import forkserver
+
+PRELOAD = ("beam_pipeline.writer_process",)
+
+_executors: dict[int, ProcessPoolExecutor] = {}
+
+
+def warm_up() -> None:
+    """Start the fork server now (idempotent); its imports run beside the caller's work."""
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+    forkserver.ensure_running()
+
+
+def executor(processes: int) -> ProcessPoolExecutor:
+    """The process-wide pool of that size, reused by every shard and every run."""
+    pool = _executors.get(processes)
+    if pool is None:
+        warm_up()
+        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("forkserver"))
+        _executors[processes] = pool
+    return pool
+
+
+def discard(processes: int) -> None:
+    """Forget a pool whose process died, so the next run starts a fresh one."""
+    pool = _executors.pop(processes, None)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,89 @@
+"""Local writer processes: real processes from the fork server, and when a run uses them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from beam_pipeline import cli, launcher, writer_pool
+from beam_pipeline.pipeline import JobConfig
+from tests import pool_probe
+from transforms.splits import SplitFractions
+
+
+def test_pool_runs_work_in_other_processes_that_start_warm_without_beam():
+    pool = writer_pool.executor(2)
+    futures = [pool.submit(pool_probe.whereabouts) for _ in range(6)]
+    results = [future.result() for future in futures]
+    pids = {pid for pid, _, _ in results}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert all(not beam and tensorflow for _, beam, tensorflow in results)
+    assert writer_pool.executor(2) is pool  # one pool per size, reused by every run
+
+
+def test_discarded_pool_is_replaced():
+    pool = writer_pool.executor(2)
+    writer_pool.discard(2)
+    fresh = writer_pool.executor(2)
+    assert fresh is not pool
+    assert fresh.submit(os.getpid).result() != os.getpid()
+
+
+def _config(tmp_path, **overrides) -> JobConfig:
+    base = dict(
+        image_dir=f"{tmp_path}/images/",
+        mask_dir=f"{tmp_path}/masks/",
+        output_dir=f"{tmp_path}/out/",
+        fractions=SplitFractions(0.9, 0.1),
+        num_shards=None,
+        shard_size_mb=100.0,
+        mask_format="jpeg",
+        mask_key=None,
+        writer_processes=0,
+    )
+    return JobConfig(**{**base, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "beam_args", "expected"),
+    [
+        ({}, [], os.cpu_count()),  # the default: one per core
+        ({"writer_processes": 3}, ["--runner", "FnApiRunner"], 3),
+        ({"writer_processes": 1}, [], 1),
+        ({}, ["--runner", "DataflowRunner"], 1),  # Dataflow runs a process per core itself
+        ({}, ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"], 1),
+        ({"output_dir": "gs://bucket/out/"}, [], 1),  # remote I/O stays in this process
+    ],
+)
+def test_writer_processes_only_for_single_process_local_runs_on_local_files(
+    tmp_path, overrides, beam_args, expected
+):
+    options = launcher.pipeline_options(beam_args)
+    assert launcher.writer_processes(_config(tmp_path, **overrides), options) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"], True),
+        (["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "gs://b/o"], False),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o", "--dry_run"],
+            False,
+        ),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"]
+            + ["--writer_processes", "1"],
+            False,
+        ),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"]
+            + ["--runner=DataflowRunner"],
+            False,
+        ),
+    ],
+)
+def test_cli_starts_the_pool_early_only_when_the_run_will_use_it(argv, expected):
+    args, beam_args = cli.build_parser().parse_known_args(argv)
+    assert cli._writes_locally(args, beam_args) is expected
