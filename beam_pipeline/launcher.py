@@ -167,7 +167,8 @@ def run_job(
     processes = writer_processes(config, options)
     if processes > 1:
         writer_pool.warm_up()  # its imports overlap the listing below
-    preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key)
+    listing = preflight.list_local_inputs(config.image_dir, config.mask_dir)
+    preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key, listing)
     prepare_output_dir(config.output_dir, overwrite)
     # Several similar shards per local worker: no idle core, even on small datasets.
     config = dataclasses.replace(
@@ -179,7 +180,7 @@ def run_job(
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config)
-    with _progress_monitor(config, options):
+    with _progress_monitor(config, options, listing):
         result = pipeline.run()
         if cloud.submit_only(options):  # template or no-wait submission: outputs come later
             submission = cloud.describe_job(pipeline, options, config, result=result)
@@ -200,12 +201,17 @@ def _announce_dataflow_job(result, options: PipelineOptions) -> None:
     print(f"Dataflow job {result.job_id()} submitted: {url}", file=sys.stderr, flush=True)
 
 
-def _progress_monitor(config: JobConfig, options: PipelineOptions):
+def _progress_monitor(
+    config: JobConfig, options: PipelineOptions, listing: preflight.LocalListing | None
+):
     """Live progress for local runs on local files; nothing for remote runners or gs://."""
-    paths = (config.image_dir, config.mask_dir, config.output_dir)
-    if cloud.runner_name(options) not in LOCAL_RUNNERS or not all(
-        storage.is_local(path) for path in paths
+    if (
+        listing is None
+        or cloud.runner_name(options) not in LOCAL_RUNNERS
+        or not storage.is_local(config.output_dir)
     ):
         return contextlib.nullcontext()
-    total = progress.expected_entries(config.image_dir, config.mask_dir, config.fractions)
+    total = progress.expected_entries(
+        listing.image_dir, listing.images, listing.mask_dir, listing.masks, config.fractions
+    )
     return progress.Monitor(lambda: progress.entries_done(config.temp_dir), total)

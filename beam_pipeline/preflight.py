@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import scipy.io
@@ -13,28 +14,56 @@ from transforms.mask_codec import DEFAULT_MASK_KEY
 from transforms.pairing import MASK_SUFFIXES, basename, image_key, mask_key
 
 
-def check_inputs(image_dir: str, mask_dir: str, requested_mask_key: str | None) -> None:
+@dataclasses.dataclass(frozen=True)
+class LocalListing:
+    """Every path under both local input folders, listed once before the job: for these
+    checks and for the progress bar's total (the job lists again, in the pipeline)."""
+
+    image_dir: str
+    mask_dir: str
+    images: list[str]
+    masks: list[str]
+
+
+def list_local_inputs(image_dir: str, mask_dir: str) -> LocalListing | None:
+    """None for gs:// folders: listing a bucket twice is not worth a progress bar."""
+    if not (storage.is_local(image_dir) and storage.is_local(mask_dir)):
+        return None
+    return LocalListing(
+        image_dir, mask_dir, storage.list_dir(image_dir), storage.list_dir(mask_dir)
+    )
+
+
+def check_inputs(
+    image_dir: str,
+    mask_dir: str,
+    requested_mask_key: str | None,
+    listing: LocalListing | None = None,
+) -> None:
     """Both folders hold files; (local) at least one pair; --mask_key names a variable."""
-    for flag, path in (("--image_dir", image_dir), ("--mask_dir", mask_dir)):
-        if not storage.has_files(path):
+    for flag, path, paths in (
+        ("--image_dir", image_dir, listing and listing.images),
+        ("--mask_dir", mask_dir, listing and listing.masks),
+    ):
+        if not (paths if listing else storage.has_files(path)):
             raise UsageError(
                 f"{flag} {path} has no files: check the path (and that it is a folder)"
             )
-    if storage.is_local(image_dir) and storage.is_local(mask_dir):
-        _check_some_pair(image_dir, mask_dir)
+    if listing is not None:
+        _check_some_pair(listing)
     if requested_mask_key is not None:
         _check_mask_key(mask_dir, requested_mask_key)
 
 
-def _keys(root: str, key_of) -> tuple[set[str], str | None]:
-    paths = storage.list_dir(root)
+def _keys(root: str, paths: list[str], key_of) -> tuple[set[str], str | None]:
     keys = {key for key in (key_of(path[len(root) :]) for path in paths) if key is not None}
     return keys, (basename(paths[0]) if paths else None)
 
 
-def _check_some_pair(image_dir: str, mask_dir: str) -> None:
-    images, image_example = _keys(image_dir, image_key)
-    masks, mask_example = _keys(mask_dir, mask_key)
+def _check_some_pair(listing: LocalListing) -> None:
+    image_dir, mask_dir = listing.image_dir, listing.mask_dir
+    images, image_example = _keys(image_dir, listing.images, image_key)
+    masks, mask_example = _keys(mask_dir, listing.masks, mask_key)
     if images & masks:
         return
     if not images:

@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TextIO
 
-from beam_pipeline import storage
 from transforms.pairing import image_key, mask_key
 from transforms.splits import SplitFractions
 
@@ -72,11 +71,14 @@ def entries_done(temp_dir: str) -> int:
     return total
 
 
-def expected_entries(image_dir: str, mask_dir: str, fractions: SplitFractions) -> int:
+def expected_entries(
+    image_dir: str, images: list[str], mask_dir: str, masks: list[str], fractions: SplitFractions
+) -> int:
     """Entries the shard writers will process: paired keys that fall into a split."""
     found: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for index, (root, key_of) in enumerate(((image_dir, image_key), (mask_dir, mask_key))):
-        for path in storage.list_dir(root):
+    listed = ((image_dir, images, image_key), (mask_dir, masks, mask_key))
+    for index, (root, paths, key_of) in enumerate(listed):
+        for path in paths:
             key = key_of(path[len(root) :])
             if key is not None:
                 found[key][index] += 1

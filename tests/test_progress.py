@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from beam_pipeline import progress
+from beam_pipeline import preflight, progress
 from transforms.splits import SplitFractions
 
 
@@ -22,11 +22,14 @@ def test_reporter_counts_are_summed_across_processes(tmp_path):
 
 
 def test_expected_entries_counts_pairs_in_a_split(sample_dataset):
-    images, masks = str(sample_dataset.image_dir) + "/", str(sample_dataset.mask_dir) + "/"
-    everything = progress.expected_entries(images, masks, SplitFractions(0.9, 0.1))
+    listing = preflight.list_local_inputs(
+        str(sample_dataset.image_dir) + "/", str(sample_dataset.mask_dir) + "/"
+    )
+    folders = (listing.image_dir, listing.images, listing.mask_dir, listing.masks)
+    everything = progress.expected_entries(*folders, SplitFractions(0.9, 0.1))
     # 60 keys, minus one image without mask and one mask without image.
     assert everything == 58
-    half = progress.expected_entries(images, masks, SplitFractions(0.5, 0.0))
+    half = progress.expected_entries(*folders, SplitFractions(0.5, 0.0))
     assert 15 < half < 45
 
 
