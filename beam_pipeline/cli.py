@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import logging
 import os
 import sys
@@ -154,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Registered first, so it runs last: the interpreter's final garbage collection would
+    # walk every object Beam and TensorFlow made (~0.4 s) to free memory the OS reclaims.
+    atexit.register(gc.freeze)
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
+# isort: off
+import shard_reader  # first: it chooses TensorFlow's CPU allocator (see the README)
+
+# isort: on
 import keras
 import tensorflow as tf
-
-import shard_reader
 
 
 def make_strategy() -> tf.distribute.Strategy:
@@ -188,7 +189,4 @@ def main(argv: list[str] | None = None) -> keras.callbacks.History:
 
 
 if __name__ == "__main__":
-    # Keep freed CPU memory for reuse instead of fresh pages per batch (see shard_reader's
-    # README); read when TensorFlow makes its first tensor, so set before any op runs.
-    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     main()

@@ -6,6 +6,7 @@ import collections
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -400,6 +401,19 @@ def test_import_does_not_pull_in_beam(data_dir):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("environment", "expected"), [(None, "true"), ("false", "false")])
+def test_import_turns_on_the_bfc_allocator_unless_the_environment_chose(environment, expected):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    if environment is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = environment
+    code = "import os, shard_reader; print(os.environ['TF_CPU_ALLOCATOR_USE_BFC'])"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == expected
 
 
 @pytest.fixture(scope="module")
