@@ -122,6 +122,7 @@ class Monitor:
         self.lines_written = 0
 
     def __enter__(self) -> Monitor:
+        self._started = time.monotonic()
         self._thread.start()
         return self
 
@@ -133,16 +134,14 @@ class Monitor:
             self._stream.flush()
 
     def _loop(self) -> None:
-        done, first_at = 0, None
+        done = 0
         while not self._stop.wait(self._interval):
             # Monotonic: the count files vanish when the commit step clears the temp dir.
             if self._total and done >= self._total and self.lines_written:
                 continue  # finished: keep the final figures on screen
             done = max(done, self._count())
-            if done and first_at is None:
-                first_at = time.monotonic()
-            elapsed = time.monotonic() - first_at if first_at else 0.0
-            text = format_progress(done, self._total, elapsed)
+            # The rate is over the whole run so far: never a burst over a few microseconds.
+            text = format_progress(done, self._total, time.monotonic() - self._started)
             if self._tty:
                 self._stream.write(f"\r{progress_bar(done, self._total)} {text}")
             else:

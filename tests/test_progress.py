@@ -54,6 +54,19 @@ def test_monitor_writes_log_lines_when_not_a_terminal(tmp_path):
     assert "\r" not in stream.getvalue()
 
 
+def test_monitor_rate_is_over_the_run_not_the_first_instant():
+    """All 500 entries seen at the first look (a burst, or a slow first interval): the rate
+    must be over the time since the monitor started, not over microseconds."""
+    stream = io.StringIO()
+    with progress.Monitor(lambda: 500, 1000, stream, interval=0.1):
+        time.sleep(0.35)
+    rates = [
+        int(line.split("  ")[2].removesuffix("/s").replace(",", ""))
+        for line in stream.getvalue().splitlines()
+    ]
+    assert rates and all(rate <= 500 / 0.1 for rate in rates), rates
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
