@@ -65,8 +65,10 @@ def _writes_locally(args: argparse.Namespace, beam_args: list[str]) -> bool:
     runner.add_argument("--direct_running_mode", default="in_memory")
     beam, _ = runner.parse_known_args(beam_args)
     paths = (args.image_dir, args.mask_dir, args.output_dir)
+    from beam_pipeline.writer_pool import usable_cores
+
     return (
-        args.writer_processes != 1
+        (args.writer_processes or usable_cores()) > 1
         and not args.dry_run
         and beam.runner in LOCAL_RUNNERS
         and beam.direct_running_mode == "in_memory"

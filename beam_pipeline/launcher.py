@@ -138,11 +138,11 @@ def writer_processes(config: JobConfig, options: PipelineOptions) -> int:
     paths = (config.image_dir, config.mask_dir, config.output_dir)
     if (
         cloud.runner_name(options) not in LOCAL_RUNNERS
-        or local_workers(options) > 1
+        or options.view_as(DirectOptions).direct_running_mode != "in_memory"
         or not all(storage.is_local(path) for path in paths)
     ):
         return 1
-    return config.writer_processes or os.cpu_count() or 1
+    return config.writer_processes or writer_pool.usable_cores()
 
 
 def run(argv: list[str] | None = None) -> PrepareResult:
@@ -170,11 +170,12 @@ def run_job(
     listing = preflight.list_local_inputs(config.image_dir, config.mask_dir)
     preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key, listing)
     prepare_output_dir(config.output_dir, overwrite)
-    # Several similar shards per local worker: no idle core, even on small datasets.
+    # Beam's multi-worker local modes: several similar shards per worker, no idle core. The
+    # writer processes do not count: the same command gives the same shards on any machine.
     config = dataclasses.replace(
         config,
         writer_processes=processes,
-        min_total_shards=SHARDS_PER_LOCAL_WORKER * max(processes, local_workers(options)),
+        min_total_shards=SHARDS_PER_LOCAL_WORKER * local_workers(options),
         started_at=time.time(),
     )
     started = time.monotonic()

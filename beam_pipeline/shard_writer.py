@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
@@ -47,9 +48,11 @@ class _WriteShard(beam.DoFn):
             return
         jobs = sorted(self._pending, key=lambda job: len(job[1]), reverse=True)
         self._pending = []
-        pool = writer_pool.executor(self._settings.processes)
-        futures = [pool.submit(write_shard, self._settings, spec, pairs) for spec, pairs in jobs]
+        futures: list[Future] = []
         try:
+            pool = writer_pool.executor(self._settings.processes)
+            for spec, pairs in jobs:
+                futures.append(pool.submit(write_shard, self._settings, spec, pairs))
             for future in futures:
                 for output in self._emit(future.result()):
                     if isinstance(output, beam.pvalue.TaggedOutput):
@@ -66,8 +69,11 @@ class _WriteShard(beam.DoFn):
                 "(try --writer_processes 1)"
             ) from error
         finally:
+            # On a failure, shards already running finish before the error goes up: nothing
+            # may still be writing into the output when the caller reruns or cleans it.
             for future in futures:
                 future.cancel()
+            wait(futures)
 
     def _emit(self, outcome: ShardOutcome):
         result = outcome.result

@@ -12,6 +12,8 @@ never uses this pool.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 
@@ -26,14 +28,31 @@ def warm_up() -> None:
     forkserver.ensure_running()
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (a container's cpuset, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def executor(processes: int) -> ProcessPoolExecutor:
     """The process-wide pool of that size, reused by every shard and every run."""
     pool = _executors.get(processes)
     if pool is None:
         warm_up()
-        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("forkserver"))
+        pool = ProcessPoolExecutor(
+            processes,
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=_leave_interrupts_to_the_launcher,
+        )
         _executors[processes] = pool
     return pool
+
+
+def _leave_interrupts_to_the_launcher() -> None:
+    """Ctrl-C reaches the whole process group: the launcher reports it in one line, and
+    writers must not each print a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def discard(processes: int) -> None:

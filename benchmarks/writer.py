@@ -9,8 +9,8 @@
 (b) a plain single-process loop doing the same work per entry (subprocess, whole command);
 (c) the per-core limit: decode + mask work alone on bytes already in memory.
 Rates are paired entries per second, accepted or rejected, for all three: (c) counts every
-entry it decodes too. Each command runs --repeats times, interleaved, with three 2-second
-trials of (c) before every round; every figure is the median of its runs.
+entry it decodes too. Each command runs --repeats times (3), interleaved, with three
+2-second trials of (c) before every round; rates and times are medians, memory the peak.
 Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
 benchmarks/.cache/. Peak memory is the PSS summed over the process tree, sampled every 0.25 s.
 """
@@ -198,7 +198,7 @@ def main() -> None:
         default="default,inline,processes,serial",
         help="default, inline, processes, threads, serial",
     )
-    parser.add_argument("--repeats", type=int, default=1, help="runs per command (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per command (median)")
     parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:

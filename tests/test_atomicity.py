@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -41,6 +42,10 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     try:
         with pytest.raises(Exception, match="Input/output error"):
             launcher.run(args)
+        # Nothing is still being written once the error is out.
+        snapshot = sorted(str(p) for p in out.rglob("*"))
+        time.sleep(0.5)
+        assert sorted(str(p) for p in out.rglob("*")) == snapshot
     finally:
         victim.unlink()
         victim.write_bytes(original)

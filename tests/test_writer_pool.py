@@ -9,6 +9,7 @@ import pytest
 from beam_pipeline import cli, launcher, writer_pool
 from beam_pipeline.pipeline import JobConfig
 from tests import pool_probe
+from tests.conftest import job_args
 from transforms.splits import SplitFractions
 
 
@@ -48,11 +49,12 @@ def _config(tmp_path, **overrides) -> JobConfig:
 @pytest.mark.parametrize(
     ("overrides", "beam_args", "expected"),
     [
-        ({}, [], os.cpu_count()),  # the default: one per core
+        ({}, [], writer_pool.usable_cores()),  # the default: one per usable core
         ({"writer_processes": 3}, ["--runner", "FnApiRunner"], 3),
         ({"writer_processes": 1}, [], 1),
         ({}, ["--runner", "DataflowRunner"], 1),  # Dataflow runs a process per core itself
         ({}, ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"], 1),
+        ({}, ["--direct_running_mode", "multi_processing", "--direct_num_workers", "1"], 1),
         ({"output_dir": "gs://bucket/out/"}, [], 1),  # remote I/O stays in this process
     ],
 )
@@ -66,7 +68,15 @@ def test_writer_processes_only_for_single_process_local_runs_on_local_files(
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"], True),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"]
+            + ["--writer_processes", "2"],
+            True,
+        ),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"],
+            writer_pool.usable_cores() > 1,  # one core: nothing to gain from a pool
+        ),
         (["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "gs://b/o"], False),
         (
             ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o", "--dry_run"],
@@ -87,3 +97,23 @@ def test_writer_processes_only_for_single_process_local_runs_on_local_files(
 def test_cli_starts_the_pool_early_only_when_the_run_will_use_it(argv, expected):
     args, beam_args = cli.build_parser().parse_known_args(argv)
     assert cli._writes_locally(args, beam_args) is expected
+
+
+def test_writer_processes_and_the_runner_process_write_the_same_output(sample_dataset, tmp_path):
+    """Same shards (bytes), rejects, metadata splits and counters, whichever writes them."""
+    runs = {
+        processes: launcher.run(
+            job_args(sample_dataset, tmp_path / processes, "--writer_processes", processes)
+        )
+        for processes in ("1", "2")
+    }
+    inline, pooled = runs["1"], runs["2"]
+    assert pooled.metadata["parameters"]["writer_processes"] == 2
+    assert inline.metadata["parameters"]["writer_processes"] == 1
+    assert pooled.metadata["splits"] == inline.metadata["splits"]
+    assert pooled.counters == inline.counters and pooled.counters["shards_written"] >= 2
+    names = sorted(path.name for path in (tmp_path / "1").iterdir())
+    assert names == sorted(path.name for path in (tmp_path / "2").iterdir())
+    for name in names:
+        if name != "metadata.json":  # holds the run's parameters and timings
+            assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
