@@ -32,7 +32,10 @@ from beam_pipeline.pipeline import JobConfig, build_pipeline
 from transforms.naming import METADATA_FILE, is_output_file
 from transforms.splits import SplitFractions
 
-# Local shard plans have at least this many shards per worker (see plan_num_shards).
+# Every plan has at least MIN_SHARDS shards: a multiple of 1, 2, 4 and 8 writer processes, so
+# small datasets keep every core busy, yet the plan never depends on the machine. Beam's
+# multi-worker local modes ask for SHARDS_PER_LOCAL_WORKER per worker (see plan_num_shards).
+MIN_SHARDS = 8
 SHARDS_PER_LOCAL_WORKER = 4
 
 
@@ -170,12 +173,10 @@ def run_job(
     listing = preflight.list_local_inputs(config.image_dir, config.mask_dir)
     preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key, listing)
     prepare_output_dir(config.output_dir, overwrite)
-    # Beam's multi-worker local modes: several similar shards per worker, no idle core. The
-    # writer processes do not count: the same command gives the same shards on any machine.
     config = dataclasses.replace(
         config,
         writer_processes=processes,
-        min_total_shards=SHARDS_PER_LOCAL_WORKER * local_workers(options),
+        min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * local_workers(options)),
         started_at=time.time(),
     )
     started = time.monotonic()
