@@ -113,7 +113,7 @@ def test_writer_processes_and_the_runner_process_write_the_same_output(sample_da
     assert pooled.metadata["splits"] == inline.metadata["splits"]
     # The plan never depends on the writer processes: at least launcher.MIN_SHARDS shards.
     shards = sum(split["num_shards"] for split in pooled.metadata["splits"].values())
-    assert shards == launcher.MIN_SHARDS
+    assert shards >= launcher.MIN_SHARDS
     assert pooled.counters == inline.counters and pooled.counters["shards_written"] >= 2
     names = sorted(path.name for path in (tmp_path / "1").iterdir())
     assert names == sorted(path.name for path in (tmp_path / "2").iterdir())
