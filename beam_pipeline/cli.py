@@ -12,7 +12,7 @@ import traceback
 
 from beam_pipeline import __version__
 from beam_pipeline.errors import RejectLimitError, UsageError
-from beam_pipeline.options import (
+from beam_pipeline.launch.options import (
     DEFAULT_BROKEN_FRACTION,
     DEFAULT_INSPECT_COUNT,
     DEFAULT_INSPECT_OUT,
@@ -24,7 +24,7 @@ from beam_pipeline.options import (
 
 
 def _sample_data(args: argparse.Namespace) -> int:
-    from beam_pipeline.sample_data import write_sample_data
+    from beam_pipeline.commands.sample_data import write_sample_data
 
     summary = write_sample_data(args.dir, args.count, args.seed, args.broken_fraction)
     broken = sum(summary.breakage_counts().values())
@@ -37,17 +37,17 @@ def _sample_data(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     if _writes_locally(args, beam_args):
-        from beam_pipeline import writer_pool
+        from beam_pipeline.runtime import writer_pool
 
         writer_pool.warm_up()  # before importing Beam: the pool's imports run beside ours
-    from beam_pipeline import launcher
-    from beam_pipeline.summary import format_summary
+    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.launch import launcher
 
     config = launcher.config_from_args(args)
     options = launcher.pipeline_options(beam_args, no_wait=args.no_wait)
     result = launcher.run_job(config, options, overwrite=args.overwrite, dry_run=args.dry_run)
     if result.submission is not None:  # --dry_run, a template, or a job left running remotely
-        from beam_pipeline.cloud import format_description
+        from beam_pipeline.launch.cloud import format_description
 
         print(format_description(result.submission))
         return 0
@@ -65,7 +65,7 @@ def _writes_locally(args: argparse.Namespace, beam_args: list[str]) -> bool:
     runner.add_argument("--direct_running_mode", default="in_memory")
     beam, _ = runner.parse_known_args(beam_args)
     paths = (args.image_dir, args.mask_dir, args.output_dir)
-    from beam_pipeline.writer_pool import usable_cores
+    from beam_pipeline.runtime.writer_pool import usable_cores
 
     return (
         (args.writer_processes or usable_cores()) > 1
@@ -77,13 +77,13 @@ def _writes_locally(args: argparse.Namespace, beam_args: list[str]) -> bool:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from beam_pipeline.verify import run_verify
+    from beam_pipeline.commands.verify import run_verify
 
     return run_verify(args.dir)
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from beam_pipeline.inspect_sheet import run_inspect
+    from beam_pipeline.commands.inspect_sheet import run_inspect
 
     return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
 

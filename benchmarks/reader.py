@@ -59,8 +59,8 @@ def prepare_data(count: int, seed: int) -> dict[str, Path]:
     outputs = {fmt: root / f"prepared-{fmt}" for fmt in ("jpeg", "png")}
     if all((path / "metadata.json").exists() for path in outputs.values()):
         return outputs
-    from beam_pipeline import launcher
-    from beam_pipeline.sample_data import write_sample_data
+    from beam_pipeline.commands.sample_data import write_sample_data
+    from beam_pipeline.launch import launcher
 
     done = sample / "complete"
     if not done.exists():

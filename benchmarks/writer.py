@@ -39,7 +39,7 @@ BIN = Path(sys.executable).parent
 
 def dataset(n: int) -> Path:
     """N entries in the real layout; the pool's breakages repeat every 200 keys."""
-    from beam_pipeline.sample_data import write_sample_data
+    from beam_pipeline.commands.sample_data import write_sample_data
 
     pool = CACHE / "pool"
     if not (pool / "done").exists():
@@ -145,8 +145,8 @@ def plain_loop(data: Path, out: Path) -> None:
     """The blog's way: one process, one file at a time, one TFRecordWriter."""
     import tensorflow as tf
 
-    from transforms.entry import make_record
-    from transforms.rejects import RejectError
+    from segcore.record import make_record
+    from segcore.rejects import RejectError
 
     paired = 0
     with tf.io.TFRecordWriter(str(out / "all.tfrecord")) as writer:
@@ -165,9 +165,9 @@ def plain_loop(data: Path, out: Path) -> None:
 
 def per_core_limit(trials: int = 3, seconds: float = 2.0) -> list[float]:
     """Entries/s of decode + mask work alone, one core, bytes already in memory, per trial."""
-    from transforms.image_codec import validate_image
-    from transforms.mask_codec import binarize, encode_mask, load_mask
-    from transforms.rejects import RejectError
+    from segcore.image_codec import validate_image
+    from segcore.mask_codec import binarize, encode_mask, load_mask
+    from segcore.rejects import RejectError
 
     pool = CACHE / "pool"
     entries = []

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from transforms import features
+from segcore import features
 
 Decoded = tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from transforms.features import MASK_FORMATS
-from transforms.naming import METADATA_FILE, parse_shard_name
+from segcore.features import MASK_FORMATS
+from segcore.naming import METADATA_FILE, parse_shard_name
 
 
 class IncompleteOutputError(FileNotFoundError):

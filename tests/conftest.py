@@ -16,7 +16,7 @@ RUNNER_ARGS = ["--runner", "FnApiRunner"]
 @pytest.fixture(scope="session")
 def sample_dataset(tmp_path_factory):
     """60 entries at 160x120, one of each breakage kind (10% broken)."""
-    from beam_pipeline.sample_data import write_sample_data
+    from beam_pipeline.commands.sample_data import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")
     return write_sample_data(root, count=60, seed=7, broken_fraction=0.1, height=160, width=120)
@@ -39,7 +39,7 @@ def job_args(dataset, output_dir, *extra: str) -> list[str]:
 @pytest.fixture(scope="session")
 def prepared(sample_dataset, tmp_path_factory):
     """(output_dir, PrepareResult) of one job run over `sample_dataset`, 3 train shards."""
-    from beam_pipeline import launcher
+    from beam_pipeline.launch import launcher
 
     output_dir = tmp_path_factory.mktemp("prepared") / "out"
     result = launcher.run(job_args(sample_dataset, output_dir, "--num_shards", "3"))

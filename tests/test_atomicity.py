@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from beam_pipeline import launcher, storage
-from beam_pipeline.shard_work import ShardWriterSettings
-from beam_pipeline.shard_writer import _WriteShard
+from beam_pipeline.job.shard_work import ShardWriterSettings
+from beam_pipeline.job.write_shards import _WriteShard
+from beam_pipeline.launch import launcher
+from beam_pipeline.runtime import storage
+from segcore.pairing import Pair, SourceFile
+from segcore.splits import ShardSpec
 from tests.conftest import job_args
-from transforms.pairing import Pair, SourceFile
-from transforms.splits import ShardSpec
 
 
 def _args(dataset, out) -> list[str]:

@@ -9,18 +9,18 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline.commit import AccountingError, CommitOutput, CommitSettings
-from beam_pipeline.listing import REJECTS, ListAndPair
-from beam_pipeline.planning import PlanShards
-from beam_pipeline.sample_data import mat_bytes as mat_v5
-from beam_pipeline.shard_work import ShardResult, ShardWriterSettings
-from beam_pipeline.shard_writer import WriteShards
-from beam_pipeline.storage import normalize_dir
+from beam_pipeline.commands.sample_data import mat_bytes as mat_v5
+from beam_pipeline.job.commit import AccountingError, CommitOutput, CommitSettings
+from beam_pipeline.job.listing import REJECTS, ListAndPair
+from beam_pipeline.job.planning import PlanShards
+from beam_pipeline.job.shard_work import ShardResult, ShardWriterSettings
+from beam_pipeline.job.write_shards import WriteShards
+from beam_pipeline.runtime.storage import normalize_dir
+from segcore.pairing import Pair, SourceFile
+from segcore.rejects import Reason, Reject
+from segcore.splits import ShardSpec, SplitFractions
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, rgb_jpeg
-from transforms.pairing import Pair, SourceFile
-from transforms.rejects import Reason, Reject
-from transforms.splits import ShardSpec, SplitFractions
 
 
 def _pipeline() -> BeamTestPipeline:
@@ -77,7 +77,7 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
         plan["validation"] = max(1, round(4 * n_val / (n_train + n_val)))
         expected_specs = [ShardSpec(s, i, n).name for s, n in plan.items() for i in range(n)]
         assert_that(specs, equal_to(expected_specs), label="specs")
-        from transforms.splits import assign_shard
+        from segcore.splits import assign_shard
 
         expected_assigned = [
             (k, assign_shard(k, s, plan).name) for k, s in splits.items() if s is not None

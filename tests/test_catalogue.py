@@ -14,12 +14,12 @@ import scipy.io
 import tensorflow as tf
 from PIL import Image
 
-from beam_pipeline import launcher
 from beam_pipeline.cli import main
+from beam_pipeline.launch import launcher
+from segcore import features
+from segcore.image_codec import MAX_PIXELS
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, encode, rgb_array
-from transforms import features
-from transforms.image_codec import MAX_PIXELS
 
 H, W = 24, 16
 SCIPY_DATA = Path(scipy.io.__file__).parent / "matlab" / "tests" / "data"

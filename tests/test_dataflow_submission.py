@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 
-from beam_pipeline import launcher
 from beam_pipeline.errors import UsageError
+from beam_pipeline.launch import launcher
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,7 +203,11 @@ def test_template_with_setup_file_stages_the_package_and_the_pipeline(gcs, tmp_p
     local.write_bytes(gcs.read(staged))
     with tarfile.open(local) as archive:
         members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    for module in ("beam_pipeline/launcher.py", "transforms/entry.py", "shard_reader/dataset.py"):
+    for module in (
+        "beam_pipeline/launch/launcher.py",
+        "segcore/record.py",
+        "shard_reader/dataset.py",
+    ):
         assert module in members
     # Submission only: no output was waited for or read, nothing was written there.
     assert gcs.names("tpl-setup/out/") == []

@@ -12,10 +12,10 @@ import scipy.io
 import tensorflow as tf
 from PIL import Image
 
-from beam_pipeline import launcher
+from beam_pipeline.launch import launcher
+from segcore import features
+from segcore.naming import METADATA_FILE, REJECTS_FILE
 from tests.conftest import job_args
-from transforms import features
-from transforms.naming import METADATA_FILE, REJECTS_FILE
 
 
 def _rejects(output_dir) -> dict[str, dict]:

@@ -17,11 +17,11 @@ import time
 import pytest
 
 import shard_reader
-from beam_pipeline import launcher
-from beam_pipeline.sample_data import write_sample_data
+from beam_pipeline.commands.sample_data import write_sample_data
+from beam_pipeline.launch import launcher
+from segcore.naming import METADATA_FILE, REJECTS_FILE, parse_shard_name
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
-from transforms.naming import METADATA_FILE, REJECTS_FILE, parse_shard_name
 
 COUNT = 30
 SEGPREP = [sys.executable, "-m", "beam_pipeline"]

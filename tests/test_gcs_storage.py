@@ -13,13 +13,14 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline import cloud, launcher, preflight, storage
 from beam_pipeline.errors import UsageError
-from beam_pipeline.listing import REJECTS, ListAndPair
-from beam_pipeline.pipeline import JobConfig
+from beam_pipeline.job.listing import REJECTS, ListAndPair
+from beam_pipeline.job.pipeline import JobConfig
+from beam_pipeline.launch import cloud, launcher, preflight
+from beam_pipeline.runtime import storage
+from segcore.splits import SplitFractions
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
-from transforms.splits import SplitFractions
 
 
 def test_beam_gcs_client_is_anonymous_and_instant(gcs):  # noqa: F811

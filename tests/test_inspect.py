@@ -10,12 +10,13 @@ import pytest
 import tensorflow as tf
 from PIL import Image, ImageFile
 
-from beam_pipeline import cli, inspect_sheet
-from beam_pipeline.inspect_sheet import build_sheet
+from beam_pipeline import cli
+from beam_pipeline.commands import inspect_sheet
+from beam_pipeline.commands.inspect_sheet import build_sheet
+from segcore import features
+from segcore.naming import METADATA_FILE, REJECTS_FILE
+from segcore.rejects import Reason
 from shard_reader.decoding import FEATURE_SPEC
-from transforms import features
-from transforms.naming import METADATA_FILE, REJECTS_FILE
-from transforms.rejects import Reason
 
 SAMPLE_TILE = (150, 200)  # conftest's 160x120 (HxW) samples scaled to 200 px tall
 

@@ -9,7 +9,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from beam_pipeline import job_monitor
+from beam_pipeline.launch import job_monitor
 from tests.conftest import RUNNER_ARGS
 
 

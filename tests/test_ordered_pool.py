@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from beam_pipeline.ordered_pool import ordered_map
+from beam_pipeline.runtime.ordered_pool import ordered_map
 
 
 def _slow_square(value: int) -> int:

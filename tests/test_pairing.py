@@ -1,5 +1,5 @@
-from transforms.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
-from transforms.rejects import Reason, Reject
+from segcore.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
+from segcore.rejects import Reason, Reject
 
 
 def test_image_keys():

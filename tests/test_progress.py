@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import time
 
-from beam_pipeline import preflight, progress
-from transforms.splits import SplitFractions
+from beam_pipeline.launch import preflight, progress
+from segcore.splits import SplitFractions
 
 
 def test_reporter_counts_are_summed_across_processes(tmp_path):

@@ -19,8 +19,8 @@ import tensorflow as tf
 from PIL import Image
 
 import shard_reader
+from segcore.naming import METADATA_FILE, shard_name
 from shard_reader import sharding
-from transforms.naming import METADATA_FILE, shard_name
 
 BATCH = 4
 
@@ -419,10 +419,10 @@ def test_import_turns_on_the_bfc_allocator_unless_the_environment_chose(environm
 @pytest.fixture(scope="module")
 def mixed_sizes(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
     """A hand-written output: PNG masks, records of two sizes (metadata image_shape null)."""
-    from beam_pipeline.sample_data import jpeg_bytes, portrait
-    from transforms.example import build_example
-    from transforms.mask_codec import encode_mask
-    from transforms.metadata import build_metadata, dumps
+    from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
+    from segcore.example import build_example
+    from segcore.mask_codec import encode_mask
+    from segcore.metadata import build_metadata, dumps
 
     directory = tmp_path_factory.mktemp("mixed")
     masks, shards = {}, []

@@ -1,6 +1,6 @@
 import pytest
 
-from transforms.splits import (
+from segcore.splits import (
     ShardSpec,
     SplitFractions,
     SplitSize,

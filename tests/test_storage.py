@@ -2,7 +2,7 @@ import pytest
 from apache_beam.io.filesystem import BeamIOError
 from google.api_core.exceptions import Forbidden, NotFound
 
-from beam_pipeline import storage
+from beam_pipeline.runtime import storage
 
 
 def test_missing_local_folder_has_no_files(tmp_path):

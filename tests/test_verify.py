@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from beam_pipeline import cli
+from beam_pipeline.commands.verify import verify_output
 from beam_pipeline.errors import UsageError
-from beam_pipeline.verify import verify_output
-from transforms.naming import METADATA_FILE, REJECTS_FILE, shard_name
+from segcore.naming import METADATA_FILE, REJECTS_FILE, shard_name
 
 
 @pytest.fixture

@@ -6,11 +6,13 @@ import os
 
 import pytest
 
-from beam_pipeline import cli, launcher, writer_pool
-from beam_pipeline.pipeline import JobConfig
+from beam_pipeline import cli
+from beam_pipeline.job.pipeline import JobConfig
+from beam_pipeline.launch import launcher
+from beam_pipeline.runtime import writer_pool
+from segcore.splits import SplitFractions
 from tests import pool_probe
 from tests.conftest import job_args
-from transforms.splits import SplitFractions
 
 
 def test_pool_runs_work_in_other_processes_that_start_warm_without_beam():

@@ -22,8 +22,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFile, ImageFont
 
 from beam_pipeline.errors import UsageError
-from transforms.image_codec import MAX_PIXELS
-from transforms.naming import REJECTS_FILE
+from segcore.image_codec import MAX_PIXELS
+from segcore.naming import REJECTS_FILE
 
 # TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used.
 
@@ -297,7 +297,7 @@ def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | N
 
 def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
     """uint8 0..255 of a reject's mask file, whatever its values were (they may be why)."""
-    from transforms.mask_codec import load_mask
+    from segcore.mask_codec import load_mask
 
     data, problem = _read(path, "mask")
     if data is None:

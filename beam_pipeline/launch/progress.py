@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TextIO
 
-from transforms.pairing import image_key, mask_key
-from transforms.splits import SplitFractions
+from segcore.pairing import image_key, mask_key
+from segcore.splits import SplitFractions
 
 PROGRESS_DIR = "progress"
 _WRITE_INTERVAL = 0.5

@@ -9,6 +9,6 @@ import os
 
 import tensorflow  # noqa: F401 - what every shard writer needs, loaded before forking
 
-import beam_pipeline.shard_work  # noqa: F401
+import beam_pipeline.job.shard_work  # noqa: F401
 
 atexit.register(os._exit, 0)

@@ -19,10 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from beam_pipeline.errors import UsageError
+from segcore import features
+from segcore.naming import REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
-from transforms import features
-from transforms.naming import REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.

@@ -20,17 +20,18 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cloud, job_monitor, preflight, progress, storage, writer_pool
 from beam_pipeline.errors import UsageError
-from beam_pipeline.options import (
+from beam_pipeline.job.pipeline import JobConfig, build_pipeline
+from beam_pipeline.launch import cloud, job_monitor, preflight, progress
+from beam_pipeline.launch.options import (
     DEFAULT_RUNNER,
     DEFAULT_SHARD_SIZE_MB,
     LOCAL_RUNNERS,
     add_prepare_arguments,
 )
-from beam_pipeline.pipeline import JobConfig, build_pipeline
-from transforms.naming import METADATA_FILE, is_output_file
-from transforms.splits import SplitFractions
+from beam_pipeline.runtime import storage, writer_pool
+from segcore.naming import METADATA_FILE, is_output_file
+from segcore.splits import SplitFractions
 
 # Every plan has at least MIN_SHARDS shards: a multiple of 1, 2, 4 and 8 writer processes, so
 # small datasets keep every core busy, yet the plan never depends on the machine. Beam's

@@ -12,12 +12,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline import storage
 from beam_pipeline.errors import RejectLimitError
-from beam_pipeline.shard_work import ShardResult
-from transforms import metadata
-from transforms.naming import METADATA_FILE, REJECTS_FILE
-from transforms.rejects import Reason, Reject
+from beam_pipeline.job.shard_work import ShardResult
+from beam_pipeline.runtime import storage
+from segcore import metadata
+from segcore.naming import METADATA_FILE, REJECTS_FILE
+from segcore.rejects import Reason, Reject
 
 _VERSIONED_PACKAGES = (
     "segprep",

@@ -9,8 +9,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline import writer_pool
-from beam_pipeline.shard_work import ShardOutcome, ShardWriterSettings, write_shard
+from beam_pipeline.job.shard_work import ShardOutcome, ShardWriterSettings, write_shard
+from beam_pipeline.runtime import writer_pool
 
 REJECTS = "rejects"
 

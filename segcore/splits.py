@@ -7,7 +7,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 
-from transforms.naming import SPLITS, shard_name
+from segcore.naming import SPLITS, shard_name
 
 _TWO_64 = float(2**64)
 

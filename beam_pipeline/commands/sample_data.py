@@ -11,8 +11,8 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
-from beam_pipeline.options import DEFAULT_BROKEN_FRACTION
-from transforms.rejects import Reason
+from beam_pipeline.launch.options import DEFAULT_BROKEN_FRACTION
+from segcore.rejects import Reason
 
 HEIGHT, WIDTH = 800, 600
 

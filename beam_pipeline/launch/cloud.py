@@ -25,10 +25,10 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_pipeline.errors import UsageError
-from beam_pipeline.job_monitor import console_url
+from beam_pipeline.launch.job_monitor import console_url
 
 if TYPE_CHECKING:
-    from beam_pipeline.pipeline import JobConfig
+    from beam_pipeline.job.pipeline import JobConfig
 
 EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 DATAFLOW_RUNNERS = frozenset({"dataflow", "dataflowrunner", "testdataflowrunner"})
@@ -61,7 +61,8 @@ def use_storage_emulator_if_set() -> bool:
     cache = getattr(auth, "_Credentials", None)
     if cache is None or not hasattr(cache, "_credentials_init"):
         raise RuntimeError(
-            "this Beam version keeps GCS credentials elsewhere: update beam_pipeline/cloud.py"
+            "this Beam version keeps GCS credentials elsewhere: update "
+            "beam_pipeline/launch/cloud.py"
         )
     with cache._credentials_lock:
         cache._credentials = None
@@ -178,7 +179,7 @@ def dry_run(config: JobConfig, options: PipelineOptions) -> dict[str, Any]:
     Beam's dry run goes through the whole Dataflow translation (environment, packaging,
     artifacts) but stages, uploads and submits nothing, so it needs no credentials.
     """
-    from beam_pipeline.pipeline import build_pipeline
+    from beam_pipeline.job.pipeline import build_pipeline
 
     dataflow = is_dataflow(options)
     if dataflow:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms.example import build_example
-from transforms.image_codec import apply_orientation, validate_image
-from transforms.mask_codec import binarize, encode_mask, load_mask
-from transforms.rejects import Reason, RejectError
+from segcore.example import build_example
+from segcore.image_codec import apply_orientation, validate_image
+from segcore.mask_codec import binarize, encode_mask, load_mask
+from segcore.rejects import Reason, RejectError
 
 
 @dataclasses.dataclass(frozen=True)

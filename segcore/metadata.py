@@ -7,9 +7,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from transforms import features
-from transforms.naming import SPLITS
-from transforms.rejects import Reject
+from segcore import features
+from segcore.naming import SPLITS
+from segcore.rejects import Reject
 
 FORMAT_VERSION = 1
 

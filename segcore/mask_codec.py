@@ -10,8 +10,8 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
-from transforms.features import MASK_FOREGROUND, MASK_THRESHOLD
-from transforms.rejects import Reason, RejectError
+from segcore.features import MASK_FOREGROUND, MASK_THRESHOLD
+from segcore.rejects import Reason, RejectError
 
 DEFAULT_MASK_KEY = "mask"
 JPEG_QUALITIES = (95, 100)  # the second only if the first would not survive thresholding

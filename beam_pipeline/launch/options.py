@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from transforms.features import MASK_FORMATS
+from segcore.features import MASK_FORMATS
 
 DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launcher.pipeline_options
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")

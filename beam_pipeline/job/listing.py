@@ -7,8 +7,8 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.metrics import Metrics
 
-from transforms.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
-from transforms.rejects import Reason, Reject
+from segcore.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
+from segcore.rejects import Reason, Reject
 
 REJECTS = "rejects"
 _NAMESPACE = "segprep"

@@ -12,13 +12,13 @@ import functools
 import os
 from collections.abc import Sequence
 
-from beam_pipeline import storage
-from beam_pipeline.ordered_pool import ordered_map
-from beam_pipeline.progress import Reporter
-from transforms.entry import Record, make_record
-from transforms.pairing import Pair
-from transforms.rejects import Reason, Reject, RejectError
-from transforms.splits import ShardSpec
+from beam_pipeline.launch.progress import Reporter
+from beam_pipeline.runtime import storage
+from beam_pipeline.runtime.ordered_pool import ordered_map
+from segcore.pairing import Pair
+from segcore.record import Record, make_record
+from segcore.rejects import Reason, Reject, RejectError
+from segcore.splits import ShardSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import signal
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 
-PRELOAD = ("beam_pipeline.writer_process",)
+PRELOAD = ("beam_pipeline.runtime.writer_process",)
 
 _executors: dict[int, ProcessPoolExecutor] = {}
 

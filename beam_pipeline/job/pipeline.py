@@ -7,13 +7,13 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_pipeline.commit import CommitOutput, CommitSettings
-from beam_pipeline.listing import REJECTS, ListAndPair
-from beam_pipeline.planning import PlanShards
-from beam_pipeline.shard_work import ShardWriterSettings
-from beam_pipeline.shard_writer import WriteShards
-from transforms.naming import TEMP_DIR
-from transforms.splits import SplitFractions
+from beam_pipeline.job.commit import CommitOutput, CommitSettings
+from beam_pipeline.job.listing import REJECTS, ListAndPair
+from beam_pipeline.job.planning import PlanShards
+from beam_pipeline.job.shard_work import ShardWriterSettings
+from beam_pipeline.job.write_shards import WriteShards
+from segcore.naming import TEMP_DIR
+from segcore.splits import SplitFractions
 
 
 @dataclasses.dataclass(frozen=True)

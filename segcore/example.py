@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from transforms import features
+from segcore import features
 
 
 def build_example(
     key: str, image_jpeg: bytes, mask_encoded: bytes, height: int, width: int
 ) -> bytes:
-    """Serialised tf.train.Example with the schema of transforms.features."""
+    """Serialised tf.train.Example with the schema of segcore.features."""
     import tensorflow as tf  # deferred: importing it costs seconds; the CLI must start fast
 
     def _bytes(value: bytes) -> tf.train.Feature:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from transforms.rejects import Reason, Reject
+from segcore.rejects import Reason, Reject
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 # Checked in this order: `00001_mask.mat` gives key `00001`, not `00001_mask`.

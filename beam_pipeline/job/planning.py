@@ -5,9 +5,9 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.pairing import Pair
-from transforms.rejects import Reason, Reject
-from transforms.splits import SplitFractions, SplitSize, assign_shard, plan_num_shards, shard_specs
+from segcore.pairing import Pair
+from segcore.rejects import Reason, Reject
+from segcore.splits import SplitFractions, SplitSize, assign_shard, plan_num_shards, shard_specs
 
 REJECTS = "rejects"
 

@@ -8,10 +8,10 @@ import io
 import scipy.io
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline import storage
 from beam_pipeline.errors import UsageError
-from transforms.mask_codec import DEFAULT_MASK_KEY
-from transforms.pairing import MASK_SUFFIXES, basename, image_key, mask_key
+from beam_pipeline.runtime import storage
+from segcore.mask_codec import DEFAULT_MASK_KEY
+from segcore.pairing import MASK_SUFFIXES, basename, image_key, mask_key
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The other subcommands (sample-data, verify, inspect) and the run summary."""

@@ -1,0 +1,1 @@
+"""The Beam job's stages: listing, pairing, shard planning, shard writing, commit."""

@@ -1,0 +1,1 @@
+"""Local runtime helpers the job's stages use: file access and writer processes."""
