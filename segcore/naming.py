@@ -6,9 +6,26 @@ import re
 
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
-TEMP_DIR = "_tmp"
+TEMP_DIR = "_tmp"  # replaced by run_dir() in the new output protocol
 SHARD_SUFFIX = ".tfrecord"
 SPLITS = ("train", "validation")
+
+# segprep's own folder inside an output directory (hidden: a `*.tfrecord` glob never sees it).
+# It holds the run lock, the manifest of every final name segprep wrote, and each run's
+# staging area; nothing under a final name exists until a run's commit moves it there.
+SEGPREP_DIR = ".segprep"
+LOCK_FILE = f"{SEGPREP_DIR}/lock"
+MANIFEST_FILE = f"{SEGPREP_DIR}/manifest.json"
+RUNS_DIR = f"{SEGPREP_DIR}/runs"
+
+
+def run_dir(run_id: str) -> str:
+    """`.segprep/runs/<run_id>`: where one run stages everything before its commit.
+
+    A refused or failed run's rejects stay here (`<run_dir>/rejects.jsonl`) for inspection.
+    """
+    return f"{RUNS_DIR}/{run_id}"
+
 
 _SHARD_RE = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord$")
 
