@@ -1,4 +1,8 @@
-"""`segprep`: sample-data, prepare, verify, inspect. User mistakes: one line, exit code 2."""
+"""`segprep`: sample-data, prepare, verify, inspect.
+
+Only dispatch lives here: `prepare`'s flags are parsed by its run plan (launch/plan.py).
+User mistakes end in one line and exit code 2; Ctrl-C in one line and 130.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,29 @@ import atexit
 import gc
 import logging
 import os
+import signal
 import sys
 import traceback
 
 from beam_pipeline import __version__
 from beam_pipeline.errors import RejectLimitError, UsageError
 from beam_pipeline.launch.options import (
+    BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
     DEFAULT_INSPECT_COUNT,
     DEFAULT_INSPECT_OUT,
     DEFAULT_INSPECT_SPLIT,
-    DEFAULT_RUNNER,
-    LOCAL_RUNNERS,
-    add_prepare_arguments,
+    DEFAULT_SAMPLE_COUNT,
+    HelpFormatter,
+    fraction,
+    positive_int,
 )
+
+VERBOSE = "--verbose"
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwinds like Ctrl-C, so the run cleans up and its writers stop."""
 
 
 def _sample_data(args: argparse.Namespace) -> int:
@@ -28,52 +41,38 @@ def _sample_data(args: argparse.Namespace) -> int:
 
     summary = write_sample_data(args.dir, args.count, args.seed, args.broken_fraction)
     broken = sum(summary.breakage_counts().values())
-    print(f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}")
-    print(f"broken on purpose: {broken}")
-    for kind, number in summary.breakage_counts().items():
-        print(f"  {kind:<20} {number}")
+    lines = [
+        f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}",
+        f"broken on purpose: {broken}",
+        *(f"  {kind:<20} {number}" for kind, number in summary.breakage_counts().items()),
+    ]
+    _print("\n".join(lines))
     return 0
 
 
-def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
-    if _writes_locally(args, beam_args):
-        from beam_pipeline.runtime import writer_pool
+def _prepare(argv: list[str]) -> int:
+    from beam_pipeline.launch.plan import make_plan
 
-        writer_pool.warm_up()  # before importing Beam: the pool's imports run beside ours
+    plan = make_plan([arg for arg in argv if arg != VERBOSE])
     from beam_pipeline.commands.summary import format_summary
     from beam_pipeline.launch import launcher
 
-    config = launcher.config_from_args(args)
-    options = launcher.pipeline_options(beam_args, no_wait=args.no_wait)
-    result = launcher.run_job(config, options, overwrite=args.overwrite, dry_run=args.dry_run)
+    result = launcher.execute(plan)
     if result.submission is not None:  # --dry_run, a template, or a job left running remotely
         from beam_pipeline.launch.cloud import format_description
 
-        print(format_description(result.submission))
+        _print(format_description(result.submission))
         return 0
-    print(format_summary(result.metadata))
+    _print(format_summary(result.metadata, plan))
     return 0
 
 
-def _writes_locally(args: argparse.Namespace, beam_args: list[str]) -> bool:
-    """A quick look at the flags: will this run use local writer processes?
-
-    Only decides how early the pool starts; launcher.writer_processes has the final word.
-    """
-    runner = argparse.ArgumentParser(add_help=False)
-    runner.add_argument("--runner", default=DEFAULT_RUNNER)
-    runner.add_argument("--direct_running_mode", default="in_memory")
-    beam, _ = runner.parse_known_args(beam_args)
-    paths = (args.image_dir, args.mask_dir, args.output_dir)
-    from beam_pipeline.runtime.writer_pool import usable_cores
-
-    return (
-        (args.writer_processes or usable_cores()) > 1
-        and not args.dry_run
-        and beam.runner in LOCAL_RUNNERS
-        and beam.direct_running_mode == "in_memory"
-        and not any("://" in path for path in paths)
-    )
+def _print(text: str) -> None:
+    """Print a result; a reader that stopped early (`| head`) does not fail the run."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -97,53 +96,70 @@ def quiet_libraries() -> None:
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
+def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def error(message: str):
+        raise UsageError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    defaults = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="segprep",
-        description="Images + segmentation masks -> sharded TFRecords.",
-        formatter_class=defaults,
+    from beam_pipeline.launch.plan import build_parser as prepare_parser
+
+    parser = _one_line_errors(
+        argparse.ArgumentParser(
+            prog="segprep",
+            description="Images + segmentation masks -> sharded TFRecords.",
+            formatter_class=HelpFormatter,
+        )
     )
     parser.add_argument("--version", action="version", version=f"segprep {__version__}")
-    parser.add_argument("--verbose", action="store_true", help="show tracebacks and library logs")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(VERBOSE, action="store_true", help="show tracebacks and library logs")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    sample = commands.add_parser(
-        "sample-data", help="write a synthetic dataset in the real layout", formatter_class=defaults
-    )
+    def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, formatter_class=HelpFormatter, **kwargs)
+        sub.add_argument(VERBOSE, action="store_true", help="show tracebacks and library logs")
+        return _one_line_errors(sub)
+
+    sample = command("sample-data", "write a synthetic dataset in the real layout")
     sample.add_argument("dir", help="creates DIR/images and DIR/masks")
-    sample.add_argument("--count", type=int, default=60, help="number of entries")
+    sample.add_argument(
+        "--count", type=positive_int, default=DEFAULT_SAMPLE_COUNT, help="number of entries"
+    )
     sample.add_argument("--seed", type=int, default=0, help="random seed")
     sample.add_argument(
         "--broken_fraction",
-        type=float,
+        type=fraction,
         default=DEFAULT_BROKEN_FRACTION,
         help="fraction of broken entries",
     )
 
-    prepare = commands.add_parser(
+    commands.add_parser(
         "prepare",
-        help="run the Beam job (extra flags go to Beam, e.g. --runner)",
-        formatter_class=defaults,
+        help="run the Beam job (Beam flags such as --runner are accepted too)",
+        parents=[prepare_parser()],
+        add_help=False,
+        formatter_class=HelpFormatter,
+        epilog=BEAM_FLAGS_NOTE,
     )
-    add_prepare_arguments(prepare)
 
-    verify = commands.add_parser(
+    verify = command(
         "verify",
-        help="re-read an output and check shards, CRCs, sha256, counts and rejects "
+        "re-read an output and check shards, CRCs, sha256, counts and rejects "
         "against metadata.json (exit 1 on any problem)",
-        formatter_class=defaults,
     )
     verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
 
-    inspect = commands.add_parser(
-        "inspect",
-        help="render a contact sheet PNG (image | mask | overlay) of examples or rejects",
-        formatter_class=defaults,
+    inspect = command(
+        "inspect", "render a contact sheet PNG (image | mask | overlay) of examples or rejects"
     )
     inspect.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
     inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
-    inspect.add_argument("--count", type=int, default=DEFAULT_INSPECT_COUNT, help="entries to show")
+    inspect.add_argument(
+        "--count", type=positive_int, default=DEFAULT_INSPECT_COUNT, help="entries to show"
+    )
     inspect.add_argument(
         "--out",
         default=DEFAULT_INSPECT_OUT,
@@ -157,37 +173,78 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_index(argv: list[str]) -> int | None:
+    """Position of the subcommand: the first argument that is not a global switch."""
+    for index, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            return index
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     # Registered first, so it runs last: the interpreter's final garbage collection would
     # walk every object Beam and TensorFlow made (~0.4 s) to free memory the OS reclaims.
     atexit.register(gc.freeze)
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "prepare":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if not args.verbose:
+    verbose = VERBOSE in argv
+    if not verbose:
         quiet_libraries()
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        if args.command == "sample-data":
-            return _sample_data(args)
-        if args.command == "verify":
-            return _verify(args)
-        if args.command == "inspect":
-            return _inspect(args)
-        return _prepare(args, extra)
+        code = _dispatch(argv)
     except UsageError as error:
-        return _fail(args, f"error: {error}", 2)
+        code = _fail(verbose, f"error: {error}", 2)
     except RejectLimitError as error:
-        return _fail(args, str(error).splitlines()[0], 1)
+        code = _fail(verbose, str(error).splitlines()[0], 1)
+    except KeyboardInterrupt:
+        code = _fail(verbose, "interrupted: nothing was published", 130)
+    except Terminated:
+        code = _fail(verbose, "terminated: nothing was published", 143)
     except Exception as error:  # noqa: BLE001 - last resort: one line, not a traceback
         first_line = (str(error).strip().splitlines() or [""])[0]
-        hint = "" if args.verbose else " (run with --verbose for the traceback)"
-        return _fail(args, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
+        hint = "" if verbose else " (run with --verbose for the traceback)"
+        code = _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return _flush_stdout(code)
 
 
-def _fail(args: argparse.Namespace, message: str, code: int) -> int:
-    if args.verbose:
+def _dispatch(argv: list[str]) -> int:
+    index = _command_index(argv)
+    if index is not None and argv[index] == "prepare":
+        build_parser().parse_args(argv[:index])  # global switches: --version, --help
+        return _prepare(argv[index + 1 :])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    if args.command == "sample-data":
+        return _sample_data(args)
+    if args.command == "verify":
+        return _verify(args)
+    return _inspect(args)
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
+def _flush_stdout(code: int) -> int:
+    """A reader that stopped early (`| head`) must not turn a finished run into a failure."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the broken pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
+
+
+def _fail(verbose: bool, message: str, code: int) -> int:
+    if verbose:
         traceback.print_exc()
-    print(f"segprep: {message}", file=sys.stderr)
+    try:
+        print(f"segprep: {message}", file=sys.stderr)
+    except BrokenPipeError:
+        pass
     return code

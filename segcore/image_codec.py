@@ -9,11 +9,12 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps
 
+from segcore.limits import DEFAULT_LIMITS
 from segcore.rejects import Reason, RejectError
 
 # Above this many pixels a header is treated as a decompression bomb: rejected before
 # any pixel buffer is allocated. 8x the 800x600 portraits, 4x a 4K frame.
-MAX_PIXELS = 40_000_000
+MAX_PIXELS = DEFAULT_LIMITS.pixels
 TRANSCODE_QUALITY = 95
 _ORIENTATION_TAG = 0x0112
 _QUARTER_TURNS = (5, 6, 7, 8)
@@ -33,7 +34,7 @@ class ValidImage:
         return (self.width, self.height) if self.orientation in _QUARTER_TURNS else None
 
 
-def _open_fully(data: bytes) -> Image.Image:
+def _open_fully(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """Decode every pixel: Pillow's verify() would miss a truncated file."""
     if not data:
         raise RejectError(Reason.IMAGE_EMPTY, "file is empty (0 bytes)")
@@ -42,10 +43,10 @@ def _open_fully(data: bytes) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
             width, height = image.size
-            if width * height > MAX_PIXELS:
+            if width * height > max_pixels:
                 raise RejectError(
                     Reason.IMAGE_TOO_LARGE,
-                    f"{width}x{height} exceeds {MAX_PIXELS} pixels (decompression bomb guard)",
+                    f"{width}x{height} exceeds {max_pixels} pixels (decompression bomb guard)",
                 )
             image.load()
     except RejectError:
@@ -66,9 +67,9 @@ def _open_fully(data: bytes) -> Image.Image:
     return image
 
 
-def validate_image(data: bytes) -> ValidImage:
+def validate_image(data: bytes, max_pixels: int = MAX_PIXELS) -> ValidImage:
     """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG."""
-    image = _open_fully(data)
+    image = _open_fully(data, max_pixels)
     width, height = image.size
     orientation = image.getexif().get(_ORIENTATION_TAG, 1)
     if image.format == "JPEG" and image.mode == "RGB":

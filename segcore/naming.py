@@ -6,7 +6,6 @@ import re
 
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
-TEMP_DIR = "_tmp"  # replaced by run_dir() in the new output protocol
 SHARD_SUFFIX = ".tfrecord"
 SPLITS = ("train", "validation")
 
@@ -45,6 +44,9 @@ def parse_shard_name(name: str) -> tuple[str, int, int] | None:
     return match["split"], int(match["index"]), int(match["count"])
 
 
-def is_output_file(name: str) -> bool:
-    """True for every name a segprep run may leave in its output directory."""
-    return name in (METADATA_FILE, REJECTS_FILE, TEMP_DIR) or parse_shard_name(name) is not None
+def is_output_name(name: str) -> bool:
+    """True for every final name a segprep run may publish in its output directory.
+
+    A foreign file under such a name stops a run: segprep would have to replace it.
+    """
+    return name in (METADATA_FILE, REJECTS_FILE) or parse_shard_name(name) is not None

@@ -1,26 +1,88 @@
-"""Which files are images, which are masks, and which key each belongs to."""
+"""The pairing rule, in one place: which files are images, which are masks, which key each
+names, and what becomes of every file. The launcher's local listing and the Beam job's
+remote listing both call it.
+
+Words used across segprep: an *entry* is one key with every input file that names it; a
+*pair* is an entry with exactly one image and one mask; a *record* is what a shard stores for
+a pair. Every entry, and every file that names no entry, ends up exactly once in a shard or
+in rejects.jsonl.
+"""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import enum
 import posixpath
+from collections.abc import Iterable
 
 from segcore.rejects import Reason, Reject
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 # Checked in this order: `00001_mask.mat` gives key `00001`, not `00001_mask`.
 MASK_SUFFIXES = ("_mask.mat", "_mask.png", ".mat", ".png")
+# With images and masks in one folder, a mask must say so: `KEY.png` there is an image.
+ONE_FOLDER_MASK_SUFFIXES = ("_mask.mat", "_mask.png", ".mat")
+
+
+class Role(enum.StrEnum):
+    IMAGE = "image"
+    MASK = "mask"
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class SourceFile:
     path: str
     size: int
+    regular: bool = True  # False: a FIFO, device, socket or directory under a data name
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    key: str
+    image: SourceFile
+    mask: SourceFile
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where images and masks live: two folders, or one folder holding both."""
+
+    image_dir: str  # normalised: absolute or gs://, ending in '/'
+    mask_dir: str
+
+    @property
+    def one_folder(self) -> bool:
+        return self.image_dir == self.mask_dir
+
+    def roots(self) -> tuple[tuple[str, Role | None], ...]:
+        """(folder, role of every file in it); None: the file name decides."""
+        if self.one_folder:
+            return ((self.image_dir, None),)
+        return ((self.image_dir, Role.IMAGE), (self.mask_dir, Role.MASK))
+
+    def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
+        """(role, key) of a file by its path under its folder; None for any other name."""
+        if role is Role.IMAGE:
+            key = image_key(relative_path)
+        elif role is Role.MASK:
+            key = mask_key(relative_path)
+        else:
+            key = _strip_suffix(relative_path, ONE_FOLDER_MASK_SUFFIXES)
+            if key is not None:
+                return Role.MASK, key
+            role, key = Role.IMAGE, image_key(relative_path)
+        return None if key is None else (role, key)
 
 
 def basename(path: str) -> str:
     """Last path component of a local or gs:// path."""
     return posixpath.basename(path.replace("\\", "/").rstrip("/"))
+
+
+def is_hidden(relative_path: str) -> bool:
+    """Hidden files and folders (.DS_Store, ._00001.jpg, .git/) are never data, in any folder."""
+    return any(part.startswith(".") for part in relative_path.split("/"))
 
 
 def image_key(relative_path: str) -> str | None:
@@ -39,8 +101,6 @@ def mask_key(relative_path: str) -> str | None:
 
 def _strip_suffix(relative_path: str, suffixes: tuple[str, ...]) -> str | None:
     name = basename(relative_path)
-    if name.startswith("."):
-        return None  # hidden files (.DS_Store, ._00001.jpg) are never data
     lowered = name.lower()
     for suffix in suffixes:
         if lowered.endswith(suffix) and len(name) > len(suffix):
@@ -48,15 +108,25 @@ def _strip_suffix(relative_path: str, suffixes: tuple[str, ...]) -> str | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Pair:
-    key: str
-    image: SourceFile
-    mask: SourceFile
+def file_reject(path: str, role: Role | None, reason: Reason, detail: str) -> Reject:
+    """A reject for a file that names no entry, keyed by its full path.
+
+    Entry keys are relative paths, which never start with '/' or hold '://', so a file's key
+    can never collide with an entry's: `00105` beside `00105.jpg` stays two lines.
+    """
+    fields = {"image": path} if role is Role.IMAGE else {"mask": path}
+    return Reject(path, reason, detail, **fields)
+
+
+def unrecognized(path: str, role: Role | None) -> Reject:
+    where = f"{role} folder" if role else "data folder"
+    return file_reject(
+        path, role, Reason.UNRECOGNIZED_FILE, f"{where} file with an unknown name or extension"
+    )
 
 
 def resolve_pair(key: str, images: list[SourceFile], masks: list[SourceFile]) -> Pair | Reject:
-    """Exactly one image and one mask make a pair; anything else is a reject with a reason."""
+    """Exactly one image and one mask, both regular files, make a pair; else a reject."""
     images, masks = sorted(images), sorted(masks)
     image = images[0].path if images else None
     mask = masks[0].path if masks else None
@@ -71,4 +141,43 @@ def resolve_pair(key: str, images: list[SourceFile], masks: list[SourceFile]) ->
         return Reject(key, Reason.MISSING_IMAGE, f"mask {basename(mask)} has no image", None, mask)
     if not masks:
         return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has no mask", image, None)
+    odd = [f for f in (images[0], masks[0]) if not f.regular]
+    if odd:
+        names = ", ".join(basename(f.path) for f in odd)
+        return Reject(
+            key,
+            Reason.NOT_A_FILE,
+            f"{names}: not a regular file (FIFO, device or folder)",
+            image,
+            mask,
+        )
     return Pair(key, images[0], masks[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entries:
+    """The outcome of pairing a listing: pairs, and a reject for every other entry or file."""
+
+    pairs: tuple[Pair, ...]
+    rejects: tuple[Reject, ...]
+
+    @property
+    def discovered(self) -> int:
+        return len(self.pairs) + len(self.rejects)
+
+
+def pair_files(
+    keyed: Iterable[tuple[Role, str, SourceFile]], file_rejects: Iterable[Reject] = ()
+) -> Entries:
+    """Group classified files by key and resolve each key; in key order."""
+    grouped: dict[str, tuple[list[SourceFile], list[SourceFile]]] = collections.defaultdict(
+        lambda: ([], [])
+    )
+    for role, key, source in keyed:
+        grouped[key][0 if role is Role.IMAGE else 1].append(source)
+    pairs: list[Pair] = []
+    rejects: list[Reject] = list(file_rejects)
+    for key in sorted(grouped):
+        outcome = resolve_pair(key, *grouped[key])
+        (pairs if isinstance(outcome, Pair) else rejects).append(outcome)
+    return Entries(tuple(pairs), tuple(sorted(rejects)))

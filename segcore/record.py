@@ -6,6 +6,7 @@ import dataclasses
 
 from segcore.example import build_example
 from segcore.image_codec import apply_orientation, validate_image
+from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.mask_codec import binarize, encode_mask, load_mask
 from segcore.rejects import Reason, RejectError
 
@@ -27,6 +28,7 @@ def make_record(
     *,
     mask_format: str = "jpeg",
     mask_key: str | None = None,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """Decode and check image and mask once each, then serialise; raises RejectError.
 
@@ -34,9 +36,9 @@ def make_record(
     the image rotated to match; otherwise pixels stay as stored, which is what
     tf.io.decode_jpeg returns.
     """
-    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes)
+    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
     mask = binarize(
-        _guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key)
+        _guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
     )
     if mask.shape != (image.height, image.width) and mask.shape == image.rotated_shape:
         image = apply_orientation(image_bytes)

@@ -1,4 +1,4 @@
-"""Atomic, repeatable output: a failed job publishes nothing, a retried shard writes once."""
+"""Atomic, repeatable output: a failed job publishes nothing, a retried shard stages once."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from beam_pipeline.job.shard_work import ShardWriterSettings
-from beam_pipeline.job.write_shards import _WriteShard
+from beam_pipeline.job.settings import ShardWriterSettings
+from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
 from beam_pipeline.runtime import storage
 from segcore.pairing import Pair, SourceFile
@@ -28,6 +28,10 @@ def _first_train_key(prepared_dir) -> str:
     return min(f"{n:05d}" for n in range(1, 61) if f"{n:05d}" not in rejected)
 
 
+def _final_names(out) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name != ".segprep")
+
+
 @pytest.mark.parametrize("writer_processes", ["1", "2"])  # in the runner; writer processes
 def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     sample_dataset, prepared, tmp_path, writer_processes
@@ -37,7 +41,8 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     original = victim.read_bytes()
     out = tmp_path / "out"
     args = [*_args(sample_dataset, out), "--writer_processes", writer_processes]
-    # A real I/O error in whichever process reads the file: /proc/self/mem fails with EIO.
+    # A real I/O error in whichever process reads the file: /proc/self/mem fails with EIO,
+    # an error of the storage itself, which fails the run instead of rejecting the entry.
     victim.unlink()
     victim.symlink_to("/proc/self/mem")
     try:
@@ -50,21 +55,22 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     finally:
         victim.unlink()
         victim.write_bytes(original)
-    assert not (out / "metadata.json").exists()
-    for shard in out.glob("*.tfrecord"):  # whatever sits under a final name is complete
-        assert shard.read_bytes() == (clean_dir / shard.name).read_bytes()
+    assert _final_names(out) == []  # not one file under a final name
+    assert not list(out.rglob("*.tfrecord*"))  # staged shards discarded too
+    assert not (out / ".segprep" / "lock").exists()
 
     again = launcher.run(args)  # an unfinished run needs no --overwrite
     assert again.metadata["splits"] == clean.metadata["splits"]
     assert (out / "rejects.jsonl").read_bytes() == (clean_dir / "rejects.jsonl").read_bytes()
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean_dir.iterdir())
+    assert _final_names(out) == _final_names(clean_dir)
     for shard in clean_dir.glob("*.tfrecord"):
         assert (out / shard.name).read_bytes() == shard.read_bytes()
 
 
-def test_retried_shard_is_written_once_with_the_same_bytes(sample_dataset, tmp_path):
-    out = storage.normalize_dir(str(tmp_path / "out"))
-    temp = out + "_tmp/"
+def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_path):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    settings = ShardWriterSettings(storage.normalize_dir(str(staging)))
     spec = ShardSpec("train", 0, 1)
     pairs = [
         Pair(
@@ -74,13 +80,9 @@ def test_retried_shard_is_written_once_with_the_same_bytes(sample_dataset, tmp_p
         )
         for key in ("00001", "00002", "00004")
     ]
-    element = (spec.name, {"spec": [spec], "pairs": pairs})
-    writer = _WriteShard(ShardWriterSettings(out, temp))
-    writer.setup()
-    first = [r for r in writer.process(element) if not hasattr(r, "tag")]
-    data = (tmp_path / "out" / spec.name).read_bytes()
-    second = [r for r in writer.process(element) if not hasattr(r, "tag")]  # the retry
-    assert first == second and first[0].num_examples == 3
-    assert (tmp_path / "out" / spec.name).read_bytes() == data
-    assert sorted(p.name for p in (tmp_path / "out").glob("*.tfrecord")) == [spec.name]
-    assert not list((tmp_path / "out" / "_tmp").glob("*.tfrecord*"))  # no stray temporaries
+    first, _ = write_shard(settings, spec, pairs)
+    data = (staging / spec.name).read_bytes()
+    second, _ = write_shard(settings, spec, pairs)  # the retry
+    assert first == second and first.num_examples == 3
+    assert (staging / spec.name).read_bytes() == data
+    assert sorted(p.name for p in staging.iterdir()) == [spec.name]  # no stray partial files

@@ -10,13 +10,15 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.commands.sample_data import mat_bytes as mat_v5
-from beam_pipeline.job.commit import AccountingError, CommitOutput, CommitSettings
+from beam_pipeline.job.commit import AccountingError, CommitOutput
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.job.planning import PlanShards
-from beam_pipeline.job.shard_work import ShardResult, ShardWriterSettings
+from beam_pipeline.job.settings import CommitSettings, PlanningSettings, ShardWriterSettings
+from beam_pipeline.job.shard_work import WrittenShard
 from beam_pipeline.job.write_shards import WriteShards
+from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
-from segcore.pairing import Pair, SourceFile
+from segcore.pairing import Layout, Pair, SourceFile
 from segcore.rejects import Reason, Reject
 from segcore.splits import ShardSpec, SplitFractions
 from tests.conftest import RUNNER_ARGS
@@ -31,13 +33,14 @@ def test_list_and_pair(tmp_path):
     images, masks = tmp_path / "img", tmp_path / "msk"
     (images / "sub").mkdir(parents=True)
     masks.mkdir()
-    for name in ("a.jpg", "b.png", "sub/c.jpg", "d.jpg", "d.png", "readme.txt"):
+    for name in ("a.jpg", "b.png", "sub/c.jpg", "d.jpg", "d.png", "readme.txt", ".DS_Store"):
         (images / name).write_bytes(b"x")
     (masks / "sub").mkdir()
-    for name in ("a_mask.mat", "b.png", "sub/c_mask.mat", "d.mat", "e_mask.mat"):
+    for name in ("a_mask.mat", "b.png", "sub/c_mask.mat", "d.mat", "e_mask.mat", ".DS_Store"):
         (masks / name).write_bytes(b"y")
+    layout = Layout(normalize_dir(str(images)), normalize_dir(str(masks)))
     with _pipeline() as p:
-        out = p | ListAndPair(normalize_dir(str(images)), normalize_dir(str(masks)))
+        out = p | ListAndPair(layout)
         keys = out["pairs"] | "PairKeys" >> beam.Map(lambda pair: pair.key)
         reasons = out[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(keys, equal_to(["a", "b", "sub/c"]), label="pairs")
@@ -47,7 +50,7 @@ def test_list_and_pair(tmp_path):
                 [
                     ("d", "duplicate_key"),
                     ("e", "missing_image"),
-                    ("readme.txt", "unrecognized_file"),
+                    (str(images / "readme.txt"), "unrecognized_file"),
                 ]
             ),
             label="rejects",
@@ -65,7 +68,7 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
         planned = (
             p
             | beam.Create([_pair(k) for k in keys])
-            | PlanShards(fractions, num_shards=4, shard_size_mb=None)
+            | PlanShards(PlanningSettings(fractions, num_shards=4))
         )
         specs = planned["specs"] | "SpecNames" >> beam.Map(lambda kv: kv[0])
         assigned = planned["assigned"] | "Assigned" >> beam.Map(lambda kv: (kv[1].key, kv[0]))
@@ -103,7 +106,8 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
             key, SourceFile(str(src / f"{key}.jpg"), 1), SourceFile(str(src / f"{key}.mat"), 1)
         )
 
-    out_dir = normalize_dir(str(tmp_path / "out"))
+    staging = normalize_dir(str(tmp_path / "staging"))
+    (tmp_path / "staging").mkdir()
     spec = ShardSpec("train", 0, 2)
     empty = ShardSpec("train", 1, 2)
     with _pipeline() as p:
@@ -112,25 +116,36 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
             "assigned": p
             | "Pairs" >> beam.Create([(spec.name, pair("good")), (spec.name, pair("bad"))]),
         }
-        written = planned | WriteShards(ShardWriterSettings(out_dir, out_dir + "_tmp/"))
+        written = planned | WriteShards(ShardWriterSettings(staging))
         counts = written.shards | beam.Map(lambda r: (r.spec.name, r.num_examples))
         reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
         assert_that(reasons, equal_to([("bad", "image_unreadable")]), label="rejects")
-    assert sorted(path.name for path in (tmp_path / "out").glob("*.tfrecord")) == [
+    # Staged under their final names, nothing else (no partial files left behind).
+    assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == [
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
-    assert (tmp_path / "out" / "train-00001-of-00002.tfrecord").stat().st_size == 0
+    assert (tmp_path / "staging" / "train-00001-of-00002.tfrecord").stat().st_size == 0
 
 
-def _result(name: str, n: int) -> ShardResult:
-    return ShardResult(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0)
+def _result(name: str, n: int) -> WrittenShard:
+    return WrittenShard(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0)
 
 
-def test_commit_writes_metadata_last_and_checks_accounting(tmp_path):
+def _staged_run(tmp_path, run_id: str = "run1") -> str:
     out = normalize_dir(str(tmp_path / "out"))
-    settings = CommitSettings(out, out + "_tmp/", "jpeg", {"train_size": 1.0})
+    staged = output_protocol.make_staging_dir(out, run_id)
+    (tmp_path / "out" / ".segprep" / "runs" / run_id / "train-00000-of-00001.tfrecord").write_bytes(
+        b"0123456789"
+    )
+    assert staged.endswith(f"/.segprep/runs/{run_id}/")
+    return out
+
+
+def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
+    out = _staged_run(tmp_path)
+    settings = CommitSettings(out, "run1", "jpeg", {"train_size": 1.0})
     reject = Reject("k9", Reason.MISSING_MASK, "no mask", "/i/k9.jpg", None)
     with _pipeline() as p:
         shards = p | "Shards" >> beam.Create([_result("train", 5)])
@@ -153,12 +168,16 @@ def test_commit_writes_metadata_last_and_checks_accounting(tmp_path):
         "reason": "missing_mask",
         "detail": "no mask",
     }
-    assert not (tmp_path / "out" / "_tmp").exists()
+    assert (tmp_path / "out" / "train-00000-of-00001.tfrecord").read_bytes() == b"0123456789"
+    assert not (tmp_path / "out" / ".segprep" / "runs" / "run1").exists()
+    manifest = json.loads((tmp_path / "out" / ".segprep" / "manifest.json").read_text())
+    assert manifest["state"] == "committed"
+    assert manifest["files"] == ["metadata.json", "rejects.jsonl", "train-00000-of-00001.tfrecord"]
 
 
 def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):
-    out = normalize_dir(str(tmp_path / "out"))
-    settings = CommitSettings(out, out + "_tmp/", "jpeg", {})
+    out = _staged_run(tmp_path)
+    settings = CommitSettings(out, "run1", "jpeg", {})
     with pytest.raises(Exception, match="refusing to publish") as caught:
         with _pipeline() as p:
             shards = p | "Shards" >> beam.Create([_result("train", 5)])
@@ -166,4 +185,4 @@ def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):
             discovered = p | "Discovered" >> beam.Create([7])
             _ = (shards, rejects, discovered) | CommitOutput(settings)
     assert AccountingError.__name__ in str(caught.value) or "refusing" in str(caught.value)
-    assert not (tmp_path / "out" / "metadata.json").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".segprep"]

@@ -64,6 +64,14 @@ def _bomb_png() -> bytes:
     return encode(Image.new("1", (side, side)), "PNG")
 
 
+def _corrupt_stream(mat: bytes) -> bytes:
+    """A compressed v5 .mat whose zlib stream is damaged halfway."""
+    data = bytearray(mat)
+    middle = 136 + (len(data) - 136) // 2
+    data[middle : middle + 8] = b"\xff" * 8
+    return bytes(data)
+
+
 GOOD_IMAGE = _jpeg(rgb_array(H, W))
 MASK = blob_mask(H, W)
 GOOD_MAT = _mat(mask=MASK)
@@ -157,11 +165,20 @@ CASES: dict[str, tuple] = {
     "mask_mat_v5": (None, GOOD_IMAGE, None, _mat("5", False, mask=MASK), ACCEPT),
     "mask_mat_v7_compressed": (None, GOOD_IMAGE, None, _mat("5", True, mask=MASK), ACCEPT),
     "mask_mat_v73_hdf5": (None, GOOD_IMAGE, None, "v7.3", ACCEPT),
-    "mask_corrupt_zlib": (
+    # A corrupt stream in a variable that is not the mask is never inflated: that file has
+    # no `mask` and no 2-D candidate.
+    "mask_corrupt_zlib_elsewhere": (
         None,
         GOOD_IMAGE,
         None,
         "scipy:corrupted_zlib_data.mat",
+        "mask_variable",
+    ),
+    "mask_corrupt_zlib": (
+        None,
+        GOOD_IMAGE,
+        None,
+        _corrupt_stream(_mat(mask=MASK)),
         "mask_unreadable",
     ),
     "mask_bad_zlib_checksum": (

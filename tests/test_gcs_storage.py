@@ -15,10 +15,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
-from beam_pipeline.job.pipeline import JobConfig
-from beam_pipeline.launch import cloud, launcher, preflight
-from beam_pipeline.runtime import storage
-from segcore.splits import SplitFractions
+from beam_pipeline.launch import cloud, preflight
+from beam_pipeline.runtime import output_protocol, storage
+from segcore.pairing import Layout
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
 
@@ -55,16 +54,20 @@ def test_read_bytes_never_decompresses(gcs):  # noqa: F811
     assert storage.read_bytes(gcs.url("codec/mask.gz")) == packed
 
 
-def test_publish_file_moves_a_local_file_to_its_final_gcs_name(gcs, tmp_path):  # noqa: F811
+def test_upload_and_bounded_read_of_a_gcs_object(gcs, tmp_path):  # noqa: F811
     payload = b"tfrecord bytes " * 50_000  # larger than one upload chunk of the emulator client
     staging = tmp_path / "shard.staging"
     staging.write_bytes(payload)
-    final = gcs.url("publish/train-00000-of-00001.tfrecord")
-    size, digest = storage.publish_file(str(staging), final, gcs.url("publish/_tmp/"))
-    assert (size, digest) == (len(payload), hashlib.sha256(payload).hexdigest())
-    assert not staging.exists()
-    assert gcs.names("publish/") == ["publish/train-00000-of-00001.tfrecord"]
-    assert gcs.read("publish/train-00000-of-00001.tfrecord") == payload
+    staged = gcs.url("publish/.segprep/runs/r1/train-00000-of-00001.tfrecord")
+    storage.upload_file(str(staging), staged)
+    assert gcs.names("publish/") == ["publish/.segprep/runs/r1/train-00000-of-00001.tfrecord"]
+    assert hashlib.sha256(storage.read_bounded(staged, len(payload))).hexdigest() == (
+        hashlib.sha256(payload).hexdigest()
+    )
+    with pytest.raises(storage.TooLargeError):
+        storage.read_bounded(staged, len(payload) - 1)  # refused after limit + 1 bytes
+    with pytest.raises(storage.TooLargeError):
+        storage.read_bounded(staged, 10, listed_size=len(payload))  # refused unread
 
 
 def test_list_has_files_and_delete_tree_stay_inside_their_prefix(gcs):  # noqa: F811
@@ -88,57 +91,68 @@ def test_listing_pairs_keys_in_nested_gcs_folders(gcs):  # noqa: F811
     for name in ("pair/msk/a/1_mask.mat", "pair/msk/2.png", "pair/msk/4_mask.mat"):
         gcs.put(name, b"m")
     with beam.Pipeline(argv=RUNNER_ARGS) as pipeline:
-        listed = pipeline | ListAndPair(gcs.url("pair/img/"), gcs.url("pair/msk/"))
+        layout = Layout(gcs.url("pair/img/"), gcs.url("pair/msk/"))
+        listed = pipeline | ListAndPair(layout)
         keys = listed["pairs"] | "PairKeys" >> beam.Map(lambda pair: pair.key)
         reasons = listed[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(keys, equal_to(["a/1", "2"]), label="pairs")
         assert_that(
             reasons,
             equal_to(
-                [("notes.txt", "unrecognized_file"), ("3", "missing_mask"), ("4", "missing_image")]
+                [
+                    (gcs.url("pair/img/notes.txt"), "unrecognized_file"),
+                    ("3", "missing_mask"),
+                    ("4", "missing_image"),
+                ]
             ),
             label="rejects",
         )
 
 
-def _config(gcs, name: str) -> JobConfig:  # noqa: F811
-    return JobConfig(
-        image_dir=gcs.url(f"{name}/images/"),
-        mask_dir=gcs.url(f"{name}/masks/"),
-        output_dir=gcs.url(f"{name}/out/"),
-        fractions=SplitFractions(0.9, 0.1),
-        num_shards=None,
-        shard_size_mb=1.0,
-        mask_format="jpeg",
-        mask_key=None,
-    )
-
-
 def test_missing_gcs_inputs_are_a_usage_error(gcs):  # noqa: F811
     gcs.put("inputs/images/1.jpg", b"x")
-    config = _config(gcs, "inputs")
+    layout = Layout(gcs.url("inputs/images/"), gcs.url("inputs/masks/"))
     with pytest.raises(UsageError, match=r"--mask_dir gs://segprep-test/inputs/masks/ has no"):
-        preflight.check_inputs(config.image_dir, config.mask_dir, config.mask_key)
+        preflight.check_remote_inputs(layout, ("--image_dir", "--mask_dir"))
 
 
-def test_output_dir_rules_on_gcs(gcs):  # noqa: F811
-    """A finished output needs --overwrite; an unfinished one is cleared; foreign files stay."""
+def test_output_protocol_on_gcs(gcs):  # noqa: F811
+    """A finished output needs --overwrite; an unfinished one is cleaned of what its manifest
+    lists and nothing else; foreign files are never deleted; the lock is exclusive."""
     done = ["done/out/metadata.json", "done/out/train-00000-of-00001.tfrecord"]
-    for name in done:
-        gcs.put(name, b"old")
-    out = gcs.url("done/out/")
+    gcs.put(
+        done[0],
+        b'{"versions": {"segprep": "0.1.0"}, "splits": {"train": {"shards": '
+        b'[{"file": "train-00000-of-00001.tfrecord"}]}}}',
+    )
+    gcs.put(done[1], b"old")
+    state = output_protocol.inspect_output(gcs.url("done/out/"))
+    assert state.finished and set(state.ours) == {"metadata.json", "train-00000-of-00001.tfrecord"}
     with pytest.raises(UsageError, match="--overwrite"):
-        launcher.prepare_output_dir(out, overwrite=False)
-    assert gcs.names("done/") == sorted(done)
-    launcher.prepare_output_dir(out, overwrite=True)
-    assert gcs.names("done/") == []
+        output_protocol.check_output(state, overwrite=False)
+    output_protocol.check_output(state, overwrite=True)
+    assert gcs.names("done/") == sorted(done)  # --overwrite replaces at commit, not before
 
-    gcs.put("half/out/_tmp/train-00000-of-00001.tfrecord.123", b"partial")
-    launcher.prepare_output_dir(gcs.url("half/out/"), overwrite=False)
-    assert gcs.names("half/") == []
+    gcs.put(
+        "half/out/.segprep/manifest.json",
+        b'{"state": "committing", "run_id": "r0", "files": ["train-00000-of-00002.tfrecord"]}',
+    )
+    gcs.put("half/out/train-00000-of-00002.tfrecord", b"partial")
+    gcs.put("half/out/.segprep/runs/r0/train-00001-of-00002.tfrecord", b"staged")
+    gcs.put("half/out/notes.txt", b"mine")
+    half = output_protocol.inspect_output(gcs.url("half/out/"))
+    output_protocol.check_output(half, overwrite=False)  # unfinished: no --overwrite needed
+    output_protocol.clean_unfinished(half)
+    assert gcs.names("half/out/") == ["half/out/.segprep/manifest.json", "half/out/notes.txt"]
 
-    gcs.put("mixed/out/metadata.json", b"old")
-    gcs.put("mixed/out/notes.txt", b"mine")
-    with pytest.raises(UsageError, match="did not write"):
-        launcher.prepare_output_dir(gcs.url("mixed/out/"), overwrite=True)
-    assert gcs.names("mixed/") == ["mixed/out/metadata.json", "mixed/out/notes.txt"]
+    gcs.put("theirs/out/train-00000-of-00003.tfrecord", b"another tool's")
+    theirs = output_protocol.inspect_output(gcs.url("theirs/out/"))
+    with pytest.raises(UsageError, match="segprep did not write"):
+        output_protocol.check_output(theirs, overwrite=True)
+
+    out = gcs.url("locked/out/")
+    with output_protocol.RunLock(out, "first"):
+        assert output_protocol.current_holder(out).run_id == "first"
+        with pytest.raises(UsageError, match="in use by run first"):
+            output_protocol.RunLock(out, "second").__enter__()
+    assert gcs.names("locked/") == []  # released

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beam_pipeline.launch.plan import RunPlan
 
 
-def format_summary(metadata: dict[str, Any]) -> str:
+def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str:
     run = metadata.get("run", {})
     splits = metadata["splits"]
     accepted = sum(split["num_examples"] for split in splits.values())
@@ -29,6 +32,8 @@ def format_summary(metadata: dict[str, Any]) -> str:
             f"  {shards} shards, {run['bytes_written'] / 1e6:.1f} MB written in "
             f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
         )
+    if plan is not None and plan.listing is not None and plan.listing.hidden:
+        lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     return "\n".join(lines)

@@ -1,22 +1,21 @@
-"""The last step: rejects.jsonl, then metadata.json, only once every shard is final."""
+"""The last step: check that every entry is accounted for, then publish the staged run
+(runtime/output_protocol.py: shards and rejects.jsonl to their final names, metadata.json last)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.errors import RejectLimitError
-from beam_pipeline.job.shard_work import ShardResult
-from beam_pipeline.runtime import storage
+from beam_pipeline.job.settings import CommitSettings
+from beam_pipeline.job.shard_work import WrittenShard
+from beam_pipeline.runtime import output_protocol, storage
 from segcore import metadata
-from segcore.naming import METADATA_FILE, REJECTS_FILE
+from segcore.naming import REJECTS_FILE
 from segcore.rejects import Reason, Reject
 
 _VERSIONED_PACKAGES = (
@@ -45,34 +44,25 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def _shard_dict(result: ShardResult) -> dict[str, Any]:
+def _shard_dict(shard: WrittenShard) -> dict[str, Any]:
     return {
-        "split": result.spec.split,
-        "file": result.spec.name,
-        "num_examples": result.num_examples,
-        "bytes": result.bytes,
-        "sha256": result.sha256,
-        "image_shapes": [list(shape) for shape in result.image_shapes],
+        "split": shard.spec.split,
+        "file": shard.spec.name,
+        "num_examples": shard.num_examples,
+        "bytes": shard.bytes,
+        "sha256": shard.sha256,
+        "image_shapes": [list(shape) for shape in shard.image_shapes],
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class CommitSettings:
-    output_dir: str
-    temp_dir: str
-    mask_format: str
-    parameters: Mapping[str, Any]
-    max_reject_fraction: float = 1.0
-    started_at: float | None = None  # epoch seconds when the job was launched
 
 
 def commit(
     _,
-    shards: list[ShardResult],
+    shards: list[WrittenShard],
     rejects: list[Reject],
     discovered: int,
     settings: CommitSettings,
 ) -> dict[str, Any]:
+    """Check the accounting and the reject limit, then publish the staged run."""
     accepted = sum(shard.num_examples for shard in shards)
     keys = [reject.key for reject in rejects]
     if accepted + len(rejects) != discovered or len(set(keys)) != len(keys):
@@ -88,30 +78,29 @@ def commit(
         versions=package_versions(),
     )
     info["num_discovered"] = discovered
+    info["run"] = {"run_id": settings.run_id}
     if settings.started_at is not None:
         wall = max(time.time() - settings.started_at, 1e-6)
         started = datetime.datetime.fromtimestamp(settings.started_at, datetime.UTC)
-        info["run"] = {
-            "started_at": started.isoformat(timespec="seconds"),
-            "wall_seconds": round(wall, 2),
-            "records_per_second": round(accepted / wall, 1),
-            "bytes_written": sum(shard.bytes for shard in shards),
-        }
-    join = FileSystems.join
-    storage.write_bytes_atomically(
-        metadata.rejects_jsonl(rejects), join(settings.output_dir, REJECTS_FILE), settings.temp_dir
-    )
+        info["run"].update(
+            started_at=started.isoformat(timespec="seconds"),
+            wall_seconds=round(wall, 2),
+            records_per_second=round(accepted / wall, 1),
+            bytes_written=sum(shard.bytes for shard in shards),
+        )
+    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    storage.write_bytes_atomically(metadata.rejects_jsonl(rejects), staged + REJECTS_FILE, staged)
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     if discovered and bad / discovered > settings.max_reject_fraction:
         raise RejectLimitError(
             f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
-            f"--max_reject_fraction {settings.max_reject_fraction:g}: see {REJECTS_FILE}; "
-            "nothing was published"
+            f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
+            f"see {staged}{REJECTS_FILE}"
         )
-    storage.write_bytes_atomically(
-        metadata.dumps(info), join(settings.output_dir, METADATA_FILE), settings.temp_dir
-    )
-    storage.delete_tree(settings.temp_dir)
+    names = sorted(shard.spec.name for shard in shards) + [REJECTS_FILE]
+    output_protocol.publish(settings.output_dir, settings.run_id, names, metadata.dumps(info))
+    if settings.release_lock:
+        output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
 
 

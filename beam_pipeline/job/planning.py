@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from beam_pipeline.job.settings import PlanningSettings
 from segcore.pairing import Pair
 from segcore.rejects import Reason, Reject
 from segcore.splits import SplitFractions, SplitSize, assign_shard, plan_num_shards, shard_specs
@@ -53,33 +54,23 @@ class PlanShards(beam.PTransform):
     is still written (empty) and `-of-N` names stay true.
     """
 
-    def __init__(
-        self,
-        fractions: SplitFractions,
-        *,
-        num_shards: int | None,
-        shard_size_mb: float | None,
-        min_total_shards: int = 1,
-    ) -> None:
+    def __init__(self, settings: PlanningSettings) -> None:
         super().__init__()
-        self._fractions = fractions
-        self._num_shards = num_shards
-        self._shard_size_mb = shard_size_mb
-        self._min_total_shards = min_total_shards
+        self._settings = settings
 
     def _plan(self, _, sizes: dict) -> dict[str, int]:
         split_sizes = {split: SplitSize(*value) for split, value in sizes.items()}
         return plan_num_shards(
             split_sizes,
-            num_shards=self._num_shards,
-            shard_size_mb=self._shard_size_mb,
-            min_total_shards=self._min_total_shards,
+            num_shards=self._settings.num_shards,
+            shard_size_mb=self._settings.shard_size_mb,
+            min_total_shards=self._settings.min_total_shards,
         )
 
     def expand(self, pairs):
-        assigned = pairs | "AssignSplit" >> beam.ParDo(_AssignSplit(self._fractions)).with_outputs(
-            REJECTS, main="split"
-        )
+        assigned = pairs | "AssignSplit" >> beam.ParDo(
+            _AssignSplit(self._settings.fractions)
+        ).with_outputs(REJECTS, main="split")
         sizes = (
             assigned.split
             | "EntrySize"

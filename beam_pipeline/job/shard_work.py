@@ -1,43 +1,41 @@
-"""One shard's whole job: read its entries, validate and convert them, write and publish.
+"""One shard's whole job: read its pairs, validate and convert them, write the shard file
+into the run's staging folder.
 
 Plain Python with no Beam runner context, so the same call runs inside a DoFn (Dataflow)
-or in a local writer process (writer_pool.py). Records are written in key order: the same
-inputs always give the same bytes.
+or in a local writer process (runtime/writer_pool.py). Records are written in key order: the
+same inputs always give the same bytes. Nothing here writes under a final name: the commit
+step publishes the staged shards once the whole run has been accounted for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
+import hashlib
 import os
+import tempfile
+import uuid
 from collections.abc import Sequence
 
+from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.launch.progress import Reporter
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
-from segcore.pairing import Pair
+from segcore.pairing import Pair, SourceFile
 from segcore.record import Record, make_record
 from segcore.rejects import Reason, Reject, RejectError
 from segcore.splits import ShardSpec
 
-
-@dataclasses.dataclass(frozen=True)
-class ShardWriterSettings:
-    output_dir: str
-    temp_dir: str
-    mask_format: str = "jpeg"
-    mask_key: str | None = None
-    threads: int = 0  # 0: one per core, or one per process when processes share the cores
-    processes: int = 1  # local writer processes (writer_pool.py); 1: write in the runner
-
-    def decode_threads(self) -> int:
-        if self.threads:
-            return self.threads
-        return 1 if self.processes > 1 else os.cpu_count() or 1
+_CHUNK = 8 << 20
+# Errors of the storage itself, not of one file: the run fails rather than calling data bad.
+_STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardResult:
+class WrittenShard:
+    """A staged shard, as metadata.json will describe it."""
+
     spec: ShardSpec
     num_examples: int
     bytes: int
@@ -46,52 +44,89 @@ class ShardResult:
     transcoded_images: int
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardOutcome:
-    result: ShardResult
-    rejects: tuple[Reject, ...]
-
-
 def write_shard(
     settings: ShardWriterSettings, spec: ShardSpec, pairs: Sequence[Pair]
-) -> ShardOutcome:
-    """Stage the shard locally, then publish it under its final name in one rename."""
+) -> tuple[WrittenShard, tuple[Reject, ...]]:
+    """Write the shard's records in key order into the staging folder; its rejects."""
     import tensorflow as tf  # only a process that writes shards pays for TensorFlow
 
-    final_path = storage.join(settings.output_dir, spec.name)
-    staging = storage.local_staging_path(final_path, settings.temp_dir)
-    progress = Reporter(settings.temp_dir)
+    local = storage.is_local(settings.staging_dir)
+    folder = settings.staging_dir if local else tempfile.gettempdir() + "/"
+    partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
+    progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
     count = transcoded = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
-    with tf.io.TFRecordWriter(staging) as writer:
-        for pair, record in ordered_map(convert, ordered, settings.decode_threads()):
-            progress.add()
-            if isinstance(record, RejectError):
-                reject = Reject(
-                    pair.key, record.reason, record.detail, pair.image.path, pair.mask.path
-                )
-                rejects.append(reject)
-                continue
-            writer.write(record.serialized)
-            count += 1
-            transcoded += record.image_transcoded
-            shapes.add((record.height, record.width))
-    progress.flush()
-    size, digest = storage.publish_file(staging, final_path, settings.temp_dir)
-    result = ShardResult(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
-    return ShardOutcome(result, tuple(rejects))
+    try:
+        with tf.io.TFRecordWriter(partial) as writer:
+            for pair, record in ordered_map(convert, ordered, settings.threads):
+                progress.add()
+                if isinstance(record, RejectError):
+                    rejects.append(
+                        Reject(
+                            pair.key, record.reason, record.detail, pair.image.path, pair.mask.path
+                        )
+                    )
+                    continue
+                writer.write(record.serialized)
+                count += 1
+                transcoded += record.image_transcoded
+                shapes.add((record.height, record.width))
+        progress.flush()
+        size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    shard = WrittenShard(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
+    return shard, tuple(rejects)
+
+
+def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
+    """Give the finished file its staged name; (bytes, sha256).
+
+    A retried shard (Dataflow retries failed work) stages the same bytes under the same name,
+    so a retry never leaves a second copy.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    with open(partial, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    if local:
+        os.replace(partial, staged)
+    else:
+        storage.upload_file(partial, staged)
+    return size, digest.hexdigest()
+
+
+def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
+    """A source file's bytes, or a RejectError saying why it cannot be used."""
+    try:
+        return storage.read_bounded(source.path, limit, source.size)
+    except storage.NotAFileError as error:
+        raise RejectError(Reason.NOT_A_FILE, f"{os.path.basename(source.path)}: {error}") from None
+    except storage.TooLargeError as error:
+        raise RejectError(too_large, f"{os.path.basename(source.path)}: {error}") from None
+    except FileNotFoundError:
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)} vanished after listing"
+        ) from None
+    except OSError as error:
+        if error.errno in _STORAGE_FAILURES:
+            raise
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)}: {error.strerror or error}"
+        ) from None
 
 
 def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | RejectError:
+    limits = settings.limits
     try:
-        image_bytes = storage.read_bytes(pair.image.path)
-        mask_bytes = storage.read_bytes(pair.mask.path)
-    except FileNotFoundError as error:
-        return RejectError(Reason.READ_ERROR, f"file vanished after listing: {error}")
-    try:
+        image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
+        mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
         return make_record(
             pair.key,
             image_bytes,
@@ -99,6 +134,7 @@ def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | Rej
             pair.mask.path,
             mask_format=settings.mask_format,
             mask_key=settings.mask_key,
+            limits=limits,
         )
     except RejectError as error:
         return error

@@ -9,17 +9,19 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline.job.shard_work import ShardOutcome, ShardWriterSettings, write_shard
+from beam_pipeline.job.settings import ShardWriterSettings
+from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
+from segcore.rejects import Reject
 
 REJECTS = "rejects"
 
 
 class _WriteShard(beam.DoFn):
-    """Writes in this process, or (local runs) hands shards to writer processes.
+    """Writes in this process or, on the in-process local runner, in the run's writer pool.
 
-    With writer processes, shards are collected during the bundle and submitted largest
-    first in finish_bundle, so the small ones fill in at the end and no core idles long.
+    With a pool, shards are collected during the bundle and submitted largest first in
+    finish_bundle, so the small ones fill in at the end and no core idles long.
     """
 
     def __init__(self, settings: ShardWriterSettings) -> None:
@@ -28,7 +30,7 @@ class _WriteShard(beam.DoFn):
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
 
     def setup(self) -> None:
-        if self._settings.processes <= 1:
+        if self._settings.pool is None:
             import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
     def start_bundle(self) -> None:
@@ -38,8 +40,8 @@ class _WriteShard(beam.DoFn):
         _, grouped = element
         (spec,) = grouped["spec"]
         pairs = list(grouped["pairs"])
-        if self._settings.processes <= 1:
-            yield from self._emit(write_shard(self._settings, spec, pairs))
+        if self._settings.pool is None:
+            yield from self._emit(*write_shard(self._settings, spec, pairs))
         else:
             self._pending.append((spec, pairs))
 
@@ -50,11 +52,12 @@ class _WriteShard(beam.DoFn):
         self._pending = []
         futures: list[Future] = []
         try:
-            pool = writer_pool.executor(self._settings.processes)
-            for spec, pairs in jobs:
-                futures.append(pool.submit(write_shard, self._settings, spec, pairs))
+            pool = writer_pool.pool_of(self._settings.pool)
+            futures = [
+                pool.submit(write_shard, self._settings, spec, pairs) for spec, pairs in jobs
+            ]
             for future in futures:
-                for output in self._emit(future.result()):
+                for output in self._emit(*future.result()):
                     if isinstance(output, beam.pvalue.TaggedOutput):
                         yield beam.pvalue.TaggedOutput(
                             output.tag, GlobalWindows.windowed_value(output.value)
@@ -62,7 +65,6 @@ class _WriteShard(beam.DoFn):
                     else:
                         yield GlobalWindows.windowed_value(output)
         except BrokenProcessPool as error:
-            writer_pool.discard(self._settings.processes)
             raise RuntimeError(
                 "a shard writer process died: out of memory, or a script that calls "
                 "launcher.run() without an `if __name__ == '__main__':` guard "
@@ -70,20 +72,19 @@ class _WriteShard(beam.DoFn):
             ) from error
         finally:
             # On a failure, shards already running finish before the error goes up: nothing
-            # may still be writing into the output when the caller reruns or cleans it.
+            # may still be writing into the staging folder when the launcher discards it.
             for future in futures:
                 future.cancel()
             wait(futures)
 
-    def _emit(self, outcome: ShardOutcome):
-        result = outcome.result
-        for reject in outcome.rejects:
+    def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...]):
+        for reject in rejects:
             Metrics.counter("segprep", f"rejected_{reject.reason.value}").inc()
             yield beam.pvalue.TaggedOutput(REJECTS, reject)
-        Metrics.counter("segprep", f"accepted_{result.spec.split}").inc(result.num_examples)
+        Metrics.counter("segprep", f"accepted_{shard.spec.split}").inc(shard.num_examples)
         self._shards.inc()
-        self._transcoded.inc(result.transcoded_images)
-        yield result
+        self._transcoded.inc(shard.transcoded_images)
+        yield shard
 
 
 class WriteShards(beam.PTransform):

@@ -2,33 +2,26 @@
 and a description of the job that a dry run or a template would submit.
 
 Kept out of launcher.py so the local path stays short; nothing here contacts a Google service.
+Beam is imported where it is used: the run plan calls these checks before Beam is loaded.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    GoogleCloudOptions,
-    PipelineOptions,
-    SetupOptions,
-    StandardOptions,
-    TestOptions,
-    WorkerOptions,
-)
-from apache_beam.portability import common_urns
-from apache_beam.portability.api import beam_runner_api_pb2
-
 from beam_pipeline.errors import UsageError
-from beam_pipeline.launch.job_monitor import console_url
+from segcore.pairing import Layout
 
 if TYPE_CHECKING:
-    from beam_pipeline.job.pipeline import JobConfig
+    import apache_beam as beam
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    from beam_pipeline.launch.plan import RunPlan
 
 EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 DATAFLOW_RUNNERS = frozenset({"dataflow", "dataflowrunner", "testdataflowrunner"})
@@ -70,9 +63,8 @@ def use_storage_emulator_if_set() -> bool:
     return True
 
 
-def runner_name(options: PipelineOptions) -> str:
+def runner_name(runner: Any) -> str:
     """The runner's class name, however it was given (name, dotted path, class or instance)."""
-    runner = options.view_as(StandardOptions).runner
     if runner is None:
         return ""
     if isinstance(runner, str):
@@ -80,115 +72,112 @@ def runner_name(options: PipelineOptions) -> str:
     return runner.__name__ if isinstance(runner, type) else type(runner).__name__
 
 
-def is_dataflow(options: PipelineOptions) -> bool:
+def is_dataflow(name: str) -> bool:
     """Beam accepts 'dataflow', 'DataflowRunner' and the test variant for the same service."""
-    return runner_name(options).lower() in DATAFLOW_RUNNERS
+    return name.lower() in DATAFLOW_RUNNERS
 
 
-def _check_gcs(flag: str, path: str | None, *, required: bool = True) -> None:
+def storage_client():
+    """A google-cloud-storage client: anonymous against the emulator, else the default one."""
+    from google.cloud import storage
+
+    if emulator_host() is not None:
+        return storage.Client.create_anonymous_client()
+    return storage.Client()
+
+
+def _gcs_problem(flag: str, path: str | None, *, required: bool = True) -> str | None:
     if path is None:
-        if required:
-            raise UsageError(f"DataflowRunner needs {flag} gs://BUCKET/FOLDER")
-        return
+        return f"{flag} gs://BUCKET/FOLDER is missing" if required else None
     if _GCS_PATH.match(path):
-        return
+        return None
     if path.startswith("gs://"):
-        problem = "has an invalid bucket name (3-63 of a-z 0-9 - _ ., no upper case)"
-    elif "://" in path:
-        problem = "is not on Cloud Storage"
-    else:
-        problem = "is a local path"
-    raise UsageError(
-        f"{flag} {path} {problem}: DataflowRunner workers read and write only Cloud Storage, "
-        "use gs://BUCKET/FOLDER"
-    )
+        return f"{flag} {path} has an invalid bucket name (3-63 of a-z 0-9 - _ ., no upper case)"
+    if "://" in path:
+        return f"{flag} {path} is not on Cloud Storage (use gs://BUCKET/FOLDER)"
+    return f"{flag} {path} is a local path (use gs://BUCKET/FOLDER)"
 
 
-def check_dataflow_submission(config: JobConfig, options: PipelineOptions) -> None:
-    """Refuse a Dataflow job that would fail on the workers, before anything is staged.
+def check_dataflow(layout: Layout, output_dir: str, beam: argparse.Namespace) -> None:
+    """Refuse a Dataflow job that would fail on the workers, before anything is staged,
+    listing every problem at once.
 
     Every data path must be on Cloud Storage, the job needs a project, a region and a
     temp_location, and the workers need segprep itself: a custom SDK container
     (--sdk_container_image, see deploy/) or a package built from --setup_file.
     """
-    for flag, path in (
-        ("--image_dir", config.image_dir),
-        ("--mask_dir", config.mask_dir),
-        ("--output_dir", config.output_dir),
-    ):
-        _check_gcs(flag, path)
-    cloud = options.view_as(GoogleCloudOptions)
-    for flag, value in (("--project", cloud.project), ("--region", cloud.region)):
-        if not value:
-            raise UsageError(f"DataflowRunner needs {flag}")
-    _check_gcs("--temp_location", cloud.temp_location)
-    _check_gcs("--staging_location", cloud.staging_location, required=False)
-    setup = options.view_as(SetupOptions)
-    workers = options.view_as(WorkerOptions)
-    image = workers.sdk_container_image or workers.worker_harness_container_image
-    if setup.setup_file and not os.path.isfile(setup.setup_file):
-        raise UsageError(f"--setup_file {setup.setup_file} does not exist")
-    if not (image or setup.setup_file or setup.extra_packages):
-        raise UsageError(
-            "DataflowRunner workers need segprep installed: pass --sdk_container_image IMAGE "
-            "(built by deploy/build_image.sh, recommended) or --setup_file ./setup.py"
+    folders = (
+        [("--data_dir", layout.image_dir)]
+        if layout.one_folder
+        else [("--image_dir", layout.image_dir), ("--mask_dir", layout.mask_dir)]
+    )
+    problems = [_gcs_problem(flag, path) for flag, path in (*folders, ("--output_dir", output_dir))]
+    problems += [
+        f"{flag} is missing" for flag in ("--project", "--region") if not getattr(beam, flag[2:])
+    ]
+    problems.append(_gcs_problem("--temp_location", beam.temp_location))
+    problems.append(_gcs_problem("--staging_location", beam.staging_location, required=False))
+    image = beam.sdk_container_image or beam.worker_harness_container_image
+    if beam.setup_file and not os.path.isfile(beam.setup_file):
+        problems.append(f"--setup_file {beam.setup_file} does not exist")
+    elif not (image or beam.setup_file or beam.extra_packages):
+        problems.append(
+            "the workers need segprep installed: --sdk_container_image IMAGE (built by "
+            "deploy/build_image.sh, recommended) or --setup_file ./setup.py"
         )
+    problems = [problem for problem in problems if problem]
+    if problems:
+        raise UsageError(f"DataflowRunner cannot run this job: {'; '.join(problems)}")
 
 
-def apply_dataflow_defaults(options: PipelineOptions) -> None:
-    """segprep's code lives in installed modules, so the main session is never pickled."""
-    setup = options.view_as(SetupOptions)
-    if setup.save_main_session is None:
-        setup.save_main_session = False
+CREDENTIALS_DEADLINE = 20.0  # seconds; google.auth retries a metadata server that may not exist
 
 
-def prepare_options(config: JobConfig, options: PipelineOptions) -> None:
-    """Called by the launcher before it touches storage or builds the pipeline.
-
-    With an emulator, local workers run as threads of this process so they share its
-    anonymous client: the FnApiRunner's worker processes get no pipeline options and no hook,
-    and each would first spend 15-40 s looking for credentials. For Dataflow, a job that
-    cannot work is refused here, before anything is staged.
-    """
+def check_credentials() -> None:
+    """gs:// needs Application Default Credentials: say so in one line within seconds, instead
+    of Beam's minutes of retries. With a storage emulator, nothing is needed."""
     if use_storage_emulator_if_set():
-        direct = options.view_as(DirectOptions)
-        if direct.direct_running_mode == "multi_processing":
-            direct.direct_running_mode = "multi_threading"
-    if is_dataflow(options):
-        check_dataflow_submission(config, options)
-        apply_dataflow_defaults(options)
+        return
+    outcome: list[BaseException | None] = []
 
+    def look() -> None:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
 
-def submit_only(options: PipelineOptions) -> bool:
-    """True when DataflowRunner.run() only builds, stages or submits: the job runs later.
+        try:
+            google.auth.default()
+            outcome.append(None)
+        except DefaultCredentialsError as error:
+            outcome.append(error)
 
-    A template (--template_location, also how a Flex Template launcher runs segprep), Beam's
-    dry run or --no_wait_until_finish: nothing to wait for, and no metadata.json to read yet.
-    Local runners ignore these options and finish inside run().
-    """
-    return is_dataflow(options) and bool(
-        options.view_as(GoogleCloudOptions).template_location
-        or options.view_as(TestOptions).dry_run
-        or options.view_as(StandardOptions).no_wait_until_finish
+    thread = threading.Thread(target=look, name="segprep-credentials", daemon=True)
+    thread.start()
+    thread.join(CREDENTIALS_DEADLINE)
+    if outcome and outcome[0] is None:
+        return
+    why = "none were found" if outcome else f"none were found within {CREDENTIALS_DEADLINE:g} s"
+    raise UsageError(
+        f"gs:// paths need Google Cloud credentials and {why}: run `gcloud auth "
+        "application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a "
+        "service-account key file"
     )
 
 
-def dry_run(config: JobConfig, options: PipelineOptions) -> dict[str, Any]:
+def dry_run(plan: RunPlan) -> dict[str, Any]:
     """Build the job without running it; for Dataflow through Beam's own dry run.
 
     Beam's dry run goes through the whole Dataflow translation (environment, packaging,
     artifacts) but stages, uploads and submits nothing, so it needs no credentials.
     """
+    import apache_beam as beam
+
     from beam_pipeline.job.pipeline import build_pipeline
 
-    dataflow = is_dataflow(options)
-    if dataflow:
-        options.view_as(TestOptions).dry_run = True  # before Pipeline(): skips bucket look-ups
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config)
-    if dataflow:
+    pipeline = beam.Pipeline(options=plan.pipeline_options())
+    build_pipeline(pipeline, plan.job)
+    if plan.runner.dataflow:
         pipeline.run()
-    return describe_job(pipeline, options, config)
+    return describe_job(pipeline, plan)
 
 
 def _steps(proto: beam_runner_api_pb2.Pipeline) -> list[str]:
@@ -203,6 +192,9 @@ def _steps(proto: beam_runner_api_pb2.Pipeline) -> list[str]:
 
 def _environments(proto: beam_runner_api_pb2.Pipeline) -> tuple[list[str], list[str]]:
     """(container images, staged artifact names) of the job's environments."""
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
     images: list[str] = []
     artifacts: list[str] = []
     for environment in proto.components.environments.values():
@@ -218,22 +210,25 @@ def _environments(proto: beam_runner_api_pb2.Pipeline) -> tuple[list[str], list[
     return sorted(set(images)), artifacts
 
 
-def describe_job(
-    pipeline: beam.Pipeline,
-    options: PipelineOptions,
-    config: JobConfig,
-    *,
-    result: Any = None,
-) -> dict[str, Any]:
+def describe_job(pipeline: beam.Pipeline, plan: RunPlan, *, result: Any = None) -> dict[str, Any]:
     """What was (or would be) submitted: the record printed by --dry_run and after a template."""
-    if options.view_as(TestOptions).dry_run or result is None:
+    from apache_beam.options.pipeline_options import (
+        GoogleCloudOptions,
+        SetupOptions,
+        WorkerOptions,
+    )
+
+    from beam_pipeline.launch.job_monitor import console_url
+
+    options = pipeline.options
+    if plan.dry_run or result is None:
         mode = "dry_run"
-    elif options.view_as(GoogleCloudOptions).template_location:
+    elif plan.runner.template:
         mode = "template"
     else:
         mode = "submitted"
-    description: dict[str, Any] = {"mode": mode, "runner": runner_name(options)}
-    job = getattr(pipeline.runner, "job", None) if is_dataflow(options) else None
+    description: dict[str, Any] = {"mode": mode, "runner": plan.runner.name}
+    job = getattr(pipeline.runner, "job", None) if plan.runner.dataflow else None
     proto = job.proto_pipeline if job is not None else pipeline.to_runner_api()
     if job is not None:
         options = job.options  # as submitted: job name and locations filled in by Beam
@@ -269,7 +264,8 @@ def describe_job(
             description["job_id"] = job_id
             description["console"] = console_url(cloud.project, cloud.region, job_id)
     description["steps"] = _steps(proto)
-    description["parameters"] = config.parameters()
+    description["parameters"] = dict(plan.job.commit.parameters)
+    description["plan"] = plan.describe()
     return description
 
 

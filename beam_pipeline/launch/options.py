@@ -1,75 +1,143 @@
-"""The prepare job's own flags, and the defaults of every subcommand; everything else on a
-`prepare` command line goes to Beam.
+"""segprep's own flags and the defaults of every subcommand, each defined once.
 
-Kept free of Beam, TensorFlow and image-library imports so `segprep --help` answers at once
-and `segprep prepare` loads only what it uses.
+Every value is checked by its type here, as argparse reads it: a NaN, an infinity, a
+negative count or a fraction above 1 is a usage error before anything runs. Beam's flags
+are parsed and checked by Beam's own parser (launch/plan.py).
+
+Kept free of Beam, TensorFlow and image-library imports so `segprep --help` answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 from segcore.features import MASK_FORMATS
 
-DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launcher.pipeline_options
+DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launch/plan.py
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+DEFAULT_TRAIN_SIZE = 0.9
+DEFAULT_VALIDATION_SIZE = 0.1
 DEFAULT_SHARD_SIZE_MB = 100.0
 DEFAULT_THREADS_PER_SHARD = 0  # one per core, or one per writer process
 DEFAULT_WRITER_PROCESSES = 0  # one per core
+DEFAULT_MASK_FORMAT = "jpeg"
 # Half the dataset broken is almost always a wrong folder or flag, not a dirty download.
 DEFAULT_MAX_REJECT_FRACTION = 0.5
-DEFAULT_BROKEN_FRACTION = 0.05  # segprep sample-data
+DEFAULT_SAMPLE_COUNT = 60  # segprep sample-data
+DEFAULT_BROKEN_FRACTION = 0.05
 DEFAULT_INSPECT_OUT = "segprep_inspect.png"
 DEFAULT_INSPECT_COUNT = 16
 DEFAULT_INSPECT_SPLIT = "train"
 
 
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__} number") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def count_or_auto(text: str) -> int:
+    """0 (decided by the machine) or a positive count."""
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (auto) or more, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = _number(text, float)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
+    return value
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where there is one: not on required flags or on switches."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.required or action.default in (None, False, argparse.SUPPRESS):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+BEAM_FLAGS_NOTE = (
+    "Any Apache Beam pipeline option is accepted as well and checked by Beam's own parser, "
+    "e.g. --runner DataflowRunner --project P --region R --temp_location gs://B/tmp "
+    "(see deploy/README.md); an unknown flag is an error naming the closest known one."
+)
+
+
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--image_dir", required=True, help="folder (local or gs://) of KEY.jpg|.jpeg|.png"
+    inputs = parser.add_argument_group("inputs (either --data_dir, or --image_dir and --mask_dir)")
+    inputs.add_argument("--image_dir", help="folder (local or gs://) of KEY.jpg|.jpeg|.png")
+    inputs.add_argument(
+        "--mask_dir", help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
+    )
+    inputs.add_argument(
+        "--data_dir",
+        help="one folder holding both: KEY.jpg|.jpeg|.png beside KEY_mask.mat|.png (or KEY.mat)",
     )
     parser.add_argument(
-        "--mask_dir", required=True, help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
+        "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
     )
-    parser.add_argument("--output_dir", required=True, help="where shards and metadata.json go")
     parser.add_argument(
-        "--train_size", type=float, default=0.9, help="fraction of valid entries for train"
+        "--train_size",
+        type=fraction,
+        default=DEFAULT_TRAIN_SIZE,
+        help="fraction of valid entries for train",
     )
     parser.add_argument(
         "--validation_size",
-        type=float,
-        default=0.1,
+        type=fraction,
+        default=DEFAULT_VALIDATION_SIZE,
         help="fraction of valid entries for validation",
     )
     sizing = parser.add_mutually_exclusive_group()
-    sizing.add_argument(
-        "--num_shards", type=int, default=None, help="total shards, spread over splits"
-    )
+    sizing.add_argument("--num_shards", type=positive_int, help="total shards, spread over splits")
     sizing.add_argument(
         "--shard_size_mb",
-        type=float,
-        default=None,
-        help=f"target input MB per shard (default {DEFAULT_SHARD_SIZE_MB:g} unless --num_shards)",
+        type=positive_float,
+        help=f"target input MB per shard; {DEFAULT_SHARD_SIZE_MB:g} unless --num_shards is given",
     )
     parser.add_argument(
-        "--mask_format", choices=MASK_FORMATS, default="jpeg", help="how masks are stored"
+        "--mask_format",
+        choices=MASK_FORMATS,
+        default=DEFAULT_MASK_FORMAT,
+        help="how masks are stored",
     )
     parser.add_argument(
         "--mask_key",
-        default=None,
-        help="variable name in .mat masks (default: 'mask', else the only 2-D variable)",
+        help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
     )
     parser.add_argument(
         "--threads_per_shard",
-        type=int,
+        type=count_or_auto,
         default=DEFAULT_THREADS_PER_SHARD,
         help="threads that read and decode the entries of one shard, 0 = one per core, or "
-        "one per writer process (decoders release the GIL; remote reads wait on the network); "
-        "records are still written in key order",
+        "one per writer process; records are still written in key order",
     )
     parser.add_argument(
         "--writer_processes",
-        type=int,
+        type=count_or_auto,
         default=DEFAULT_WRITER_PROCESSES,
         help="local runs on local files: processes that write shards side by side, 0 = one "
         "per core, 1 = write in the runner's process (Dataflow and Beam's multi-process "
@@ -77,15 +145,16 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max_reject_fraction",
-        type=float,
+        type=fraction,
         default=DEFAULT_MAX_REJECT_FRACTION,
-        help="above this fraction of bad entries (not counting not_in_split) rejects.jsonl is "
-        "written but metadata.json is not, and the job fails",
+        help="above this fraction of bad entries (not counting not_in_split) nothing is "
+        "published and the job fails; the rejects stay in OUT/.segprep/runs/RUN/",
     )
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier segprep output in --output_dir (never deletes other files)",
+        help="replace an earlier segprep output in --output_dir, or write beside files "
+        "segprep did not write (which are never deleted)",
     )
     parser.add_argument(
         "--no_wait",
@@ -96,6 +165,6 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry_run",
         action="store_true",
-        help="build the job and print what would be submitted (steps, packaging, project, "
-        "region, locations) as JSON; reads, stages and submits nothing",
+        help="plan the run and print it as JSON (for Dataflow: the job Beam would submit, "
+        "steps, packaging, project, region, locations); reads inputs, writes nothing",
     )

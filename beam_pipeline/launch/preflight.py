@@ -2,93 +2,71 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
-
-import scipy.io
-from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
-from segcore.mask_codec import DEFAULT_MASK_KEY
-from segcore.pairing import MASK_SUFFIXES, basename, image_key, mask_key
+from beam_pipeline.runtime.local_listing import LocalListing, list_local
+from segcore.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, basename
 
 
-@dataclasses.dataclass(frozen=True)
-class LocalListing:
-    """Every path under both local input folders, listed once before the job: for these
-    checks and for the progress bar's total (the job lists again, in the pipeline)."""
-
-    image_dir: str
-    mask_dir: str
-    images: list[str]
-    masks: list[str]
-
-
-def list_local_inputs(image_dir: str, mask_dir: str) -> LocalListing | None:
-    """None for gs:// folders: listing a bucket twice is not worth a progress bar."""
-    if not (storage.is_local(image_dir) and storage.is_local(mask_dir)):
-        return None
-    return LocalListing(
-        image_dir, mask_dir, storage.list_dir(image_dir), storage.list_dir(mask_dir)
-    )
-
-
-def check_inputs(
-    image_dir: str,
-    mask_dir: str,
-    requested_mask_key: str | None,
-    listing: LocalListing | None = None,
-) -> None:
-    """Both folders hold files; (local) at least one pair; --mask_key names a variable."""
-    for flag, path, paths in (
-        ("--image_dir", image_dir, listing and listing.images),
-        ("--mask_dir", mask_dir, listing and listing.masks),
-    ):
-        if not (paths if listing else storage.has_files(path)):
-            raise UsageError(
-                f"{flag} {path} has no files: check the path (and that it is a folder)"
-            )
-    if listing is not None:
-        _check_some_pair(listing)
-    if requested_mask_key is not None:
-        _check_mask_key(mask_dir, requested_mask_key)
-
-
-def _keys(root: str, paths: list[str], key_of) -> tuple[set[str], str | None]:
-    keys = {key for key in (key_of(path[len(root) :]) for path in paths) if key is not None}
-    return keys, (basename(paths[0]) if paths else None)
-
-
-def _check_some_pair(listing: LocalListing) -> None:
-    image_dir, mask_dir = listing.image_dir, listing.mask_dir
-    images, image_example = _keys(image_dir, listing.images, image_key)
-    masks, mask_example = _keys(mask_dir, listing.masks, mask_key)
-    if images & masks:
-        return
-    if not images:
+def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str]) -> None:
+    """Local inputs: files exist, and at least one image has its mask."""
+    image_flag, mask_flag = flags
+    if listing.files == 0:
         raise UsageError(
-            f"--image_dir {image_dir} has no .jpg, .jpeg or .png files (e.g. {image_example}): "
-            "check the folder"
+            f"{image_flag} {layout.image_dir}"
+            + ("" if layout.one_folder else f" and {mask_flag} {layout.mask_dir}")
+            + " hold no files: check the paths"
+        )
+    if listing.entries.pairs:
+        return
+    if (
+        not layout.one_folder
+        and list_local(Layout(layout.mask_dir, layout.image_dir)).entries.pairs
+    ):
+        raise UsageError(
+            f"the folders look swapped: {image_flag} {layout.image_dir} holds masks and "
+            f"{mask_flag} {layout.mask_dir} images; pass them the other way round"
+        )
+    if layout.one_folder:
+        suffixes = ", ".join(f"KEY{suffix}" for suffix in ONE_FOLDER_MASK_SUFFIXES)
+        raise UsageError(
+            f"{image_flag} {layout.image_dir}: no image KEY.jpg|.jpeg|.png has a mask beside it "
+            f"named {suffixes}"
         )
     suffixes = ", ".join(f"KEY{suffix}" for suffix in MASK_SUFFIXES)
     raise UsageError(
-        f"no image in --image_dir has a mask in --mask_dir {mask_dir} (e.g. {mask_example}); "
-        f"masks must be named {suffixes} for an image KEY.jpg: check --mask_dir"
+        f"no image in {image_flag} has a mask in {mask_flag} {layout.mask_dir}; masks must be "
+        f"named {suffixes} for an image KEY.jpg: check both folders"
     )
 
 
-def _check_mask_key(mask_dir: str, requested: str) -> None:
+def check_remote_inputs(layout: Layout, flags: tuple[str, str]) -> None:
+    """gs:// inputs: both folders hold something (one cheap listing call each)."""
+    for flag, path in zip(flags, (layout.image_dir, layout.mask_dir), strict=True):
+        if not storage.has_files(path):
+            raise UsageError(f"{flag} {path} has no files: check the path")
+
+
+def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str) -> None:
     """Look inside one .mat mask: a misspelt variable would otherwise reject every entry."""
-    try:
-        found = FileSystems.match([storage.normalize_dir(mask_dir) + "**.mat"], limits=[1])[0]
-    except Exception:  # noqa: BLE001 - BeamIOError: no .mat file, nothing to check
+    import scipy.io
+
+    from segcore.mask_codec import DEFAULT_MASK_KEY
+
+    if listing is not None:
+        paths = [
+            pair.mask.path for pair in listing.entries.pairs if pair.mask.path.endswith(".mat")
+        ]
+        path = paths[0] if paths else None
+    else:
+        path = _first_remote_mat(layout.mask_dir)
+    if path is None:
         return
-    if not found.metadata_list:
-        return
-    path = found.metadata_list[0].path
     try:
-        variables = [name for name, *_ in scipy.io.whosmat(io.BytesIO(storage.read_bytes(path)))]
+        data = storage.read_bounded(path, 64 << 20)
+        variables = [name for name, *_ in scipy.io.whosmat(io.BytesIO(data))]
     except Exception:  # noqa: BLE001 - unreadable or v7.3: the job reports it per entry
         return
     if requested not in variables:
@@ -97,3 +75,13 @@ def _check_mask_key(mask_dir: str, requested: str) -> None:
             f"--mask_key {requested!r} is not a variable of {basename(path)} "
             f"(it has: {', '.join(variables) or 'none'}): pass --mask_key {hint} or leave it out"
         )
+
+
+def _first_remote_mat(mask_dir: str) -> str | None:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        found = FileSystems.match([mask_dir + "**.mat"], limits=[1])[0]
+    except Exception:  # noqa: BLE001 - BeamIOError: no .mat file, nothing to check
+        return None
+    return found.metadata_list[0].path if found.metadata_list else None

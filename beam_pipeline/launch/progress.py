@@ -19,19 +19,15 @@ from typing import TextIO
 from segcore.pairing import image_key, mask_key
 from segcore.splits import SplitFractions
 
-PROGRESS_DIR = "progress"
 _WRITE_INTERVAL = 0.5
 
 
 class Reporter:
     """Worker side: cumulative entries done by this process, written atomically."""
 
-    def __init__(self, temp_dir: str) -> None:
-        self._path = None
-        if "://" not in temp_dir:  # local runs only; a gs:// write per update would cost more
-            directory = os.path.join(temp_dir, PROGRESS_DIR)
-            os.makedirs(directory, exist_ok=True)
-            self._path = os.path.join(directory, uuid.uuid4().hex)
+    def __init__(self, directory: str | None) -> None:
+        """`directory`: a local folder the launcher watches; None when nobody watches."""
+        self._path = os.path.join(directory, uuid.uuid4().hex) if directory else None
         self._done = 0
         self._written_at = 0.0
 
@@ -53,8 +49,7 @@ class Reporter:
         os.replace(temporary, self._path)
 
 
-def entries_done(temp_dir: str) -> int:
-    directory = os.path.join(temp_dir, PROGRESS_DIR)
+def entries_done(directory: str) -> int:
     total = 0
     try:
         names = os.listdir(directory)

@@ -6,10 +6,9 @@ to the OS for local paths: a local writer process (writer_pool.py) never loads B
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import tempfile
+import stat
 import uuid
 from typing import TYPE_CHECKING
 
@@ -57,6 +56,41 @@ def read_bytes(path: str) -> bytes:
         return handle.read()
 
 
+class NotAFileError(OSError):
+    """The path is a FIFO, device, socket or folder: never read (a FIFO would block)."""
+
+
+class TooLargeError(OSError):
+    """The file is larger than the caller's limit: refused before it is read."""
+
+
+def read_bounded(path: str, limit: int, listed_size: int | None = None) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes.
+
+    Local files are opened non-blocking and checked with fstat on the open descriptor, so a
+    FIFO, a link to /dev/zero or a file swapped since the listing is refused, and a sparse
+    6 GB file is refused by its size before a byte is read. Remote objects are checked by
+    their listed size, and read no further than limit + 1 bytes either way.
+    """
+    if not is_local(path):
+        if listed_size is not None and listed_size > limit:
+            raise TooLargeError(f"{listed_size:,} bytes, more than the {limit:,} allowed")
+        with _filesystems().open(path, compression_type=_uncompressed()) as handle:
+            data = handle.read(limit + 1)
+    else:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise NotAFileError("not a regular file (FIFO, device, socket or folder)")
+            if info.st_size > limit:
+                raise TooLargeError(f"{info.st_size:,} bytes, more than the {limit:,} allowed")
+            data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLargeError(f"more than the {limit:,} bytes allowed")
+    return data
+
+
 def write_bytes_atomically(data: bytes, final_path: str, temp_dir: str) -> None:
     """Write under a unique temporary name, then rename: readers never see half a file."""
     filesystems = _filesystems()
@@ -66,43 +100,23 @@ def write_bytes_atomically(data: bytes, final_path: str, temp_dir: str) -> None:
     filesystems.rename([temp_path], [final_path])
 
 
-def local_staging_path(final_path: str, temp_dir: str) -> str:
-    """Where a shard is written first: in the output's temp dir when local, else /tmp."""
-    unique = f"{os.path.basename(final_path)}.{uuid.uuid4().hex}"
-    if is_local(temp_dir):
-        os.makedirs(temp_dir, exist_ok=True)
-        return os.path.join(temp_dir, unique)
-    return os.path.join(tempfile.gettempdir(), unique)
-
-
-def publish_file(staging_path: str, final_path: str, temp_dir: str) -> tuple[int, str]:
-    """Move a finished local file to its final (local or gs://) name; (bytes, sha256).
-
-    A retried task publishes identical bytes under the same name, so the rename is
-    idempotent and a retry never leaves a duplicate.
-    """
-    digest = hashlib.sha256()
-    size = 0
-    if is_local(final_path):
-        with open(staging_path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        os.replace(staging_path, final_path)
-        return size, digest.hexdigest()
-    filesystems = _filesystems()
-    remote_temp = filesystems.join(temp_dir, os.path.basename(staging_path))
+def upload_file(local_path: str, remote_path: str) -> None:
+    """Copy a finished local file to a gs:// object (created whole, or not at all)."""
     with (
-        open(staging_path, "rb") as source,
-        filesystems.create(remote_temp, compression_type=_uncompressed()) as target,
+        open(local_path, "rb") as source,
+        _filesystems().create(remote_path, compression_type=_uncompressed()) as target,
     ):
         while chunk := source.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
             target.write(chunk)
-    os.remove(staging_path)
-    filesystems.rename([remote_temp], [final_path])
-    return size, digest.hexdigest()
+
+
+def rename(sources: list[str], targets: list[str]) -> None:
+    """Rename files within one file system (local: atomic replace; gs://: copy + delete)."""
+    if sources and is_local(sources[0]):
+        for source, target in zip(sources, targets, strict=True):
+            os.replace(source, target)
+    elif sources:
+        _filesystems().rename(sources, targets)
 
 
 def list_dir(path: str) -> list[str]:

@@ -2,24 +2,33 @@
 
 Python threads share one interpreter lock, and converting an entry is Python-heavy (mask
 loading, protobuf building), so threads alone leave part of every extra core idle
-(benchmarks/writer.py). On the in-process runner each shard therefore goes to a process of
-this pool; only a small ShardOutcome comes back, never pixels. Processes are forked from a
-fork server that imports TensorFlow and the record code once; warm_up() starts it early so
-those imports overlap the job's own start-up. Dataflow runs one SDK process per core and
-never uses this pool.
+(benchmarks/writer.py); Beam's own multi-process mode measured slower still (each worker
+imports TensorFlow after start-up). So on the in-process runner each shard goes to a process
+of a pool that belongs to the run: only a small result comes back, never pixels.
+
+Processes are forked from a fork server that imports TensorFlow and the record code once;
+warm_up() starts it early so those imports overlap the job's start-up. The fork server exits
+when the launcher does (multiprocessing closes its lifeline pipe), and every writer watches
+the launcher through a pidfd: however the launcher dies, SIGKILL included, its writers exit
+within a fraction of a second, and they only ever write into the run's staging folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import select
 import signal
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 
 PRELOAD = ("beam_pipeline.runtime.writer_process",)
+_CHECK_SECONDS = 0.2
 
-_executors: dict[int, ProcessPoolExecutor] = {}
+_pools: dict[str, ProcessPoolExecutor] = {}  # run id -> that run's pool
 
 
 def warm_up() -> None:
@@ -35,28 +44,60 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def executor(processes: int) -> ProcessPoolExecutor:
-    """The process-wide pool of that size, reused by every shard and every run."""
-    pool = _executors.get(processes)
-    if pool is None:
-        warm_up()
-        pool = ProcessPoolExecutor(
-            processes,
-            mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_leave_interrupts_to_the_launcher,
-        )
-        _executors[processes] = pool
-    return pool
+@contextlib.contextmanager
+def writer_pool(run_id: str, processes: int) -> Iterator[ProcessPoolExecutor]:
+    """The run's pool of `processes` writers, registered under `run_id` while the run lasts.
+
+    On any failure (Ctrl-C included) the writers are told to exit at once; shards they were
+    writing stay in the staging folder, which the launcher discards.
+    """
+    warm_up()
+    context = multiprocessing.get_context("forkserver")
+    stop = context.Event()
+    pool = ProcessPoolExecutor(
+        processes,
+        mp_context=context,
+        initializer=_watch_launcher,
+        initargs=(os.getpid(), stop),
+    )
+    _pools[run_id] = pool
+    try:
+        yield pool
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        _pools.pop(run_id, None)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _leave_interrupts_to_the_launcher() -> None:
-    """Ctrl-C reaches the whole process group: the launcher reports it in one line, and
-    writers must not each print a KeyboardInterrupt traceback."""
+def pool_of(run_id: str) -> ProcessPoolExecutor:
+    """The pool of a running run; only the launcher's own process has one."""
+    try:
+        return _pools[run_id]
+    except KeyError:
+        raise RuntimeError(
+            f"no writer pool for run {run_id} in this process: writer processes are for "
+            "the in-process local runner only"
+        ) from None
+
+
+def _watch_launcher(launcher_pid: int, stop) -> None:
+    """Runs first in every writer: ignore Ctrl-C (the launcher reports it in one line) and
+    exit as soon as the launcher is gone or the run is cancelled."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        lifeline = os.pidfd_open(launcher_pid)
+    except ProcessLookupError:
+        os._exit(1)  # the launcher died before this writer started
+    threading.Thread(
+        target=_exit_with_the_launcher, args=(lifeline, stop), name="segprep-lifeline", daemon=True
+    ).start()
 
 
-def discard(processes: int) -> None:
-    """Forget a pool whose process died, so the next run starts a fresh one."""
-    pool = _executors.pop(processes, None)
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+def _exit_with_the_launcher(lifeline: int, stop) -> None:
+    # A pidfd turns readable when its process has exited.
+    while not select.select([lifeline], [], [], _CHECK_SECONDS)[0]:
+        if stop.is_set():
+            break
+    os._exit(1)

@@ -1,0 +1,59 @@
+"""One frozen settings object per stage of the job, made once by the run plan.
+
+Kept free of Beam imports: the launcher builds these while a writer pool warms up beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from segcore.limits import DEFAULT_LIMITS, InputLimits
+from segcore.pairing import Entries, Layout
+from segcore.splits import SplitFractions
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanningSettings:
+    """Split fractions and how many shards: exactly one of num_shards and shard_size_mb."""
+
+    fractions: SplitFractions
+    num_shards: int | None = None
+    shard_size_mb: float | None = None
+    min_total_shards: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardWriterSettings:
+    """What writing a shard needs; resolved by the run plan, nothing left to guess here."""
+
+    staging_dir: str  # the run's staging folder (local or gs://), ending in '/'
+    mask_format: str = "jpeg"
+    mask_key: str | None = None
+    threads: int = 1  # threads that read and decode one shard's pairs
+    pool: str | None = None  # key of this run's local writer pool; None: write in this process
+    progress_dir: str | None = None  # local folder for progress count files; None: no progress
+    limits: InputLimits = DEFAULT_LIMITS
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitSettings:
+    output_dir: str
+    run_id: str
+    mask_format: str
+    parameters: Mapping[str, Any]
+    max_reject_fraction: float = 1.0
+    started_at: float | None = None  # epoch seconds when the run was planned
+    release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    """Everything the graph needs, stage by stage."""
+
+    layout: Layout
+    entries: Entries | None  # local folders: listed and paired by the launcher
+    planning: PlanningSettings
+    writing: ShardWriterSettings
+    commit: CommitSettings

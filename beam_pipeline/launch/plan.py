@@ -1,0 +1,378 @@
+"""The run plan: every decision of a `prepare` run, made once, before anything is written.
+
+`make_plan(argv)` parses segprep's flags and Beam's (with Beam's own parser), checks them,
+lists and pairs local inputs, looks at the output folder, and resolves what the machine
+decides (runner kind, writer processes, threads, progress). The dry run prints the plan, the
+real run executes it, and the summary and metadata.json read it: nothing downstream asks a
+question again or changes an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import time
+import uuid
+from typing import Any
+
+from beam_pipeline.errors import UsageError
+from beam_pipeline.job.settings import (
+    CommitSettings,
+    JobSettings,
+    PlanningSettings,
+    ShardWriterSettings,
+)
+from beam_pipeline.launch import cloud, preflight
+from beam_pipeline.launch.options import (
+    BEAM_FLAGS_NOTE,
+    DEFAULT_RUNNER,
+    DEFAULT_SHARD_SIZE_MB,
+    LOCAL_RUNNERS,
+    HelpFormatter,
+    add_prepare_arguments,
+)
+from beam_pipeline.runtime import output_protocol, storage, writer_pool
+from beam_pipeline.runtime.local_listing import LocalListing, list_local
+from segcore.pairing import Layout
+from segcore.splits import SplitFractions
+
+# Every plan has at least MIN_SHARDS shards: a multiple of 1, 2, 4 and 8 writer processes, so
+# small datasets keep every core busy, yet the plan never depends on the machine. Beam's
+# multi-worker local modes ask for SHARDS_PER_LOCAL_WORKER per worker.
+MIN_SHARDS = 8
+SHARDS_PER_LOCAL_WORKER = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerPlan:
+    """Where the job runs, decided from Beam's options once."""
+
+    name: str  # the runner's class name: FnApiRunner, DataflowRunner, ...
+    local: bool  # on this machine
+    in_process: bool  # local, in this process (the FnApiRunner's in-memory mode)
+    workers: int  # local worker processes or threads; 1 in-process or remote
+    dataflow: bool
+    submit_only: bool  # Dataflow: a template, Beam's dry run or --no_wait; the job runs later
+    template: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    run_id: str
+    started_at: float  # epoch seconds, for the run figures in metadata.json
+    beam_args: tuple[str, ...]  # Beam's flags as given, validated by Beam's parser
+    beam_overrides: tuple[tuple[str, Any], ...]  # segprep's choices on top of them
+    runner: RunnerPlan
+    layout: Layout
+    output_dir: str
+    overwrite: bool
+    dry_run: bool
+    listing: LocalListing | None  # local inputs, listed and paired once
+    output: output_protocol.OutputState | None  # None: a dry run on gs:// (touches nothing)
+    writer_processes: int
+    progress: bool
+    job: JobSettings
+
+    def pipeline_options(self):
+        """A fresh PipelineOptions of this plan (Beam mutates the ones it is given)."""
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        return PipelineOptions(list(self.beam_args), **dict(self.beam_overrides))
+
+    @property
+    def discovered(self) -> int | None:
+        """Entries found before the job (local inputs), the summary's first figure."""
+        return self.listing.entries.discovered if self.listing else None
+
+    @property
+    def decided_before_writing(self) -> int:
+        """Entries rejected before any shard work: listing rejects and keys outside both
+        splits. The progress display counts them done from the start."""
+        if self.listing is None:
+            return 0
+        fractions = self.job.planning.fractions
+        left_out = sum(fractions.split_of(pair.key) is None for pair in self.listing.entries.pairs)
+        return len(self.listing.entries.rejects) + left_out
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON-able data: what a dry run prints besides the job's steps."""
+        planning = self.job.planning
+        described: dict[str, Any] = {
+            "run_id": self.run_id,
+            "runner": self.runner.name,
+            "local": self.runner.local,
+            "writer_processes": self.writer_processes,
+            "threads_per_shard": self.job.writing.threads,
+            "min_total_shards": planning.min_total_shards,
+            "progress": self.progress,
+        }
+        if self.listing is not None:
+            entries = self.listing.entries
+            reasons: dict[str, int] = {}
+            for reject in entries.rejects:
+                reasons[reject.reason.value] = reasons.get(reject.reason.value, 0) + 1
+            described["listing"] = {
+                "discovered": entries.discovered,
+                "paired": len(entries.pairs),
+                "rejected_by_listing": dict(sorted(reasons.items())),
+                "hidden_files_ignored": self.listing.hidden,
+            }
+        if self.output is not None:
+            described["output"] = {
+                "finished_output_replaced": self.output.finished,
+                "segprep_files": len(self.output.ours),
+                "other_files_kept": list(self.output.foreign),
+            }
+        return described
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="segprep prepare",
+        description="Run the Beam job: images and masks -> sharded TFRecords.",
+        epilog=BEAM_FLAGS_NOTE,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+    add_prepare_arguments(parser)
+    return parser
+
+
+def make_plan(argv: list[str]) -> RunPlan:
+    """Parse, check and resolve everything; raises UsageError with one line on any mistake."""
+    parser = build_parser()
+    _raise_usage_errors(parser)
+    args, rest = parser.parse_known_args(argv)
+    layout = _layout(args)
+    output_dir = storage.normalize_dir(args.output_dir)
+    if _may_use_writer_pool(args, (layout.image_dir, layout.mask_dir, output_dir)):
+        writer_pool.warm_up()  # before Beam's parser loads Beam: TensorFlow imports beside it
+    beam = _parse_beam_flags(rest, parser)
+    runner = _runner(beam, args)
+    overrides = _beam_overrides(beam, args, runner)
+    paths = (layout.image_dir, layout.mask_dir, output_dir)
+    if runner.dataflow:
+        cloud.check_dataflow(layout, output_dir, beam)
+    elif not runner.local and not all(not storage.is_local(path) for path in paths):
+        raise UsageError(
+            f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
+        )
+    remote_data = any(not storage.is_local(path) for path in paths)
+    if remote_data and not args.dry_run:
+        cloud.check_credentials()
+    try:
+        fractions = SplitFractions(args.train_size, args.validation_size)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+    listing = None
+    if storage.is_local(layout.image_dir) and storage.is_local(layout.mask_dir):
+        if not args.dry_run or os.path.isdir(layout.image_dir):
+            listing = list_local(layout, *_flags(args))
+            preflight.check_listing(layout, listing, _flags(args))
+    elif not args.dry_run:
+        preflight.check_remote_inputs(layout, _flags(args))
+    if args.mask_key is not None and not args.dry_run:
+        preflight.check_mask_key(layout, listing, args.mask_key)
+
+    output = None
+    if storage.is_local(output_dir) or not args.dry_run:
+        output = output_protocol.inspect_output(output_dir)
+        if not args.dry_run or output.ours or output.foreign:
+            output_protocol.check_output(output, overwrite=args.overwrite)
+
+    processes = _writer_processes(args, runner, paths)
+    threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
+    run_id = _run_id()
+    staging = output_protocol.staging_dir(output_dir, run_id)
+    progress = listing is not None and runner.local and storage.is_local(output_dir)
+    shard_size = args.shard_size_mb
+    if args.num_shards is None and shard_size is None:
+        shard_size = DEFAULT_SHARD_SIZE_MB
+    planning = PlanningSettings(
+        fractions,
+        num_shards=args.num_shards,
+        shard_size_mb=shard_size,
+        min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
+    )
+    writing = ShardWriterSettings(
+        staging_dir=staging,
+        mask_format=args.mask_format,
+        mask_key=args.mask_key,
+        threads=threads,
+        pool=run_id if processes > 1 else None,
+        progress_dir=os.path.join(staging, "progress") if progress else None,
+    )
+    started_at = time.time()
+    parameters = {
+        "image_dir": layout.image_dir,
+        "mask_dir": layout.mask_dir,
+        "output_dir": output_dir,
+        "train_size": fractions.train,
+        "validation_size": fractions.validation,
+        "num_shards": args.num_shards,
+        "shard_size_mb": shard_size,
+        "mask_format": args.mask_format,
+        "mask_key": args.mask_key,
+        "max_reject_fraction": args.max_reject_fraction,
+        "threads_per_shard": threads,
+        "writer_processes": processes,
+        "runner": runner.name,
+    }
+    commit = CommitSettings(
+        output_dir,
+        run_id,
+        args.mask_format,
+        parameters,
+        args.max_reject_fraction,
+        started_at,
+        release_lock=not runner.local and not runner.template,
+    )
+    return RunPlan(
+        run_id=run_id,
+        started_at=started_at,
+        beam_args=tuple(rest),
+        beam_overrides=tuple(sorted(overrides.items())),
+        runner=runner,
+        layout=layout,
+        output_dir=output_dir,
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+        listing=listing,
+        output=output,
+        writer_processes=processes,
+        progress=progress,
+        job=JobSettings(layout, listing.entries if listing else None, planning, writing, commit),
+    )
+
+
+def _run_id() -> str:
+    """Sortable by start time, unique across hosts and processes."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+def _flags(args: argparse.Namespace) -> tuple[str, str]:
+    if args.data_dir is not None:
+        return "--data_dir", "--data_dir"
+    return "--image_dir", "--mask_dir"
+
+
+def _raise_usage_errors(parser: argparse.ArgumentParser) -> None:
+    def error(message: str):
+        raise UsageError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+    """Beam's own parser of every pipeline option, through Beam's public extension hook."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    captured: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=captured.append)
+    return captured[0]
+
+
+def _parse_beam_flags(rest: list[str], ours: argparse.ArgumentParser) -> argparse.Namespace:
+    parser = _beam_parser()
+    _raise_usage_errors(parser)
+    known, unknown = parser.parse_known_args(rest)
+    flags = [arg for arg in unknown if arg.startswith("-")]
+    if unknown:
+        if not flags:
+            raise UsageError(f"unexpected argument {unknown[0]!r}: every value follows its --flag")
+        name = flags[0].split("=", 1)[0]
+        options = [o for p in (ours, parser) for a in p._actions for o in a.option_strings]
+        raise UsageError(f"unknown flag {name}{_suggestion(name, options)}")
+    if getattr(known, "no_wait_until_finish", False):
+        raise UsageError("use --no_wait (segprep's name for Beam's --no_wait_until_finish)")
+    return known
+
+
+def _suggestion(name: str, options: list[str]) -> str:
+    underscored = "--" + name.lstrip("-").replace("-", "_")
+    if underscored in options:
+        return f": did you mean {underscored}?"
+    close = difflib.get_close_matches(underscored, [o for o in options if o.startswith("--")], 1)
+    return f": did you mean {close[0]}?" if close else " (segprep prepare --help lists them)"
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    if args.data_dir is not None:
+        if args.image_dir is not None or args.mask_dir is not None:
+            raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")
+        folder = storage.normalize_dir(args.data_dir)
+        return Layout(folder, folder)
+    missing = [flag for flag in ("--image_dir", "--mask_dir") if getattr(args, flag[2:]) is None]
+    if missing:
+        raise UsageError(
+            f"{' and '.join(missing)} required (or --data_dir for images and masks in one folder)"
+        )
+    layout = Layout(storage.normalize_dir(args.image_dir), storage.normalize_dir(args.mask_dir))
+    if not layout.one_folder:
+        for inner, outer, flag in (
+            (layout.mask_dir, layout.image_dir, "--mask_dir"),
+            (layout.image_dir, layout.mask_dir, "--image_dir"),
+        ):
+            if inner.startswith(outer):
+                raise UsageError(
+                    f"{flag} {inner} lies inside the other folder: pass two separate folders, "
+                    "or one folder as --data_dir"
+                )
+    return layout
+
+
+def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
+    name = cloud.runner_name(beam.runner or DEFAULT_RUNNER)
+    dataflow = cloud.is_dataflow(name)
+    local = name in LOCAL_RUNNERS
+    mode = beam.direct_running_mode or "in_memory"
+    if cloud.emulator_host() is not None and mode == "multi_processing":
+        mode = "multi_threading"  # workers must share this process's anonymous client
+    in_process = local and mode == "in_memory"
+    workers = 1 if in_process or not local else beam.direct_num_workers or os.cpu_count() or 1
+    template = bool(beam.template_location)
+    submit_only = dataflow and (template or args.dry_run or args.no_wait)
+    return RunnerPlan(name, local, in_process, workers, dataflow, submit_only, template)
+
+
+def _beam_overrides(
+    beam: argparse.Namespace, args: argparse.Namespace, runner: RunnerPlan
+) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if beam.runner is None:
+        overrides["runner"] = DEFAULT_RUNNER
+    if beam.direct_running_mode == "multi_processing" and cloud.emulator_host() is not None:
+        overrides["direct_running_mode"] = "multi_threading"  # see _runner
+    if runner.dataflow:
+        if beam.save_main_session is None:
+            overrides["save_main_session"] = False  # segprep's code lives in installed modules
+        if args.no_wait:
+            overrides["no_wait_until_finish"] = True
+        if args.dry_run:
+            overrides["dry_run"] = True  # Beam's own dry run: translate, stage nothing
+    return overrides
+
+
+def _may_use_writer_pool(args: argparse.Namespace, paths) -> bool:
+    """A first look, before the runner is known: only decides whether the writers' fork
+    server starts early; _writer_processes decides whether the run uses it."""
+    return (
+        not args.dry_run
+        and args.writer_processes != 1
+        and writer_pool.usable_cores() > 1
+        and all(storage.is_local(path) for path in paths)
+    )
+
+
+def _writer_processes(args: argparse.Namespace, runner: RunnerPlan, paths) -> int:
+    """Writer processes only for the in-process runner on local files and a real run.
+
+    Remote runners and Beam's multi-process mode already run a process per core, and gs://
+    paths are latency-bound (threads hide that) and need this process's credentials.
+    """
+    if args.dry_run or not runner.in_process or not all(storage.is_local(p) for p in paths):
+        return 1
+    return args.writer_processes or writer_pool.usable_cores()

@@ -1,0 +1,469 @@
+"""The output protocol: how a run owns, fills and publishes its output folder.
+
+1. **Lock.** A run holds `.segprep/lock` for its whole life: locally an flock on that file
+   (the kernel drops it when the process dies, however it dies), on gs:// an object created
+   with a generation-match precondition. A second run is refused, naming the first.
+2. **Staging.** Everything a run writes goes under its own `.segprep/runs/<run_id>/`. No file
+   exists under a final name until the commit.
+3. **Commit.** After accounting and the reject limit hold: the manifest (`.segprep/manifest.json`)
+   first lists every final name that may be segprep's (old and new), then the old output's
+   marker goes, the staged files are renamed to their final names, `metadata.json` is written
+   last, and the manifest is rewritten with the new names alone.
+4. **Cleaning.** Only names the manifest (or a finished output's own metadata.json) lists are
+   ever deleted, links are never followed, and a file segprep did not write is never removed:
+   one that would be overwritten stops the run instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import os
+import socket
+import stat
+from collections.abc import Iterable
+
+from beam_pipeline.errors import UsageError
+from beam_pipeline.runtime import storage
+from segcore.naming import (
+    LOCK_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    REJECTS_FILE,
+    RUNS_DIR,
+    SEGPREP_DIR,
+    is_output_name,
+    run_dir,
+)
+
+COMMITTING = "committing"
+COMMITTED = "committed"
+
+
+@dataclasses.dataclass(frozen=True)
+class LockInfo:
+    run_id: str
+    host: str
+    pid: int
+    started_at: str
+    remote: bool = False  # held for a job on a remote runner: released by its commit
+
+    def describe(self) -> str:
+        where = "a remote job launched" if self.remote else f"pid {self.pid}"
+        return f"run {self.run_id} ({where} on {self.host}, since {self.started_at})"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputState:
+    """A read-only look at an output folder, taken when the run is planned."""
+
+    output_dir: str
+    ours: tuple[str, ...]  # final names segprep wrote there (manifest or metadata.json)
+    finished: bool  # a published output: metadata.json, and no commit left half done
+    foreign: tuple[str, ...]  # top-level names segprep did not write
+    holder: LockInfo | None  # a run holding the lock right now
+
+    @property
+    def colliding(self) -> tuple[str, ...]:
+        """Foreign names a run would have to overwrite: never done."""
+        return tuple(name for name in self.foreign if is_output_name(name))
+
+
+def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
+    """What is in `output_dir` and whose it is; nothing is changed.
+
+    `holder=False` skips the lock check: for the run that holds it.
+    """
+    names = _top_level_names(output_dir)
+    manifest = _read_json(storage.join(output_dir, MANIFEST_FILE)) if SEGPREP_DIR in names else None
+    if isinstance(manifest, dict) and isinstance(manifest.get("files"), list):
+        ours = tuple(str(name) for name in manifest["files"])
+        finished = manifest.get("state") == COMMITTED and METADATA_FILE in names
+    else:
+        ours, finished = _legacy_output(output_dir, names)
+    _refuse_links(output_dir, ours)
+    listed = {name.split("/", 1)[0] for name in ours}
+    foreign = tuple(sorted(name for name in names if name != SEGPREP_DIR and name not in listed))
+    running = current_holder(output_dir) if holder and SEGPREP_DIR in names else None
+    return OutputState(output_dir, ours, finished, foreign, running)
+
+
+def check_output(state: OutputState, *, overwrite: bool) -> None:
+    """Refuse, in one line, a run that would mix outputs or touch files that are not ours."""
+    out = state.output_dir
+    if state.holder is not None:
+        raise UsageError(f"--output_dir {out} is in use by {state.holder.describe()}")
+    if state.colliding:
+        raise UsageError(
+            f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write and "
+            "would have to replace: choose a new folder or move it away (segprep never "
+            "deletes files it did not write)"
+        )
+    if state.foreign and not overwrite and not state.ours:
+        raise UsageError(
+            f"--output_dir {out} holds files segprep did not write (e.g. {state.foreign[0]}): "
+            "choose a new folder, or pass --overwrite to write beside them (they are kept)"
+        )
+    if state.finished and not overwrite:
+        raise UsageError(
+            f"--output_dir {out} already holds a finished segprep output: choose a new folder "
+            "or pass --overwrite"
+        )
+
+
+def _top_level_names(output_dir: str) -> set[str]:
+    if storage.is_local(output_dir):
+        path = output_dir.rstrip("/") or "/"
+        if not os.path.lexists(path):
+            return set()
+        if not os.path.isdir(path) or os.path.islink(path.rstrip("/")):
+            raise UsageError(f"--output_dir {output_dir} is not a folder")
+        with os.scandir(path) as scan:
+            names = {item.name for item in scan}
+        segprep = os.path.join(path, SEGPREP_DIR)
+        if SEGPREP_DIR in names and (os.path.islink(segprep) or not os.path.isdir(segprep)):
+            raise UsageError(
+                f"--output_dir {output_dir}: {SEGPREP_DIR} is not segprep's folder (a link or "
+                "a file): choose a new folder"
+            )
+        return names
+    return {path[len(output_dir) :].split("/", 1)[0] for path in storage.list_dir(output_dir)}
+
+
+def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], bool]:
+    """An output of segprep before the manifest: its metadata.json says what it wrote."""
+    if METADATA_FILE not in names:
+        return (), False
+    info = _read_json(storage.join(output_dir, METADATA_FILE))
+    if not (isinstance(info, dict) and "segprep" in (info.get("versions") or {})):
+        return (), False  # someone else's metadata.json: foreign like any other file
+    shards = [
+        shard.get("file")
+        for split in (info.get("splits") or {}).values()
+        for shard in (split.get("shards") or [])
+        if isinstance(shard, dict)
+    ]
+    ours = [name for name in shards if isinstance(name, str) and is_output_name(name)]
+    ours += [name for name in (REJECTS_FILE, METADATA_FILE) if name in names]
+    return tuple(sorted(set(ours))), True
+
+
+def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
+    """segprep writes only regular files: a link under one of its names is someone else's."""
+    if not storage.is_local(output_dir):
+        return
+    for name in names:
+        path = os.path.join(output_dir, name)
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+            raise UsageError(
+                f"--output_dir {output_dir}: {name} is not a file segprep wrote (a link or a "
+                "folder): move it away"
+            )
+
+
+def _read_json(path: str):
+    try:
+        return json.loads(storage.read_bounded(path, 64 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+# --- the lock --------------------------------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid`: tells a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _lock_info(run_id: str, *, remote: bool) -> LockInfo:
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return LockInfo(run_id, socket.gethostname(), os.getpid(), started, remote)
+
+
+def current_holder(output_dir: str) -> LockInfo | None:
+    """The run holding the lock now, or None (no lock, or a stale one from a dead process)."""
+    path = storage.join(output_dir, LOCK_FILE)
+    if storage.is_local(output_dir):
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _parse_lock(os.read(descriptor, 1 << 16)) or LockInfo(
+                    "?", socket.gethostname(), 0, "now"
+                )
+            return None
+        finally:
+            os.close(descriptor)
+    info = _parse_lock(_read_remote_lock(output_dir))
+    if info is None or _is_stale(info):
+        return None
+    return info
+
+
+def _parse_lock(data: bytes | None) -> LockInfo | None:
+    try:
+        fields = json.loads(data or b"")
+        return LockInfo(**{key: fields[key] for key in LockInfo.__dataclass_fields__})
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _is_stale(info: LockInfo) -> bool:
+    """A gs:// lock left by a process of this host that is gone; remote jobs are never stale."""
+    if info.remote or info.host != socket.gethostname():
+        return False
+    return _process_start(info.pid) is None
+
+
+def _read_remote_lock(output_dir: str) -> bytes | None:
+    from google.api_core import exceptions
+
+    try:
+        return _lock_blob(output_dir).download_as_bytes()
+    except exceptions.NotFound:
+        return None
+
+
+class RunLock:
+    """The exclusive lock of one run on its output folder (a context manager)."""
+
+    def __init__(self, output_dir: str, run_id: str, *, remote: bool = False) -> None:
+        self.output_dir = output_dir
+        self.info = _lock_info(run_id, remote=remote)
+        self._descriptor: int | None = None
+        self._generation: int | None = None
+
+    def __enter__(self) -> RunLock:
+        if storage.is_local(self.output_dir):
+            self._acquire_local()
+        else:
+            self._acquire_remote()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def _acquire_local(self) -> None:
+        folder = os.path.join(self.output_dir, SEGPREP_DIR)
+        os.makedirs(folder, exist_ok=True)
+        if os.path.islink(folder):
+            raise UsageError(f"--output_dir {self.output_dir}: {SEGPREP_DIR} is a link")
+        path = os.path.join(self.output_dir, LOCK_FILE)
+        while True:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            descriptor = os.open(path, flags, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _parse_lock(os.read(descriptor, 1 << 16))
+                os.close(descriptor)
+                who = holder.describe() if holder else "another run that is starting"
+                raise UsageError(f"--output_dir {self.output_dir} is in use by {who}") from None
+            # The holder before us may have unlinked the file as we opened it: lock the
+            # file that is at the path now, or try again.
+            try:
+                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(descriptor).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(descriptor)
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, json.dumps(dataclasses.asdict(self.info)).encode())
+        self._descriptor = descriptor
+
+    def _acquire_remote(self) -> None:
+        """Create the lock object only if there is none (generation 0), or replace exactly the
+        stale one that was read: a run that races us gets a failed precondition."""
+        from google.api_core import exceptions
+
+        blob = _lock_blob(self.output_dir)
+        expected = 0
+        with contextlib.suppress(exceptions.NotFound):
+            blob.reload()
+            holder = _parse_lock(blob.download_as_bytes(if_generation_match=blob.generation))
+            if holder is not None and not _is_stale(holder):
+                raise UsageError(f"--output_dir {self.output_dir} is in use by {holder.describe()}")
+            expected = blob.generation
+        try:
+            blob.upload_from_string(
+                json.dumps(dataclasses.asdict(self.info)), if_generation_match=expected
+            )
+        except exceptions.PreconditionFailed:
+            holder = current_holder(self.output_dir)
+            who = holder.describe() if holder else "another run that is starting"
+            raise UsageError(f"--output_dir {self.output_dir} is in use by {who}") from None
+        blob.reload()
+        self._generation = blob.generation
+
+    @property
+    def generation(self) -> int | None:
+        """The gs:// lock object's generation: a remote job's commit releases exactly it."""
+        return self._generation
+
+    def detach(self) -> None:
+        """Leave the lock in place for a remote job whose commit releases it."""
+        self._generation = None
+
+    def release(self) -> None:
+        if self._descriptor is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.output_dir, LOCK_FILE))
+            os.close(self._descriptor)  # unlocks
+            self._descriptor = None
+        elif self._generation is not None:
+            release_remote_lock(self.output_dir, self._generation)
+            self._generation = None
+
+
+def _lock_blob(output_dir: str):
+    from apache_beam.io.gcp import gcsio
+
+    from beam_pipeline.launch import cloud
+
+    bucket, name = gcsio.parse_gcs_path(storage.join(output_dir, LOCK_FILE))
+    return cloud.storage_client().bucket(bucket).blob(name)
+
+
+def release_remote_lock(output_dir: str, generation: int) -> None:
+    """Delete the gs:// lock if it is still the one with `generation`."""
+    from google.api_core import exceptions
+
+    with contextlib.suppress(exceptions.NotFound, exceptions.PreconditionFailed):
+        _lock_blob(output_dir).delete(if_generation_match=generation)
+
+
+def release_lock_of(output_dir: str, run_id: str) -> None:
+    """A remote job's commit ends its run: delete the gs:// lock if this run still holds it."""
+    from google.api_core import exceptions
+
+    blob = _lock_blob(output_dir)
+    try:
+        blob.reload()
+        holder = _parse_lock(blob.download_as_bytes(if_generation_match=blob.generation))
+    except exceptions.NotFound:
+        return
+    if holder is not None and holder.run_id == run_id:
+        release_remote_lock(output_dir, blob.generation)
+
+
+# --- staging, cleaning, commit -----------------------------------------------------------
+
+
+def staging_dir(output_dir: str, run_id: str) -> str:
+    """This run's staging folder, ending in '/'."""
+    return storage.join(output_dir, run_dir(run_id)) + "/"
+
+
+def make_staging_dir(output_dir: str, run_id: str) -> str:
+    """Create this run's staging folder (local; gs:// has no folders); its path."""
+    staged = staging_dir(output_dir, run_id)
+    if storage.is_local(output_dir):
+        os.makedirs(staged, exist_ok=True)
+    return staged
+
+
+def clean_unfinished(state: OutputState) -> None:
+    """Before a run: remove an unfinished earlier output and earlier runs' staging folders.
+
+    Called with the lock held. A finished output stays until this run's commit replaces it.
+    """
+    out = state.output_dir
+    if state.ours and not state.finished:
+        _delete(out, state.ours)
+        _write_manifest(out, COMMITTED, "", ())
+    runs = storage.join(out, RUNS_DIR)
+    if storage.is_local(out):
+        if os.path.isdir(runs) and not os.path.islink(runs):
+            for item in os.listdir(runs):
+                _remove_local_tree(os.path.join(runs, item))
+    else:
+        storage.delete_tree(runs + "/")
+
+
+def _remove_local_tree(path: str) -> None:
+    """shutil.rmtree never follows links inside the tree; a link itself is just unlinked."""
+    import shutil
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path)
+
+
+def discard_staged(output_dir: str, run_id: str, *, keep: Iterable[str] = (REJECTS_FILE,)) -> None:
+    """After a failed run: drop its staged files, keeping what explains the failure."""
+    staged = staging_dir(output_dir, run_id)
+    kept = set(keep)
+    if storage.is_local(output_dir):
+        if not os.path.isdir(staged):
+            return
+        for name in os.listdir(staged):
+            if name not in kept:
+                _remove_local_tree(os.path.join(staged, name))
+        return
+    storage.delete_paths(
+        [path for path in storage.list_dir(staged) if path[len(staged) :] not in kept]
+    )
+
+
+def _delete(output_dir: str, names: Iterable[str]) -> None:
+    for name in names:
+        path = storage.join(output_dir, name)
+        if storage.is_local(output_dir):
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    os.unlink(path)
+        else:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - absent already
+                storage.delete_paths([path])
+
+
+def _write_manifest(output_dir: str, state: str, run_id: str, files: Iterable[str]) -> None:
+    body = {"state": state, "run_id": run_id, "files": sorted(set(files))}
+    temp_dir = storage.join(output_dir, SEGPREP_DIR)
+    storage.write_bytes_atomically(
+        json.dumps(body, indent=1).encode(), storage.join(output_dir, MANIFEST_FILE), temp_dir
+    )
+
+
+def publish(output_dir: str, run_id: str, staged: list[str], metadata: bytes) -> None:
+    """Move a run's staged files to their final names; metadata.json last.
+
+    `staged` are names under the run's staging folder, which become the same names under
+    `output_dir`. A crash anywhere in here leaves a manifest in state `committing` that lists
+    every name that may be segprep's, which the next run cleans.
+    """
+    previous = inspect_output(output_dir)
+    final = [*staged, METADATA_FILE]
+    colliding = [name for name in final if name in previous.foreign]
+    if colliding:
+        raise UsageError(
+            f"{output_dir}{colliding[0]} appeared during the run and segprep did not write it: "
+            "nothing was published"
+        )
+    _write_manifest(output_dir, COMMITTING, run_id, [*previous.ours, *final])
+    _delete(output_dir, [METADATA_FILE])  # readers refuse the folder from here on
+    _delete(output_dir, [name for name in previous.ours if name not in final])
+    source = staging_dir(output_dir, run_id)
+    storage.rename(
+        [source + name for name in staged], [storage.join(output_dir, n) for n in staged]
+    )
+    storage.write_bytes_atomically(metadata, storage.join(output_dir, METADATA_FILE), source)
+    _write_manifest(output_dir, COMMITTED, run_id, final)
+    if storage.is_local(output_dir):
+        _remove_local_tree(source.rstrip("/"))
+    else:
+        storage.delete_tree(source)

@@ -1,0 +1,24 @@
+"""Caps on what one entry may cost, checked before the bytes or pixels are allocated.
+
+A hostile or broken file (a sparse 6 GB `.jpg`, a 2 KB HDF5 mask that declares 60000x60000,
+a zlib bomb) must become a reject with a reason, never gigabytes in a writer process. The
+defaults leave room for 8x the 800x600 portraits and 4K frames; peak memory per writer stays
+well under a few hundred MB with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class InputLimits:
+    image_bytes: int = 64 * MB  # file size of one image
+    mask_bytes: int = 64 * MB  # file size of one mask
+    pixels: int = 40_000_000  # width x height of an image or a mask (decompression bombs)
+    mask_array_bytes: int = 160 * MB  # a decoded mask array (40 Mpx of float32)
+
+
+DEFAULT_LIMITS = InputLimits()
