@@ -99,7 +99,7 @@ else
 fi
 [[ -n "$SERVICE_ACCOUNT" ]] && command+=(--service_account_email "$SERVICE_ACCOUNT")
 [[ "$DRY_RUN" == 1 ]] && command+=(--dry_run)
-[[ "$WAIT" == 1 ]] || command+=(--no_wait_until_finish)
+[[ "$WAIT" == 1 ]] || command+=(--no_wait)
 command+=("${EXTRA[@]+"${EXTRA[@]}"}")
 printf '+ ' >&2; printf '%q ' "${command[@]}" >&2; printf '\n' >&2
 exec "${command[@]}"

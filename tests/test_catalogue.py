@@ -311,7 +311,8 @@ def test_case_outcome(catalogue, key):
 
 def test_invariant_every_key_exactly_once(catalogue):
     expected = {key for key, case in CASES.items() if not _scipy_file_missing(case[3])}
-    expected.add("Thumbs.db")  # an unrecognized file is reported, not dropped
+    thumbs = str(catalogue["images"] / "Thumbs.db")
+    expected.add(thumbs)  # an unrecognized file is reported under its full path, not dropped
     accepted, rejected = set(catalogue["records"]), set(catalogue["rejects"])
     assert not accepted & rejected
     assert accepted | rejected == expected
@@ -319,7 +320,7 @@ def test_invariant_every_key_exactly_once(catalogue):
     assert metadata["num_discovered"] == len(expected)
     assert metadata["num_rejected"]["total"] == len(rejected)
     assert all(entry["reason"] and entry["detail"] for entry in catalogue["rejects"].values())
-    assert catalogue["rejects"]["Thumbs.db"]["reason"] == "unrecognized_file"
+    assert catalogue["rejects"][thumbs]["reason"] == "unrecognized_file"
 
 
 def test_valid_rgb_jpeg_passes_through_and_png_named_jpg_is_transcoded(catalogue):
@@ -355,7 +356,11 @@ def test_reject_limit_publishes_nothing(catalogue, tmp_path, capsys):
         + ["--output_dir", str(out), *RUNNER_ARGS]
     )
     assert code == 1
-    assert "--max_reject_fraction 0.5" in capsys.readouterr().err
-    assert not (out / "metadata.json").exists()
-    lines = (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    err = capsys.readouterr().err
+    assert "--max_reject_fraction 0.5" in err and "nothing was published" in err
+    assert sorted(path.name for path in out.iterdir()) == [".segprep"]  # no final name at all
+    (staged,) = (out / ".segprep" / "runs").glob("*/rejects.jsonl")  # kept for inspection
+    assert str(staged) in err
+    lines = staged.read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(catalogue["rejects"])
+    assert not list((out / ".segprep").rglob("*.tfrecord*"))

@@ -32,7 +32,19 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
     [
         (["--train_size", "0.8", "--validation_size", "0.3"], "at most 1"),
         (["--train_size", "-0.1"], "between 0 and 1"),
-        (["--num_shards", "0"], "--num_shards must be at least 1"),
+        (["--num_shards", "0"], "--num_shards: must be at least 1"),
+        (["--shard_size_mb", "nan"], "--shard_size_mb: 'nan' is not a finite number"),
+        (["--shard_size_mb", "inf"], "--shard_size_mb: 'inf' is not a finite number"),
+        (["--max_reject_fraction", "1.5"], "--max_reject_fraction: must be a fraction"),
+        (["--writer_processes", "-1"], "--writer_processes: must be 0 (auto) or more"),
+        (["--mask_fromat", "png"], "unknown flag --mask_fromat: did you mean --mask_format?"),
+        (["--num_shrads", "4"], "unknown flag --num_shrads: did you mean --num_shards?"),
+        (["--runer", "DataflowRunner"], "unknown flag --runer: did you mean --runner?"),
+        (["--train-size", "0.5"], "unknown flag --train-size: did you mean --train_size?"),
+        (["--max-workers", "3"], "unknown flag --max-workers: did you mean --max_num_workers?"),
+        (["--direct_num_workers", "two"], "--direct_num_workers: invalid int value"),
+        (["--no_wait_until_finish"], "use --no_wait"),
+        (["stray"], "unexpected argument 'stray'"),
     ],
 )
 def test_bad_flags_end_in_one_line_and_exit_2(sample_dataset, tmp_path, capsys, extra, message):
@@ -55,7 +67,7 @@ def test_wrong_mask_folder_is_a_usage_error(sample_dataset, tmp_path, capsys):
     args[args.index("--mask_dir") + 1] = str(sample_dataset.image_dir)  # images twice
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "no image in --image_dir has a mask" in err and "KEY_mask.mat" in err
+    assert "no image KEY.jpg|.jpeg|.png has a mask beside it" in err and "KEY_mask.mat" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # refused before anything ran
 
@@ -79,9 +91,12 @@ def test_output_dir_is_never_mixed(sample_dataset, prepared, tmp_path, capsys):
     listed = {s["file"] for split in metadata["splits"].values() for s in split["shards"]}
     assert {p.name for p in out.glob("*.tfrecord")} == listed
     (out / "my_notes.txt").write_text("not segprep's")
-    assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 2
-    assert "did not write" in capsys.readouterr().err
-    assert (out / "my_notes.txt").exists() and (out / "metadata.json").exists()
+    assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 0  # written beside it
+    assert (out / "my_notes.txt").read_text() == "not segprep's"
+    (out / "train-00000-of-00003.tfrecord").write_text("another tool's shard")
+    assert main(_prepare_args(sample_dataset, out, "--overwrite")) == 2  # would replace it
+    assert "train-00000-of-00003.tfrecord, which segprep did not write" in capsys.readouterr().err
+    assert (out / "train-00000-of-00003.tfrecord").read_text() == "another tool's shard"
 
 
 def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
@@ -95,7 +110,7 @@ def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["sample-data", "prepare", "verify", "inspect"])
-def test_help_lists_every_option_with_its_default(command, capsys):
+def test_help_lists_every_option_once_with_its_default(command, capsys):
     from beam_pipeline.cli import build_parser
 
     parser = build_parser()
@@ -104,13 +119,38 @@ def test_help_lists_every_option_with_its_default(command, capsys):
         main([command, "--help"])
     assert done.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in out and "(default: False)" not in out
     for action in subparser._actions:
-        if action.option_strings and action.dest != "help":
-            assert action.option_strings[-1] in out, action.dest
-            assert action.help, action.dest
-    assert out.count("(default:") >= sum(
-        1 for a in subparser._actions if a.option_strings and a.dest != "help"
-    )
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = action.option_strings[-1]
+        assert flag in out and action.help, action.dest
+        default = action.default not in (None, False) and not action.required
+        assert (f"(default: {action.default})" in out) is default or "%" in action.help, flag
+        assert action.help.count("default") <= 1, f"{flag} states its default twice"
+    if command == "prepare":
+        assert "Apache Beam pipeline option" in out and "--runner" in out
+
+
+def test_bare_segprep_prints_the_help_and_exits_2(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage: segprep" in err and "prepare" in err and "sample-data" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sample-data", "x", "--broken_fraction", "2"], "--broken_fraction: must be a fraction"),
+        (["sample-data", "x", "--count", "0"], "--count: must be at least 1"),
+        (["verify"], "the following arguments are required: dir"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
+def test_every_subcommand_argument_error_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
 
 
 def test_version(capsys):

@@ -176,7 +176,7 @@ def test_submit_script_dry_run_builds_the_job(gcs, packaging):  # noqa: F811
     )
     assert completed.returncode == 0, completed.stderr
     assert "--runner DataflowRunner" in completed.stderr  # the command is echoed first
-    assert "--no_wait_until_finish" in completed.stderr  # submit, print the job id, return
+    assert "--no_wait" in completed.stderr.split()  # submit, print the job id, return
     job = json.loads(completed.stdout)
     assert job["mode"] == "dry_run" and job["job_name"].startswith("segprep-")
     assert job["temp_location"].startswith(gcs.url("tmp/"))
@@ -190,7 +190,7 @@ def test_submit_script_dry_run_builds_the_job(gcs, packaging):  # noqa: F811
         assert job["packaging"] == {"sdk_container_image": IMAGE}
     else:
         assert job["packaging"] == {"setup_file": str(REPO / "setup.py")}
-    assert "ListAndPair" in job["steps"] and "Commit" in job["steps"]
+    assert "DiscoverEntries" in job["steps"] and "Commit" in job["steps"]
 
 
 def test_submit_script_refuses_to_guess_packaging():

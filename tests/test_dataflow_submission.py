@@ -24,7 +24,7 @@ from tests.gcs_server import gcs  # noqa: F401 - the fixture
 REPO = Path(__file__).resolve().parents[1]
 SETUP_FILE = str(REPO / "setup.py")
 IMAGE = "europe-west1-docker.pkg.dev/segprep-demo/segprep/segprep:0.1.0"
-STAGES = ["ListAndPair", "PlanShards", "WriteShards", "Commit"]
+STAGES = ["DiscoverEntries", "PlanShards", "WriteShards", "Commit"]
 DATAFLOW = ["--runner", "DataflowRunner", "--project", "segprep-demo", "--region", "europe-west1"]
 
 
@@ -55,10 +55,10 @@ def _in_order(names: list[str], wanted: list[str]) -> bool:
         ),
         ({"--output_dir": "gs://B/out"}, "--output_dir gs://B/out/ has an invalid bucket"),
         ({"--temp_location": "/tmp/beam"}, "--temp_location /tmp/beam is a local path"),
-        ({"--temp_location": None}, "DataflowRunner needs --temp_location"),
+        ({"--temp_location": None}, "--temp_location gs://BUCKET/FOLDER is missing"),
         ({"--staging_location": "staging"}, "--staging_location staging is a local path"),
-        ({"--project": None}, "DataflowRunner needs --project"),
-        ({"--region": None}, "DataflowRunner needs --region"),
+        ({"--project": None}, "--project is missing"),
+        ({"--region": None}, "--region is missing"),
         ({"--sdk_container_image": None}, "workers need segprep installed"),
         (
             {"--sdk_container_image": None, "--setup_file": "/nowhere/setup.py"},
@@ -90,6 +90,25 @@ def test_unusable_dataflow_jobs_are_refused_before_anything_is_staged(
         launcher.run(argv)
     assert gcs.names() == before
     assert not (tmp_path / "job.json").exists()
+
+
+def test_every_dataflow_problem_is_named_in_one_message(gcs, tmp_path):  # noqa: F811
+    """Four runs to learn four missing options is three too many."""
+    argv = [*_paths("gs://MY-DATA"), "--runner", "DataflowRunner", "--dry_run"]
+    with pytest.raises(UsageError) as caught:
+        launcher.run(argv)
+    message = str(caught.value)
+    for problem in (
+        "--image_dir gs://MY-DATA/raw/images/ has an invalid bucket name",
+        "--output_dir gs://MY-DATA/out/ has an invalid bucket name",
+        "--project is missing",
+        "--region is missing",
+        "--temp_location gs://BUCKET/FOLDER is missing",
+        "the workers need segprep installed",
+    ):
+        assert problem in message
+    assert len(message.splitlines()) == 1
+    assert "use gs://BUCKET/FOLDER" not in message  # the paths already are gs://
 
 
 def test_dry_run_builds_the_dataflow_job_without_touching_storage(gcs):  # noqa: F811

@@ -19,7 +19,7 @@ import pytest
 import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
-from segcore.naming import METADATA_FILE, REJECTS_FILE, parse_shard_name
+from segcore.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
 
@@ -62,8 +62,12 @@ def test_output_is_published_in_the_bucket_and_nothing_else(gcs, job):  # noqa: 
     files = [name.removeprefix("prepared/") for name in names]
     shards = [name for name in files if parse_shard_name(name)]
     assert shards, files
-    # No temporary object is left behind: only shards and the two reports.
-    assert sorted(files) == sorted([*shards, METADATA_FILE, REJECTS_FILE])
+    # No staged or temporary object is left behind: shards, the two reports, the manifest;
+    # the run's lock is released.
+    assert sorted(files) == sorted([*shards, METADATA_FILE, REJECTS_FILE, MANIFEST_FILE])
+    manifest = json.loads(gcs.read(f"prepared/{MANIFEST_FILE}"))
+    assert manifest["state"] == "committed"
+    assert sorted(manifest["files"]) == sorted([*shards, METADATA_FILE, REJECTS_FILE])
     metadata = json.loads(gcs.read(f"prepared/{METADATA_FILE}"))
     assert metadata == job.metadata
     listed = {shard["file"] for split in metadata["splits"].values() for shard in split["shards"]}

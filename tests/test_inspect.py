@@ -138,7 +138,7 @@ def test_out_inside_dataset_is_refused(prepared, capsys):
     "args, message",
     [
         (["--split", "test"], "not in"),
-        (["--count", "0"], "--count must be at least 1"),
+        (["--count", "0"], "--count: must be at least 1"),
     ],
 )
 def test_usage_errors(prepared, tmp_path, capsys, args, message):

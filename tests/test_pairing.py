@@ -1,4 +1,15 @@
-from segcore.pairing import Pair, SourceFile, image_key, mask_key, resolve_pair
+from segcore.pairing import (
+    Layout,
+    Pair,
+    Role,
+    SourceFile,
+    image_key,
+    is_hidden,
+    mask_key,
+    pair_files,
+    resolve_pair,
+    unrecognized,
+)
 from segcore.rejects import Reason, Reject
 
 
@@ -7,8 +18,40 @@ def test_image_keys():
     assert image_key("a/00001.JPEG") == "a/00001"
     assert image_key("x y ü.png") == "x y ü"
     assert image_key("notes.txt") is None
-    assert image_key(".DS_Store") is None
-    assert image_key("._00001.jpg") is None
+
+
+def test_hidden_files_and_folders_are_never_data():
+    for path in (".DS_Store", "._00001.jpg", ".git/x.jpg", "a/.cache/1.png"):
+        assert is_hidden(path)
+    for path in ("00001.jpg", "a/b.c/1.png", "x..jpg"):
+        assert not is_hidden(path)
+
+
+def test_one_folder_layout_tells_masks_by_their_suffix():
+    layout = Layout("/d/", "/d/")
+    assert layout.one_folder
+    assert layout.classify("00001.jpg", None) == (Role.IMAGE, "00001")
+    assert layout.classify("00001_mask.png", None) == (Role.MASK, "00001")
+    assert layout.classify("00001_mask.mat", None) == (Role.MASK, "00001")
+    assert layout.classify("00001.mat", None) == (Role.MASK, "00001")
+    assert layout.classify("00001.png", None) == (Role.IMAGE, "00001")  # a PNG is an image here
+    assert layout.classify("notes.txt", None) is None
+
+
+def test_unrecognized_files_are_keyed_by_full_path_never_colliding_with_entries():
+    files = [
+        (Role.IMAGE, "00105", SourceFile("/d/i/00105.jpg", 5)),
+        (Role.MASK, "00105", SourceFile("/d/m/00105.mat", 5)),
+    ]
+    entries = pair_files(files, [unrecognized("/d/i/00105", Role.IMAGE)])
+    assert [pair.key for pair in entries.pairs] == ["00105"]
+    assert [reject.key for reject in entries.rejects] == ["/d/i/00105"]
+    assert entries.discovered == 2
+
+
+def test_a_fifo_or_device_under_a_data_name_is_rejected_as_not_a_file():
+    odd = resolve_pair("k", [SourceFile("/d/k.jpg", 0, regular=False)], [_file("k.mat")])
+    assert odd.reason == Reason.NOT_A_FILE and "k.jpg" in odd.detail
 
 
 def test_mask_keys_strip_the_longest_known_suffix():

@@ -5,12 +5,11 @@ from __future__ import annotations
 import io
 import time
 
-from beam_pipeline.launch import preflight, progress
-from segcore.splits import SplitFractions
+from beam_pipeline.launch import progress
 
 
 def test_reporter_counts_are_summed_across_processes(tmp_path):
-    temp = str(tmp_path / "_tmp")
+    temp = str(tmp_path)
     first, second = progress.Reporter(temp), progress.Reporter(temp)
     for _ in range(7):
         first.add()
@@ -21,25 +20,13 @@ def test_reporter_counts_are_summed_across_processes(tmp_path):
     assert progress.entries_done(str(tmp_path / "missing")) == 0
 
 
-def test_expected_entries_counts_pairs_in_a_split(sample_dataset):
-    listing = preflight.list_local_inputs(
-        str(sample_dataset.image_dir) + "/", str(sample_dataset.mask_dir) + "/"
-    )
-    folders = (listing.image_dir, listing.images, listing.mask_dir, listing.masks)
-    everything = progress.expected_entries(*folders, SplitFractions(0.9, 0.1))
-    # 60 keys, minus one image without mask and one mask without image.
-    assert everything == 58
-    half = progress.expected_entries(*folders, SplitFractions(0.5, 0.0))
-    assert 15 < half < 45
-
-
 def test_format_progress_and_bar():
     assert progress.format_progress(50, 200, 2.0) == "50/200 entries  25%  25/s  ETA 6 s"
     assert progress.progress_bar(50, 200, width=8) == "[##      ]"
 
 
 def test_monitor_writes_log_lines_when_not_a_terminal(tmp_path):
-    temp = str(tmp_path / "_tmp")
+    temp = str(tmp_path)
     reporter = progress.Reporter(temp)
     stream = io.StringIO()
     with progress.Monitor(lambda: progress.entries_done(temp), 10, stream, interval=0.05):

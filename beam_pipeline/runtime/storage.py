@@ -75,8 +75,13 @@ def read_bounded(path: str, limit: int, listed_size: int | None = None) -> bytes
     if not is_local(path):
         if listed_size is not None and listed_size > limit:
             raise TooLargeError(f"{listed_size:,} bytes, more than the {limit:,} allowed")
-        with _filesystems().open(path, compression_type=_uncompressed()) as handle:
-            data = handle.read(limit + 1)
+        try:
+            with _filesystems().open(path, compression_type=_uncompressed()) as handle:
+                data = handle.read(limit + 1)
+        except Exception as error:
+            if _is_not_found(error):
+                raise FileNotFoundError(path) from error
+            raise
     else:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         with os.fdopen(descriptor, "rb") as handle:
