@@ -32,8 +32,15 @@ from beam_pipeline.launch.options import (
 VERBOSE = "--verbose"
 
 
-class Terminated(BaseException):
-    """SIGTERM: unwinds like Ctrl-C, so the run cleans up and its writers stop."""
+_SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+_received: list[int] = []
+
+
+def _on_signal(signum: int, frame) -> None:
+    """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); remembered here,
+    since Beam re-raises what interrupts a step as a RuntimeError."""
+    _received.append(signum)
+    raise KeyboardInterrupt
 
 
 def _sample_data(args: argparse.Namespace) -> int:
@@ -189,24 +196,36 @@ def main(argv: list[str] | None = None) -> int:
     verbose = VERBOSE in argv
     if not verbose:
         quiet_libraries()
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {
+        signum: signal.signal(signum, _on_signal)
+        for signum in _SIGNALS
+        if signal.getsignal(signum) is not signal.SIG_IGN  # a shell's background job
+    }
+    _received.clear()
     try:
         code = _dispatch(argv)
-    except UsageError as error:
-        code = _fail(verbose, f"error: {error}", 2)
-    except RejectLimitError as error:
-        code = _fail(verbose, str(error).splitlines()[0], 1)
-    except KeyboardInterrupt:
-        code = _fail(verbose, "interrupted: nothing was published", 130)
-    except Terminated:
-        code = _fail(verbose, "terminated: nothing was published", 143)
-    except Exception as error:  # noqa: BLE001 - last resort: one line, not a traceback
-        first_line = (str(error).strip().splitlines() or [""])[0]
-        hint = "" if verbose else " (run with --verbose for the traceback)"
-        code = _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
+    except BaseException as error:  # noqa: BLE001 - last resort: one line, not a traceback
+        code = _report(error, verbose)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return _flush_stdout(code)
+
+
+def _report(error: BaseException, verbose: bool) -> int:
+    """The one line and exit code of an error; SystemExit (--help, --version) passes."""
+    if isinstance(error, SystemExit):
+        raise error
+    if _received or isinstance(error, KeyboardInterrupt):
+        code, what = _SIGNALS[_received[0] if _received else signal.SIGINT]
+        return _fail(verbose, f"{what}: nothing was published", code)
+    if isinstance(error, UsageError):
+        return _fail(verbose, f"error: {error}", 2)
+    if isinstance(error, RejectLimitError):
+        return _fail(verbose, str(error).splitlines()[0], 1)
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    hint = "" if verbose else " (run with --verbose for the traceback)"
+    return _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -224,10 +243,6 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "verify":
         return _verify(args)
     return _inspect(args)
-
-
-def _terminate(signum, frame) -> None:
-    raise Terminated()
 
 
 def _flush_stdout(code: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -157,3 +158,35 @@ def test_version(capsys):
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.startswith("segprep 0.1.0")
+
+
+def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
+    """No emulator, no ADC: one line naming the fix, exit 2, within seconds (Beam alone
+    retries for minutes). The metadata server is a closed loopback port: nothing leaves."""
+    from tests.gcs_server import NO_METADATA_SERVER
+    from tests.process_tree import SEGPREP
+
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")
+    }
+    env.update(
+        HOME=str(tmp_path),  # no gcloud application_default_credentials.json
+        CLOUDSDK_CONFIG=str(tmp_path / "gcloud"),
+        GCE_METADATA_HOST=NO_METADATA_SERVER,
+        GCE_METADATA_IP=NO_METADATA_SERVER,
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    done = subprocess.run(
+        [*SEGPREP, "prepare", "--image_dir", "gs://segprep-x/i", "--mask_dir", "gs://segprep-x/m"]
+        + ["--output_dir", "gs://segprep-x/o", "--runner", "FnApiRunner"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,  # the issue's bound; Beam on its own sits for over two minutes
+    )
+    assert done.returncode == 2, done.stderr
+    assert "gcloud auth application-default login" in done.stderr
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

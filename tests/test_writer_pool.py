@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import MIN_SHARDS, make_plan
 from beam_pipeline.runtime import writer_pool
@@ -69,8 +70,7 @@ def _plan(tmp_path, *extra: str):
         ([], writer_pool.usable_cores()),  # the default: one per usable core
         (["--writer_processes", "3", "--runner", "FnApiRunner"], 3),
         (["--writer_processes", "1"], 1),
-        (["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"], 1),
-        (["--direct_running_mode", "multi_processing", "--direct_num_workers", "1"], 1),
+        (["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"], 1),
         (["--dry_run"], 1),
     ],
 )
@@ -104,3 +104,8 @@ def test_writer_processes_and_the_runner_process_write_the_same_output(sample_da
     for name in names:
         if name not in ("metadata.json", ".segprep"):  # run parameters, timings and run id
             assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+
+
+def test_beams_multi_process_mode_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="outlive a killed launcher"):
+        _plan(tmp_path, "--direct_running_mode", "multi_processing", "--direct_num_workers", "2")

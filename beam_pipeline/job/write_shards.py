@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
@@ -71,11 +71,10 @@ class _WriteShard(beam.DoFn):
                 "(try --writer_processes 1)"
             ) from error
         finally:
-            # On a failure, shards already running finish before the error goes up: nothing
-            # may still be writing into the staging folder when the launcher discards it.
+            # On a failure the shards not started never start; the ones running are stopped
+            # with the run's pool, before the launcher discards the staging folder.
             for future in futures:
                 future.cancel()
-            wait(futures)
 
     def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...]):
         for reject in rejects:

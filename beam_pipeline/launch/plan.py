@@ -329,8 +329,13 @@ def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
     dataflow = cloud.is_dataflow(name)
     local = name in LOCAL_RUNNERS
     mode = beam.direct_running_mode or "in_memory"
-    if cloud.emulator_host() is not None and mode == "multi_processing":
-        mode = "multi_threading"  # workers must share this process's anonymous client
+    if local and mode == "multi_processing":
+        raise UsageError(
+            "--direct_running_mode multi_processing is not supported: Beam's worker processes "
+            "outlive a killed launcher by up to half a minute, and they measured slower than "
+            "segprep's own writer processes (--writer_processes); use in_memory (the default) "
+            "or multi_threading"
+        )
     in_process = local and mode == "in_memory"
     workers = 1 if in_process or not local else beam.direct_num_workers or os.cpu_count() or 1
     template = bool(beam.template_location)
@@ -344,8 +349,6 @@ def _beam_overrides(
     overrides: dict[str, Any] = {}
     if beam.runner is None:
         overrides["runner"] = DEFAULT_RUNNER
-    if beam.direct_running_mode == "multi_processing" and cloud.emulator_host() is not None:
-        overrides["direct_running_mode"] = "multi_threading"  # see _runner
     if runner.dataflow:
         if beam.save_main_session is None:
             overrides["save_main_session"] = False  # segprep's code lives in installed modules

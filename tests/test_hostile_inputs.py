@@ -1,0 +1,204 @@
+"""Hostile and odd inputs through the real CLI: bombs, FIFOs, devices, odd names, permissions.
+
+Every case ends as a reject with a reason (or a one-line error, exit 2), the run finishes,
+the fresh output passes `segprep verify`, and the whole run's peak memory stays bounded.
+The run writes in the CLI process (--writer_processes 1), so the kernel's peak RSS of that
+process (getrusage of the waited child) is the run's peak.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import subprocess
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import scipy.io
+from PIL import Image
+
+from beam_pipeline.cli import main
+from tests.images import blob_mask, encode, rgb_jpeg
+from tests.process_tree import SEGPREP
+
+H, W = 24, 16
+MASK = blob_mask(H, W)
+PEAK_LIMIT_MB = 1024
+
+
+def _mat(**variables) -> bytes:
+    out = io.BytesIO()
+    scipy.io.savemat(out, variables, do_compression=True)
+    return out.getvalue()
+
+
+def _hdf5_mask(path: Path, **datasets: tuple[tuple[int, int], np.ndarray | None]) -> None:
+    """MATLAB v7.3: HDF5 behind a 512-byte header; a dataset without data is all fill value,
+    so a 60000x60000 declaration costs a few KB on disk."""
+    with h5py.File(path, "w", userblock_size=512) as handle:
+        for name, (shape, data) in datasets.items():
+            if data is None:
+                handle.create_dataset(name, shape=shape, dtype="u1", chunks=(1000, 1000))
+            else:
+                handle.create_dataset(name, data=data.T)
+    with open(path, "r+b") as handle:
+        handle.write(
+            b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created by: segprep tests".ljust(128)
+        )
+
+
+def _inflating_mat(declared: tuple[int, int], inflated_bytes: int) -> bytes:
+    """A compressed MAT v5 file whose mask header declares `declared` while its zlib stream
+    inflates to `inflated_bytes` of zeros: streamed, so the test never holds them."""
+    small = _mat(mask=np.zeros((2, 2), np.uint8))
+    matrix = zlib.decompress(small[136:])
+    # miMATRIX element: tag (8), array flags (16), dimensions tag (8) and sizes (8), the
+    # name 'mask' as a small element (8); then the data: an miUINT8 tag and the bytes.
+    header = bytearray(matrix[:48])
+    header[32:40] = np.array(declared, "<i4").tobytes()
+    header[4:8] = np.array([len(header) - 8 + 8 + inflated_bytes], "<u4").tobytes()
+    data_tag = np.array([2, inflated_bytes], "<u4").tobytes()
+    compressor = zlib.compressobj(1)
+    stream = [compressor.compress(bytes(header) + data_tag)]
+    zeros = bytes(1 << 20)
+    for start in range(0, inflated_bytes, len(zeros)):
+        stream.append(compressor.compress(zeros[: min(len(zeros), inflated_bytes - start)]))
+    stream.append(compressor.flush())
+    body = b"".join(stream)
+    tag = np.array([15, len(body)], "<u4").tobytes()  # miCOMPRESSED
+    return small[:128] + tag + body
+
+
+def _write(folder: Path, name: str, data: bytes) -> None:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """One folder pair holding every hostile case, plus a few good entries."""
+    root = tmp_path_factory.mktemp("hostile")
+    images, masks = root / "images", root / "masks"
+    images.mkdir()
+    masks.mkdir()
+    good_image, good_mask = rgb_jpeg(H, W), _mat(mask=MASK)
+    expected: dict[str, str] = {}
+
+    def case(key: str, outcome: str, image: bytes | None = good_image, mask=good_mask) -> None:
+        if image is not None:
+            _write(images, f"{key}.jpg", image)
+        if isinstance(mask, bytes):
+            _write(masks, f"{key}_mask.mat", mask)
+        expected[key] = outcome
+
+    for key in ("good1", "good2", "good3"):
+        case(key, "accepted")
+    # Masks that declare more than they are.
+    case("hdf5_bomb", "mask_too_large", mask=None)
+    _hdf5_mask(masks / "hdf5_bomb_mask.mat", mask=((60000, 60000), None))
+    case("hdf5_unused_bomb", "accepted", mask=None)
+    _hdf5_mask(
+        masks / "hdf5_unused_bomb_mask.mat", mask=((H, W), MASK), junk=((60000, 60000), None)
+    )
+    case("zlib_30000", "mask_too_large", mask=_inflating_mat((30000, 30000), 900_000_000))
+    case("zlib_lying_header", "mask_too_large", mask=_inflating_mat((H, W), 200_000_000))
+    big = Image.new("1", (8000, 8000))
+    case("png_mask_bomb", "mask_too_large", mask=None)
+    _write(masks, "png_mask_bomb_mask.png", encode(big, "PNG"))
+    # Files that are not what their names say.
+    case("sparse_6gb", "image_too_large", image=None)
+    with open(images / "sparse_6gb.jpg", "wb") as handle:
+        handle.truncate(6 << 30)
+    case("dev_zero", "not_a_file", image=None)
+    (images / "dev_zero.jpg").symlink_to("/dev/zero")
+    case("fifo_image", "not_a_file", image=None)
+    os.mkfifo(images / "fifo_image.jpg")
+    case("fifo_mask", "not_a_file", mask=None)
+    os.mkfifo(masks / "fifo_mask_mask.mat")
+    case("folder_named_jpg", "not_a_file", image=None)
+    (images / "folder_link.d").mkdir()
+    (images / "folder_named_jpg.jpg").symlink_to(images / "folder_link.d")
+    # Names that once broke the accounting.
+    for folder in (images, masks):
+        _write(folder, ".DS_Store", b"\0\0\0\1Bud1")  # hidden: ignored in both folders
+        _write(folder, ".hidden/ghost.jpg", good_image)
+    case("00105", "accepted")
+    _write(images, "00105", b"no extension")  # beside 00105.jpg: its own reject
+    expected[str(images / "00105")] = "unrecognized_file"
+    _write(images, "folder_link.d/inner.txt", b"x")
+    expected[str(images / "folder_link.d" / "inner.txt")] = "unrecognized_file"
+    latin1 = os.fsencode(str(images)) + b"/caf\xe9.jpg"
+    with open(latin1, "wb") as handle:
+        handle.write(good_image)
+    expected[str(images) + "/caf\\xe9.jpg"] = "bad_file_name"
+    case("unreadable", "read_error")
+    os.chmod(images / "unreadable.jpg", 0)
+    return images, masks, expected
+
+
+def _run(images: Path, masks: Path, out: Path, *extra: str) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS in MB) of `segprep prepare` without CAP_DAC_OVERRIDE, so a
+    file without read permission is unreadable even to root."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    drop = "-dac_override,-dac_read_search"
+    done = subprocess.run(
+        ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--", *SEGPREP, "prepare"]
+        + ["--image_dir", str(images), "--mask_dir", str(masks), "--output_dir", str(out)]
+        + ["--runner", "FnApiRunner", "--max_reject_fraction", "1", *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return done.returncode, done.stderr, (peak if peak > before else 0) // 1024
+
+
+def test_every_hostile_input_is_a_reject_with_its_reason_and_memory_stays_bounded(
+    hostile, tmp_path
+):
+    images, masks, expected = hostile
+    out = tmp_path / "out"
+    code, err, peak_mb = _run(images, masks, out, "--writer_processes", "1")
+    assert code == 0, err
+    assert peak_mb < PEAK_LIMIT_MB, f"peak RSS {peak_mb} MB"
+    rejects = {
+        entry["key"]: entry
+        for entry in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())
+    }
+    outcomes = {key: rejects[key]["reason"] if key in rejects else "accepted" for key in expected}
+    assert outcomes == expected
+    assert set(rejects) <= set(expected)  # nothing else, hidden files included
+    assert all(entry["detail"] for entry in rejects.values())
+    metadata = json.loads((out / "metadata.json").read_text())
+    accepted = sum(split["num_examples"] for split in metadata["splits"].values())
+    assert accepted == sum(outcome == "accepted" for outcome in expected.values())
+    assert metadata["num_discovered"] == len(expected)
+    assert main(["verify", str(out)]) == 0
+
+
+def test_writer_processes_bound_memory_too(hostile, tmp_path):
+    images, masks, _ = hostile
+    code, err, _ = _run(images, masks, tmp_path / "out", "--writer_processes", "2")
+    assert code == 0, err
+    assert main(["verify", str(tmp_path / "out")]) == 0
+
+
+def test_an_unreadable_sub_folder_stops_the_run_before_it_starts(tmp_path):
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    (images / "locked").mkdir(parents=True)
+    masks.mkdir()
+    _write(images, "1.jpg", rgb_jpeg(H, W))
+    _write(masks, "1_mask.mat", _mat(mask=MASK))
+    os.chmod(images / "locked", 0)
+    code, err, _ = _run(images, masks, tmp_path / "out")
+    assert code == 2
+    assert "cannot read the folder" in err and "locked" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
