@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
@@ -50,7 +49,9 @@ class _WriteShard(beam.DoFn):
             return
         jobs = sorted(self._pending, key=lambda job: len(job[1]), reverse=True)
         self._pending = []
-        futures: list[Future] = []
+        # On a failure nothing is cancelled here: the run's pool stops every writer when the
+        # error leaves it (runtime/writer_pool.py), before the launcher discards the staging
+        # folder. (A cancel racing the pool's shutdown fails inside concurrent.futures, 3.11.)
         try:
             pool = writer_pool.pool_of(self._settings.pool)
             futures = [
@@ -70,11 +71,6 @@ class _WriteShard(beam.DoFn):
                 "launcher.run() without an `if __name__ == '__main__':` guard "
                 "(try --writer_processes 1)"
             ) from error
-        finally:
-            # On a failure the shards not started never start; the ones running are stopped
-            # with the run's pool, before the launcher discards the staging folder.
-            for future in futures:
-                future.cancel()
 
     def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...]):
         for reject in rejects:

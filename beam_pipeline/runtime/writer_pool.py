@@ -68,7 +68,7 @@ def writer_pool(run_id: str, processes: int) -> Iterator[ProcessPoolExecutor]:
         raise
     finally:
         _pools.pop(run_id, None)
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True)
 
 
 def pool_of(run_id: str) -> ProcessPoolExecutor:
