@@ -13,7 +13,7 @@ from beam_pipeline.job.planning import PlanShards
 from beam_pipeline.job.shard_work import ShardWriterSettings
 from beam_pipeline.job.write_shards import WriteShards
 from segcore.naming import TEMP_DIR
-from segcore.splits import SplitFractions
+from segcore.splits import MIN_SHARDS, SplitFractions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ class JobConfig:
     mask_format: str
     mask_key: str | None
     max_reject_fraction: float = 1.0
-    min_total_shards: int = 1
+    min_total_shards: int = MIN_SHARDS
     threads_per_shard: int = 0  # 0: one per core (or per writer process) where shards are written
     writer_processes: int = 1  # local runs: processes writing shards side by side
     started_at: float | None = None  # for the run figures in metadata.json
