@@ -109,7 +109,7 @@ def _screen(output: str, columns: int = 160) -> list[str]:
 
 
 RUNNING = r"^{} +[━╸╺]+ {}/300 entries +{}% +(--|[\d,]+)/s +elapsed \d:\d\d:\d\d +ETA \S+$"
-DONE = r"^done +━+ 300/300 entries 100% +elapsed \d:\d\d:\d\d$"  # the summary has the rate
+ENDED = r"^{} +[━╸╺]+ {}/300 entries +{}% +elapsed \d:\d\d:\d\d$"  # the summary has the rate
 
 
 def test_terminal_display_ends_on_a_full_frame_with_nothing_left_over(tmp_path, monkeypatch):
@@ -124,11 +124,13 @@ def test_terminal_display_ends_on_a_full_frame_with_nothing_left_over(tmp_path, 
         reporter.add(253)  # 273 of 300 reach a writer, as in the run
         reporter.flush()
         time.sleep(0.1)
-    frames = stream.getvalue().split("\r")
-    assert len(frames) > 10  # redrawn in place, not one line per update
-    assert "273/300" in stream.getvalue()
-    (line,) = _screen(stream.getvalue())
-    assert re.match(DONE, line), line
+    output = stream.getvalue()
+    assert output.count("\r") > 10  # redrawn in place, not one line per update
+    last_running = output[: output.rindex("\r", 0, output.index("done"))]
+    (running,) = _screen(last_running)
+    assert re.match(RUNNING.format("running", 273, 91), running), running
+    (line,) = _screen(output)
+    assert re.match(ENDED.format("done", 300, 100), line), line
 
 
 def test_terminal_display_of_a_failed_run_keeps_the_last_count(monkeypatch):
@@ -138,4 +140,4 @@ def test_terminal_display_of_a_failed_run_keeps_the_last_count(monkeypatch):
         time.sleep(0.1)
         raise KeyboardInterrupt
     (line,) = _screen(stream.getvalue())
-    assert re.match(RUNNING.format("stopped", 123, 41), line), line
+    assert re.match(ENDED.format("stopped", 123, 41), line), line

@@ -113,17 +113,17 @@ def format_progress(done: int, total: int, seconds: float) -> str:
 
 class _RateColumn(ProgressColumn):
     """Entries per second over rich's recent samples, while running: the summary below the
-    finished frame gives the rate over the whole run."""
+    last frame gives the rate over the whole run."""
 
     def render(self, task: Task) -> Text:
-        if task.finished:
+        if task.fields["ended"]:
             return Text("")
         return Text(f"{task.speed:,.0f}/s" if task.speed else "--/s", style="progress.data.speed")
 
 
 class _EtaColumn(TimeRemainingColumn):
     def render(self, task: Task) -> Text:
-        return Text("") if task.finished else Text("ETA ").append(super().render(task))
+        return Text("") if task.fields["ended"] else Text("ETA ").append(super().render(task))
 
 
 def _terminal_display(stream: TextIO) -> Progress:
@@ -170,7 +170,7 @@ class Monitor:
         self._started = time.monotonic()
         if self._tty:
             self._display = _terminal_display(self._stream)
-            self._task = self._display.add_task("running", total=self._total)
+            self._task = self._display.add_task("running", total=self._total, ended=False)
             self._display.start()
         self._thread.start()
         return self
@@ -185,7 +185,9 @@ class Monitor:
             self._done = max(self._done, self._count())
         if self._tty:
             description = "done" if finished else "stopped"
-            self._display.update(self._task, completed=self._done, description=description)
+            self._display.update(
+                self._task, completed=self._done, description=description, ended=True
+            )
             self._display.refresh()
             self._display.stop()
         elif self.lines_written:  # a log that showed the run going also shows how it ended
