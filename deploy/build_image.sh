@@ -9,8 +9,8 @@
 #   --repository NAME    Docker repository in Artifact Registry, created when missing
 #                        (default: segprep)
 #   --tag TAG            image tag (default: the package version + the short commit)
-#   --cloud-build        build on Cloud Build instead of the local Docker daemon
-#   --flex-template GCS  also write a Flex Template spec there, e.g. gs://B/templates/segprep.json
+#   --cloud_build        build on Cloud Build instead of the local Docker daemon
+#   --flex_template GCS  also write a Flex Template spec there, e.g. gs://B/templates/segprep.json
 #   --print              only print the commands (nothing is built, pushed or created)
 #
 # Prints the image URI last: pass it to deploy/submit.sh --image.
@@ -33,16 +33,17 @@ while [[ $# -gt 0 ]]; do
     --region) REGION="$2"; shift 2 ;;
     --repository) REPOSITORY="$2"; shift 2 ;;
     --tag) TAG="$2"; shift 2 ;;
-    --cloud-build) CLOUD_BUILD=1; shift ;;
-    --flex-template) FLEX_TEMPLATE="$2"; shift 2 ;;
+    --cloud_build) CLOUD_BUILD=1; shift ;;
+    --flex_template) FLEX_TEMPLATE="$2"; shift 2 ;;
     --print) PRINT=1; shift ;;
     -h|--help) usage 0 ;;
+    --*-*) name="${1#--}"; echo "build_image.sh: unknown argument $1 (flags use underscores: --${name//-/_})" >&2; usage ;;
     *) echo "build_image.sh: unknown argument $1" >&2; usage ;;
   esac
 done
 [[ -n "$PROJECT" && -n "$REGION" ]] || { echo "build_image.sh: --project and --region are required" >&2; usage; }
 if [[ -n "$FLEX_TEMPLATE" && "$FLEX_TEMPLATE" != gs://* ]]; then
-  echo "build_image.sh: --flex-template must be a gs:// path" >&2; exit 2
+  echo "build_image.sh: --flex_template must be a gs:// path" >&2; exit 2
 fi
 
 if [[ -z "$TAG" ]]; then

@@ -4,24 +4,25 @@
 # Usage: deploy/submit.sh --project P --region R --bucket B \
 #            --image_dir gs://... --mask_dir gs://... --output_dir gs://... [options] [-- FLAGS]
 #   --image IMAGE          worker image from deploy/build_image.sh (default packaging; env IMAGE)
-#   --setup-file           package this checkout instead: every worker pip-installs segprep and
+#   --setup_file           package this checkout instead: every worker pip-installs segprep and
 #                          TensorFlow at start-up (minutes per worker, needs internet access)
-#   --service-account SA   workers' service account email (deploy/README.md lists its roles)
-#   --max-workers N        autoscaling ceiling, the cost cap (default 10)
-#   --machine-type TYPE    worker machine type (default n1-standard-4)
-#   --flex-template GCS    launch the Flex Template spec at GCS (build_image.sh --flex-template)
+#   --service_account SA   workers' service account email (deploy/README.md lists its roles)
+#   --max_workers N        autoscaling ceiling, the cost cap (default 10)
+#   --machine_type TYPE    worker machine type (default n1-standard-4)
+#   --flex_template GCS    launch the Flex Template spec at GCS (build_image.sh --flex_template)
 #                          instead of submitting from this machine
 #   --wait                 block until the job ends and print segprep's summary (default:
 #                          return once submitted, printing the job id and console link)
-#   --dry-run              print the job that would be submitted (segprep --dry_run) and stop;
-#                          with --flex-template, print the gcloud command instead
+#   --dry_run              print the job that would be submitted (segprep --dry_run) and stop;
+#                          with --flex_template, print the gcloud command instead
 #   -- FLAGS               passed on: segprep/Beam flags, or name=value template parameters
 #
+# Flags are spelled like segprep's and Beam's: with underscores.
 # Temporary and staging files go to gs://B/tmp and gs://B/staging. The job name is
 # segprep-UTCDATE-UTCTIME; watch it with `gcloud dataflow jobs list --region R`.
 set -euo pipefail
 
-usage() { sed -n '2,23s/^# \{0,1\}//p' "$0"; exit "${1:-2}"; }
+usage() { sed -n '2,25s/^# \{0,1\}//p' "$0"; exit "${1:-2}"; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SEGPREP="${SEGPREP:-segprep}"
@@ -43,15 +44,16 @@ while [[ $# -gt 0 ]]; do
     --mask_dir) MASK_DIR="$2"; shift 2 ;;
     --output_dir) OUTPUT_DIR="$2"; shift 2 ;;
     --image) IMAGE="$2"; shift 2 ;;
-    --setup-file) SETUP_FILE=1; shift ;;
-    --service-account) SERVICE_ACCOUNT="$2"; shift 2 ;;
-    --max-workers) MAX_WORKERS="$2"; shift 2 ;;
-    --machine-type) MACHINE_TYPE="$2"; shift 2 ;;
-    --flex-template) FLEX_TEMPLATE="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
+    --setup_file) SETUP_FILE=1; shift ;;
+    --service_account) SERVICE_ACCOUNT="$2"; shift 2 ;;
+    --max_workers) MAX_WORKERS="$2"; shift 2 ;;
+    --machine_type) MACHINE_TYPE="$2"; shift 2 ;;
+    --flex_template) FLEX_TEMPLATE="$2"; shift 2 ;;
+    --dry_run) DRY_RUN=1; shift ;;
     --wait) WAIT=1; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage 0 ;;
+    --*-*) name="${1#--}"; echo "submit.sh: unknown argument $1 (flags use underscores: --${name//-/_})" >&2; usage ;;
     *) echo "submit.sh: unknown argument $1 (segprep/Beam flags go after --)" >&2; usage ;;
   esac
 done
@@ -64,7 +66,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "submit.sh: missing ${missing[*]}" >&2; usage
 fi
 if [[ -z "$FLEX_TEMPLATE" && "$SETUP_FILE" == 0 && -z "$IMAGE" ]]; then
-  echo "submit.sh: pass --image IMAGE (from deploy/build_image.sh) or --setup-file" >&2; exit 2
+  echo "submit.sh: pass --image IMAGE (from deploy/build_image.sh) or --setup_file" >&2; exit 2
 fi
 
 JOB_NAME="segprep-$(date -u +%Y%m%d-%H%M%S)"

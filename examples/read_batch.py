@@ -1,8 +1,13 @@
 """Read one batch back through shard_reader and print what training will see."""
 
+import os
 import sys
 
-import shard_reader
+# Before TensorFlow loads: no C++ start-up lines (unless you set these), as with `segprep`.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice ignores the log level
+
+import shard_reader  # noqa: E402
 
 
 def main(data_dir: str) -> None:

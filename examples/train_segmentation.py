@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 
+# Before TensorFlow loads: no C++ start-up lines (unless you set these), as with `segprep`.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice ignores the log level
+
 # isort: off
-import shard_reader  # first: it chooses TensorFlow's CPU allocator (see the README)
+import shard_reader  # noqa: E402 - first: it chooses TensorFlow's CPU allocator (README)
 
 # isort: on
-import keras
-import tensorflow as tf
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 
 def make_strategy() -> tf.distribute.Strategy:
@@ -164,12 +169,28 @@ def train(
 def main(argv: list[str] | None = None) -> keras.callbacks.History:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", help="a segprep output directory (local or gs://)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch_size", type=int, default=16, help="global batch size")
-    parser.add_argument("--steps", type=int, default=None, help="cap on steps per epoch")
-    parser.add_argument("--image_size", type=int, default=128, help="train at this square size")
-    parser.add_argument("--learning_rate", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=3, help="epochs (default: %(default)s)")
+    parser.add_argument(
+        "--batch_size", type=int, default=16, help="global batch size (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="cap on steps per epoch (default: no cap, one exact pass over the split)",
+    )
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=128,
+        help="train at this square size, a multiple of 4 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--learning_rate", type=float, default=2e-3, help="Adam's (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="for weights and shuffling (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if args.image_size < 4 or args.image_size % 4:
         parser.error("--image_size must be a positive multiple of 4 (two 2x poolings)")

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from segcore.naming import SPLITS, shard_name
 
 _TWO_64 = float(2**64)
+
+# Every size-based plan has at least MIN_SHARDS shards (when there are that many entries): a
+# multiple of 1, 2, 4 and 8 writer processes, so small datasets keep every core busy, yet the
+# plan never depends on the machine.
+MIN_SHARDS = 8
 
 
 def _unit_hash(salt: str, key: str) -> int:
@@ -45,9 +51,9 @@ class SplitFractions:
         return None
 
 
-def shard_index(key: str, num_shards: int) -> int:
-    """Spread keys evenly over shards, independently of the split hash."""
-    return _unit_hash("shard", key) % num_shards
+def shard_hash(key: str) -> int:
+    """The key's place in shard order, independent of the split hash."""
+    return _unit_hash("shard", key)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -74,14 +80,14 @@ def plan_num_shards(
     *,
     num_shards: int | None = None,
     shard_size_mb: float | None = None,
-    min_total_shards: int = 1,
+    min_total_shards: int = MIN_SHARDS,
 ) -> dict[str, int]:
-    """Shards per split, spread over the splits by entry count.
+    """Shards per split, spread over the splits by entry count; never more than entries.
 
     The total is `num_shards`, or the listed input size over `shard_size_mb` but at least
-    `min_total_shards` (local runs ask for a few per worker: round-robin scheduling then
-    hands every worker an equal share of similar-sized shards). Each split with entries
-    gets at least one shard and never more shards than entries.
+    `min_total_shards`, capped at the number of entries: a shard per entry at most, so
+    every shard can get one (see seed_keys). Each split with entries gets at least one
+    shard; the total is exact otherwise (largest remainders, not per-split rounding).
     """
     if (num_shards is None) == (shard_size_mb is None):
         raise ValueError("give exactly one of num_shards and shard_size_mb")
@@ -92,16 +98,69 @@ def plan_num_shards(
     if num_shards is None:
         total_bytes = sum(size.bytes for size in sizes.values())
         num_shards = max(math.ceil(total_bytes / (shard_size_mb * 1_000_000)), min_total_shards)
-    return {
-        split: min(count, max(1, round(num_shards * count / total_entries))) if count else 0
-        for split, count in entries.items()
-    }
+    present = [split for split in SPLITS if entries[split]]
+    target = max(min(num_shards, total_entries), len(present))
+    ideal = {split: target * entries[split] / total_entries for split in present}
+    # With two splits the minimum of one never overshoots: a split under one shard's worth
+    # leaves the other's floor at most target - 1. Largest remainders then fill up to target.
+    plan = {split: min(entries[split], max(1, math.floor(ideal[split]))) for split in present}
+    while sum(plan.values()) < target:  # room exists: target <= total_entries
+        grow = max(
+            (split for split in present if plan[split] < entries[split]),
+            key=lambda split: ideal[split] - plan[split],
+        )
+        plan[grow] += 1
+    return {split: plan.get(split, 0) for split in SPLITS}
+
+
+def num_shards_note(requested: int | None, planned: int) -> str | None:
+    """One line for the CLI when `--num_shards` was more than the entries it could fill."""
+    if requested is None or planned >= requested:
+        return None
+    return (
+        f"note: --num_shards {requested:,} capped at {planned:,}, one shard per entry at "
+        "most, so that no shard is empty"
+    )
 
 
 def shard_specs(plan: Mapping[str, int]) -> list[ShardSpec]:
     return [ShardSpec(split, i, n) for split, n in sorted(plan.items()) for i in range(n)]
 
 
-def assign_shard(key: str, split: str, plan: Mapping[str, int]) -> ShardSpec:
-    n = plan[split]
-    return ShardSpec(split, shard_index(key, n), n)
+def seed_keys(hashed_keys: Iterable[tuple[int, str]], num_shards: int) -> list[str]:
+    """The keys that open shards 0..n-1: the split's n smallest (shard_hash, key) pairs.
+
+    A function of the split's key set alone, and computable with memory bounded by n
+    (partial smallest-n per bundle, then merged), so no worker ever holds all keys.
+    """
+    return [key for _, key in heapq.nsmallest(num_shards, hashed_keys)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardAssigner:
+    """Key -> shard: seed i opens shard i, every other key goes to shard_hash % n.
+
+    With n <= entries (plan_num_shards) each shard has its seed, so none is empty, and the
+    rest spread evenly by hash. Same keys and plan, same assignment, on any machine.
+    """
+
+    plan: Mapping[str, int]
+    seed_shard: Mapping[str, Mapping[str, int]]  # split -> seed key -> its shard index
+
+    @classmethod
+    def from_seeds(
+        cls, plan: Mapping[str, int], seeds: Mapping[str, Sequence[str]]
+    ) -> ShardAssigner:
+        """`seeds[split]`: at least plan[split] keys in seed order (extra ones are ignored)."""
+        seed_shard = {}
+        for split, n in plan.items():
+            chosen = list(seeds.get(split, ()))[:n]
+            if len(chosen) < n:
+                raise ValueError(f"{split}: {n} shards need {n} seed keys, got {len(chosen)}")
+            seed_shard[split] = {key: index for index, key in enumerate(chosen)}
+        return cls(dict(plan), seed_shard)
+
+    def assign(self, key: str, split: str) -> ShardSpec:
+        n = self.plan[split]
+        index = self.seed_shard[split].get(key)
+        return ShardSpec(split, shard_hash(key) % n if index is None else index, n)

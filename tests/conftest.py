@@ -38,7 +38,7 @@ def job_args(dataset, output_dir, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def prepared(sample_dataset, tmp_path_factory):
-    """(output_dir, PrepareResult) of one job run over `sample_dataset`, 3 train shards."""
+    """(output_dir, PrepareResult) of one job run over `sample_dataset`, 3 shards."""
     from beam_pipeline.launch import launcher
 
     output_dir = tmp_path_factory.mktemp("prepared") / "out"

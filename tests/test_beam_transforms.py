@@ -12,15 +12,25 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_pipeline.commands.sample_data import mat_bytes as mat_v5
 from beam_pipeline.job.commit import AccountingError, CommitOutput
 from beam_pipeline.job.listing import REJECTS, ListAndPair
-from beam_pipeline.job.planning import PlanShards
+from beam_pipeline.job.planning import PlanShards, _SeedKeys
 from beam_pipeline.job.settings import CommitSettings, PlanningSettings, ShardWriterSettings
 from beam_pipeline.job.shard_work import WrittenShard
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
+from segcore.naming import SPLITS
 from segcore.pairing import Layout, Pair, SourceFile
 from segcore.rejects import Reason, Reject
-from segcore.splits import ShardSpec, SplitFractions
+from segcore.splits import (
+    ShardAssigner,
+    ShardSpec,
+    SplitFractions,
+    SplitSize,
+    plan_num_shards,
+    seed_keys,
+    shard_hash,
+    shard_specs,
+)
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, rgb_jpeg
 
@@ -62,28 +72,35 @@ def _pair(key: str) -> Pair:
 
 
 def test_plan_shards_assigns_every_pair_and_plans_every_shard():
+    """30 shards for 40 keys: hashing alone would leave shards empty, the seeds do not."""
     keys = [f"{i:03d}" for i in range(40)]
     fractions = SplitFractions(0.5, 0.3)
     with _pipeline() as p:
         planned = (
             p
             | beam.Create([_pair(k) for k in keys])
-            | PlanShards(PlanningSettings(fractions, num_shards=4))
+            | PlanShards(PlanningSettings(fractions, num_shards=30))
         )
         specs = planned["specs"] | "SpecNames" >> beam.Map(lambda kv: kv[0])
         assigned = planned["assigned"] | "Assigned" >> beam.Map(lambda kv: (kv[1].key, kv[0]))
+        used = (
+            planned["assigned"]
+            | "UsedNames" >> beam.Map(lambda kv: kv[0])
+            | "Distinct" >> beam.Distinct()
+        )
         left_out = planned[REJECTS] | "LeftOut" >> beam.Map(lambda r: (r.key, r.reason.value))
         splits = {k: fractions.split_of(k) for k in keys}
-        n_train = sum(s == "train" for s in splits.values())
-        n_val = sum(s == "validation" for s in splits.values())
-        plan = {"train": round(4 * n_train / (n_train + n_val))}
-        plan["validation"] = max(1, round(4 * n_val / (n_train + n_val)))
-        expected_specs = [ShardSpec(s, i, n).name for s, n in plan.items() for i in range(n)]
+        members = {s: [k for k, ks in splits.items() if ks == s] for s in SPLITS}
+        plan = plan_num_shards(
+            {s: SplitSize(len(m), 110 * len(m)) for s, m in members.items()}, num_shards=30
+        )
+        seeds = {s: seed_keys([(shard_hash(k), k) for k in m], plan[s]) for s, m in members.items()}
+        assigner = ShardAssigner.from_seeds(plan, seeds)
+        expected_specs = [spec.name for spec in shard_specs(plan)]
         assert_that(specs, equal_to(expected_specs), label="specs")
-        from segcore.splits import assign_shard
-
+        assert_that(used, equal_to(expected_specs), label="no_empty_shard")
         expected_assigned = [
-            (k, assign_shard(k, s, plan).name) for k, s in splits.items() if s is not None
+            (k, assigner.assign(k, s).name) for k, s in splits.items() if s is not None
         ]
         assert_that(assigned, equal_to(expected_assigned), label="assigned")
         assert_that(
@@ -91,6 +108,21 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
             equal_to([(k, "not_in_split") for k, s in splits.items() if s is None]),
             label="left_out",
         )
+
+
+def test_seed_keys_combine_merges_partial_results_like_one_pass():
+    """Bundles keep partial smallest-n lists; merged, they equal the pure seed_keys."""
+    keys = [f"k{i}" for i in range(500)]
+    combine = _SeedKeys()
+    parts = []
+    for start in range(0, 500, 70):  # eight bundles of uneven sizes
+        accumulator = combine.create_accumulator(12)
+        for key in keys[start : start + 70]:
+            accumulator = combine.add_input(accumulator, key, 12)
+        assert len(accumulator) < 24
+        parts.append(combine.compact(accumulator, 12))
+    merged = combine.extract_output(combine.merge_accumulators(parts, 12), 12)
+    assert merged == seed_keys([(shard_hash(k), k) for k in keys], 12)
 
 
 def test_write_shards_writes_records_and_rejects(tmp_path):

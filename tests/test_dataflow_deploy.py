@@ -149,7 +149,7 @@ def test_flex_entry_point_writes_the_job_like_the_launcher_expects(gcs, tmp_path
 
 
 @pytest.mark.skipif(not SEGPREP.exists(), reason="segprep is not installed in this environment")
-@pytest.mark.parametrize("packaging", [["--image", IMAGE], ["--setup-file"]])
+@pytest.mark.parametrize("packaging", [["--image", IMAGE], ["--setup_file"]])
 def test_submit_script_dry_run_builds_the_job(gcs, packaging):  # noqa: F811
     completed = _run(
         [
@@ -168,15 +168,16 @@ def test_submit_script_dry_run_builds_the_job(gcs, packaging):  # noqa: F811
             "--output_dir",
             gcs.url("out"),
             *packaging,
-            "--max-workers",
+            "--max_workers",
             "3",
-            "--dry-run",
+            "--dry_run",
         ],
         env={"SEGPREP": str(SEGPREP)},
     )
     assert completed.returncode == 0, completed.stderr
     assert "--runner DataflowRunner" in completed.stderr  # the command is echoed first
-    assert "--no_wait" in completed.stderr.split()  # submit, print the job id, return
+    assert " --no_wait " in completed.stderr  # submit, print the job id, return
+    assert "no_wait_until_finish" not in completed.stderr  # one name for one switch
     job = json.loads(completed.stdout)
     assert job["mode"] == "dry_run" and job["job_name"].startswith("segprep-")
     assert job["temp_location"].startswith(gcs.url("tmp/"))
@@ -207,7 +208,7 @@ def test_submit_script_prints_the_flex_template_launch():
         ["bash", str(DEPLOY / "submit.sh"), "--project", "segprep-demo", "--region", "us-east1"]
         + ["--bucket", "segprep-bkt", "--image_dir", "gs://segprep-bkt/raw/images"]
         + ["--mask_dir", "gs://segprep-bkt/raw/masks", "--output_dir", "gs://segprep-bkt/out"]
-        + ["--flex-template", "gs://segprep-bkt/templates/segprep.json", "--dry-run"]
+        + ["--flex_template", "gs://segprep-bkt/templates/segprep.json", "--dry_run"]
         + ["--", "num_shards=8", "overwrite=true"]
     )
     assert completed.returncode == 0, completed.stderr
@@ -224,8 +225,8 @@ def test_build_script_prints_build_push_and_template(cloud_build):
     completed = _run(
         ["bash", str(DEPLOY / "build_image.sh"), "--project", "segprep-demo"]
         + ["--region", "europe-west1", "--tag", "0.1.0-test", "--print"]
-        + ["--flex-template", "gs://segprep-bkt/templates/segprep.json"]
-        + (["--cloud-build"] if cloud_build else [])
+        + ["--flex_template", "gs://segprep-bkt/templates/segprep.json"]
+        + (["--cloud_build"] if cloud_build else [])
     )
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
@@ -242,6 +243,81 @@ def test_build_script_prints_build_push_and_template(cloud_build):
         f"--project segprep-demo --image {IMAGE} --sdk-language PYTHON "
         f"--metadata-file {DEPLOY / 'flex_template_metadata.json'}"
     ) in out
+
+
+@pytest.mark.parametrize(
+    "script, flag, spelled",
+    [
+        ("submit.sh", "--max-workers", "--max_workers"),
+        ("submit.sh", "--dry-run", "--dry_run"),
+        ("build_image.sh", "--flex-template", "--flex_template"),
+    ],
+)
+def test_scripts_have_one_flag_style_and_say_so(script, flag, spelled):
+    completed = _run(["bash", str(DEPLOY / script), flag, "x"])
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines()[0].endswith(f"(flags use underscores: {spelled})")
+    assert spelled in completed.stdout  # the usage text, with the flag as it is spelled
+
+
+def _readme_shell_lines() -> list[str]:
+    """deploy/README.md's bash blocks, one logical line per command (continuations joined)."""
+    text = (DEPLOY / "README.md").read_text()
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    return [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+
+
+def _readme_commands() -> list[str]:
+    starts = ("segprep prepare", "python -m beam_pipeline", "deploy/submit.sh")
+    return [line for line in _readme_shell_lines() if line.startswith(starts)]
+
+
+def test_readme_placeholders_are_valid_names_and_flags_have_one_spelling():
+    text = (DEPLOY / "README.md").read_text()
+    buckets = set(re.findall(r"gs://([^/\s`\"']+)", text))
+    assert {"my-data-bucket", "my-dataflow-bucket"} <= buckets
+    bad = {b for b in buckets if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", b)}
+    assert bad <= {"...", "BUCKET", "B"}, bad  # prose placeholders, never in a command
+    for line in _readme_shell_lines():
+        for bucket in re.findall(r"gs://([^/\s]+)", line):
+            assert bucket in {"my-data-bucket", "my-dataflow-bucket"}, line
+    assert "no_wait_until_finish" not in text and "--no_wait" in text
+    for command in _readme_commands():
+        if command.startswith("deploy/"):
+            script_flags = re.findall(r" (--[a-z][a-z_-]*)", command.split(" -- ")[0])
+            assert not [flag for flag in script_flags if "-" in flag[2:]], command
+
+
+@pytest.mark.skipif(not SEGPREP.exists(), reason="segprep is not installed in this environment")
+@pytest.mark.parametrize("command", _readme_commands())
+def test_readme_commands_run_as_written_with_dry_run(gcs, command):  # noqa: F811
+    """Each command as a reader pastes it after step 1's variables, plus --dry_run: it must
+    get through segprep's checks to Beam's Dataflow translation. The emulator's variables
+    keep any stray storage call on loopback."""
+    assignments = [line for line in _readme_shell_lines() if re.match(r"^[A-Z_]+=", line)]
+    assert {line.split("=")[0] for line in assignments} >= {"PROJECT", "REGION", "IMAGE", "SA"}
+    command = command.split(" #")[0]
+    head, separator, tail = command.partition(" -- ")
+    if "--dry_run" not in head.split():
+        head += " --dry_run"
+    script = "\n".join(["set -euo pipefail", *assignments, head + separator + tail])
+    path = f"{SEGPREP.parent}{os.pathsep}{os.environ['PATH']}"
+    completed = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PATH=path, SEGPREP=str(SEGPREP)),
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    if "--flex_template" in command:
+        assert completed.stdout.startswith("gcloud dataflow flex-template run segprep-")
+        return
+    job = json.loads(completed.stdout)
+    assert job["mode"] == "dry_run" and job["runner"] == "DataflowRunner"
+    assert job["project"] == "my-project" and job["region"] == "europe-west1"
+    assert "WriteShards" in job["steps"] and "Commit" in job["steps"]
 
 
 def test_scripts_pass_shellcheck():

@@ -1,9 +1,14 @@
-"""`segprep inspect`: the sheet's layout, its mask tiles against the stored masks, rejects mode."""
+"""`segprep inspect`: the sheet's layout, its mask tiles against the stored masks, rejects mode
+(published or staged by a refused run), where the PNG goes and that it never replaces one."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
+import os
+import shutil
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +19,7 @@ from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
 from beam_pipeline.commands.inspect_sheet import build_sheet
 from segcore import features
-from segcore.naming import METADATA_FILE, REJECTS_FILE
+from segcore.naming import METADATA_FILE, REJECTS_FILE, run_dir
 from segcore.rejects import Reason
 from shard_reader.decoding import FEATURE_SPEC
 
@@ -153,3 +158,114 @@ def test_usage_errors(prepared, tmp_path, capsys, args, message):
 def test_missing_directory(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.png")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.fixture
+def dataset_copy(prepared, tmp_path):
+    """The prepared output copied into this test's folder: sheets land beside it."""
+    output_dir, _ = prepared
+    copy = tmp_path / "data" / "v1"
+    shutil.copytree(output_dir, copy)
+    return copy
+
+
+def test_default_name_is_beside_the_dataset_and_never_overwritten(dataset_copy, capsys):
+    first_path = dataset_copy.parent / "v1_inspect_train.png"
+    assert inspect_sheet.run_inspect(str(dataset_copy), "train", 2, None, False) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(first_path)
+    first = first_path.read_bytes()
+    assert inspect_sheet.run_inspect(str(dataset_copy), "train", 3, None, False) == 0
+    second_path = dataset_copy.parent / "v1_inspect_train_2.png"
+    assert capsys.readouterr().out.splitlines()[-1] == str(second_path)
+    assert first_path.read_bytes() == first  # untouched
+    assert Image.open(second_path).size == _expected_size(3, SAMPLE_TILE)
+    inspect_sheet.run_inspect(str(dataset_copy) + "/", "train", 1, None, True)  # trailing /
+    assert capsys.readouterr().out.splitlines()[-1] == str(
+        dataset_copy.parent / "v1_inspect_rejects.png"
+    )
+
+
+def test_out_folder_and_an_existing_out_file(dataset_copy, tmp_path, capsys):
+    folder = tmp_path / "sheets"
+    folder.mkdir()
+    assert cli.main(["inspect", str(dataset_copy), "--rejects", "--out", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(folder / "v1_inspect_rejects.png")
+    taken = tmp_path / "mine.png"
+    taken.write_bytes(b"someone's sheet")
+    assert cli.main(["inspect", str(dataset_copy), "--count", "1", "--out", str(taken)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(tmp_path / "mine_2.png")
+    assert taken.read_bytes() == b"someone's sheet"
+    assert Image.open(tmp_path / "mine_2.png").format == "PNG"
+
+
+def test_sheets_written_at_once_get_distinct_names(tmp_path):
+    target = str(tmp_path / "sheet.png")
+    payloads = [f"sheet {i}".encode() for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        names = list(pool.map(lambda data: inspect_sheet.write_new(target, data), payloads))
+    assert len(set(names)) == 8
+    assert {open(name, "rb").read() for name in names} == set(payloads)
+
+
+def _stage_run(output_dir, run_id: str, lines: list[str], age: float) -> None:
+    """A run's staged rejects, as a refused run leaves them (segcore.naming.run_dir)."""
+    staged = output_dir / run_dir(run_id) / REJECTS_FILE
+    staged.parent.mkdir(parents=True)
+    staged.write_text("".join(line + "\n" for line in lines))
+    stamp = time.time() - age
+    os.utime(staged, (stamp, stamp))
+
+
+def _refused_output(prepared, tmp_path):
+    """No metadata.json, no final names: two staged runs, the newer one's name sorts first."""
+    output_dir, _ = prepared
+    lines = (output_dir / REJECTS_FILE).read_text().splitlines()
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    _stage_run(refused, "20260102-run-b", lines[:2], age=100)
+    _stage_run(refused, "20260101-run-a", lines, age=1)  # the newest
+    return refused, lines
+
+
+def test_rejects_of_a_refused_run_come_from_its_newest_staged_rejects(prepared, tmp_path, capsys):
+    refused, lines = _refused_output(prepared, tmp_path)
+    sheet = build_sheet(str(refused), "train", 16, rejects=True)
+    assert sheet.keys == [json.loads(line)["key"] for line in lines]
+    out = tmp_path / "refused.png"
+    assert cli.main(["inspect", str(refused), "--rejects", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(out)
+    # Shard mode still needs a finished output.
+    assert cli.main(["inspect", str(refused), "--out", str(tmp_path / "x.png")]) == 2
+    assert "metadata.json" in capsys.readouterr().err
+
+
+def test_published_rejects_win_over_stale_staged_ones(dataset_copy):
+    _stage_run(dataset_copy, "old-run", ['{"key": "stale", "reason": "x"}'], age=0)
+    sheet = build_sheet(str(dataset_copy), "train", 16, rejects=True)
+    published = (dataset_copy / REJECTS_FILE).read_text().splitlines()
+    assert sheet.keys == [json.loads(line)["key"] for line in published]
+
+
+def test_rejects_of_a_folder_without_any_run(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["inspect", str(empty), "--rejects", "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "neither metadata.json nor a run's staged rejects.jsonl" in err[0]
+
+
+def test_count_is_capped_with_a_note(tmp_path, capsys):
+    """100 staged rejects (missing files: grey tiles) and --count 1000: 64 entries shown."""
+    output = tmp_path / "refused"
+    output.mkdir()
+    lines = [json.dumps({"key": f"k{i:03d}", "reason": "missing_mask"}) for i in range(100)]
+    _stage_run(output, "run", lines, age=0)
+    out = tmp_path / "many.png"
+    argv = ["inspect", str(output), "--rejects", "--count", "1000", "--out", str(out)]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    (note,) = captured.err.strip().splitlines()
+    assert note.startswith("note: --count 1,000 capped at 64: 16 rows of 4")
+    assert captured.out.splitlines()[-1] == str(out)
+    assert inspect_sheet.MAX_COUNT == 64
+    assert Image.open(out).size == _expected_size(64, SAMPLE_TILE)

@@ -9,7 +9,8 @@ import pytest
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
-from beam_pipeline.launch.plan import MIN_SHARDS, make_plan
+from beam_pipeline.launch.plan import make_plan
+from segcore.splits import MIN_SHARDS
 from beam_pipeline.runtime import writer_pool
 from tests import pool_probe
 from tests.conftest import job_args

@@ -3,8 +3,10 @@
 Shard mode renders what training will see: records go through the reader's own
 `make_dataset` (same decoder, mask thresholded at 128), so a mask that looks right here is
 right for the model. `--rejects` mode renders the original files named in rejects.jsonl,
-decoding whatever part of them Pillow still can, so a person can judge a reject reason.
-The sheet is written outside the dataset directory: that directory is a published output.
+decoding whatever part of them Pillow still can, so a person can judge a reject reason; an
+output without metadata.json (a refused or unfinished run) shows its newest run's staged
+rejects, since that is when they matter most. The sheet is written outside the dataset
+directory (a published output), under a name no earlier sheet has: never over another one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import io
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -23,12 +26,13 @@ from PIL import Image, ImageDraw, ImageFile, ImageFont
 
 from beam_pipeline.errors import UsageError
 from segcore.image_codec import MAX_PIXELS
-from segcore.naming import REJECTS_FILE
+from segcore.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 
 # TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used.
 
 TILE_HEIGHT = 200
 COLUMNS = 4  # entries (image | mask | overlay triples) per row of the sheet
+MAX_COUNT = 64  # 16 rows: a PNG about 4,100 px tall; more is not viewable in one look
 MARGIN = 12  # around the sheet
 TILE_GAP = 4  # between the three tiles of one entry
 CELL_GAP = 20  # between entries
@@ -200,13 +204,17 @@ def render(entries: Sequence[Entry], title: str) -> Sheet:
     return Sheet(sheet, [entry.key for entry in entries], tile)
 
 
-def _load_metadata(directory: str) -> dict:
+def _require_dir(directory: str) -> None:
     import tensorflow as tf
-
-    from shard_reader.metadata import IncompleteOutputError, load_metadata
 
     if not tf.io.gfile.isdir(directory):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+
+
+def _load_metadata(directory: str) -> dict:
+    from shard_reader.metadata import IncompleteOutputError, load_metadata
+
+    _require_dir(directory)
     try:
         return load_metadata(directory)
     except IncompleteOutputError as error:
@@ -313,10 +321,40 @@ def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
     return np.clip((array * scale).round(), 0, 255).astype(np.uint8), ""
 
 
-def reject_entries(directory: str, count: int) -> tuple[list[Entry], int]:
-    """The first `count` lines of rejects.jsonl, rendered from their original files."""
-    _load_metadata(directory)
-    path = f"{directory.rstrip('/')}/{REJECTS_FILE}"
+def _staged_rejects(directory: str) -> str | None:
+    """rejects.jsonl of the newest run staged under OUT/.segprep/runs/, if any."""
+    import tensorflow as tf
+
+    found = tf.io.gfile.glob(f"{directory.rstrip('/')}/{RUNS_DIR}/*/{REJECTS_FILE}")
+    if not found:
+        return None
+    return max(found, key=lambda path: (tf.io.gfile.stat(path).mtime_nsec, path))
+
+
+def rejects_source(directory: str) -> str:
+    """The published rejects.jsonl of a finished output, else the newest run's staged one."""
+    import tensorflow as tf
+
+    _require_dir(directory)
+    if tf.io.gfile.exists(f"{directory.rstrip('/')}/{METADATA_FILE}"):
+        _load_metadata(directory)  # a broken metadata.json is worth one line, not a sheet
+        return f"{directory.rstrip('/')}/{REJECTS_FILE}"
+    staged = _staged_rejects(directory)
+    if staged is None:
+        raise UsageError(
+            f"{directory} has neither {METADATA_FILE} nor a run's staged {REJECTS_FILE} "
+            f"({RUNS_DIR}/*/{REJECTS_FILE}): not a segprep output, or no run got as far as "
+            "its rejects"
+        )
+    return staged
+
+
+def reject_entries(directory: str, count: int) -> tuple[list[Entry], int, str]:
+    """The first `count` lines of rejects.jsonl, rendered from their original files.
+
+    Also returns the total number of lines and the rejects.jsonl path they came from.
+    """
+    path = rejects_source(directory)
     data, _ = _read(path, REJECTS_FILE)
     if data is None:
         raise UsageError(f"{path} is missing or empty: {directory} has no rejects to show")
@@ -333,7 +371,23 @@ def reject_entries(directory: str, count: int) -> tuple[list[Entry], int]:
             key = str(reject.get("key"))
             caption = (f"{key}: {reject.get('reason')}", str(reject.get("detail") or ""))
             entries.append(Entry(key, image, mask, caption, image_problem, mask_problem))
-    return entries, len(lines)
+    return entries, len(lines), path
+
+
+def default_sheet_path(directory: str, out: str | None, split: str, rejects: bool) -> str:
+    """`--out` itself, or `<dataset>_inspect_<split|rejects>.png` under `--out` when it is a
+    folder, else beside the dataset folder (in the current folder for a gs:// dataset: a
+    sheet is for looking at, here)."""
+    import tensorflow as tf
+
+    if out is not None and not tf.io.gfile.isdir(out):
+        return out
+    remote = "://" in directory
+    dataset = directory.rstrip("/") if remote else os.path.realpath(directory)
+    name = f"{dataset.rsplit('/', 1)[-1]}_inspect_{'rejects' if rejects else split}.png"
+    if out is not None:
+        return f"{out.rstrip('/')}/{name}"
+    return os.path.join(os.getcwd() if remote else os.path.dirname(dataset), name)
 
 
 def _check_out(out: str, directory: str) -> str:
@@ -356,15 +410,50 @@ def _check_out(out: str, directory: str) -> str:
     return out
 
 
+def _numbered(path: str, number: int) -> str:
+    if number == 1:
+        return path
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}_{number}{suffix}"
+
+
+def write_new(path: str, data: bytes) -> str:
+    """Write `data` to `path`, or to `path` with _2, _3 ... when that name is taken.
+
+    Local files are claimed with O_EXCL, so two runs at once never share a name; in a
+    bucket the check and the write are two calls (the race there is left open).
+    """
+    import tensorflow as tf
+
+    number = 0
+    while True:
+        number += 1
+        candidate = _numbered(path, number)
+        if "://" in candidate:
+            if tf.io.gfile.exists(candidate):
+                continue
+            with tf.io.gfile.GFile(candidate, "wb") as handle:
+                handle.write(data)
+            return candidate
+        try:
+            with open(candidate, "xb") as handle:
+                handle.write(data)
+        except FileExistsError:
+            continue
+        return candidate
+
+
 def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
     """The contact sheet for `directory`: shard examples of `split`, or rejects."""
     if count < 1:
         raise UsageError(f"--count must be at least 1, got {count}")
     if rejects:
-        entries, total = reject_entries(directory, count)
+        entries, total, source = reject_entries(directory, count)
+        staged = source != f"{directory.rstrip('/')}/{REJECTS_FILE}"
+        origin = f" (no {METADATA_FILE}: staged by run {source.split('/')[-2]})" if staged else ""
         title = (
-            f"{directory} | rejects: {len(entries)} of {total}, from the original files "
-            "(partly decoded; grey = unreadable) | image, mask, overlay"
+            f"{directory} | rejects{origin}: {len(entries)} of {total}, from the original "
+            "files (partly decoded; grey = unreadable) | image, mask, overlay"
         )
     else:
         entries, total = shard_entries(directory, split, count)
@@ -375,15 +464,20 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
     return render(entries, title)
 
 
-def run_inspect(directory: str, split: str, count: int, out: str, rejects: bool) -> int:
-    """CLI body: write the sheet PNG and print its path."""
-    import tensorflow as tf
-
-    out = _check_out(out, directory)
+def run_inspect(directory: str, split: str, count: int, out: str | None, rejects: bool) -> int:
+    """CLI body: write the sheet PNG under a new name; the last line printed is its path."""
+    _require_dir(directory)  # before --out's checks: a wrong dataset is the likelier mistake
+    path = _check_out(default_sheet_path(directory, out, split, rejects), directory)
+    if count > MAX_COUNT:
+        height = sheet_size(MAX_COUNT, (TILE_HEIGHT, TILE_HEIGHT))[1]
+        print(
+            f"note: --count {count:,} capped at {MAX_COUNT}: {MAX_COUNT // COLUMNS} rows of "
+            f"{COLUMNS} already make a PNG about {height:,} pixels tall",
+            file=sys.stderr,
+        )
+        count = MAX_COUNT
     sheet = build_sheet(directory, split, count, rejects)
     buffer = io.BytesIO()
     sheet.image.save(buffer, format="PNG")
-    with tf.io.gfile.GFile(out, "wb") as handle:
-        handle.write(buffer.getvalue())
-    print(out)
+    print(write_new(path, buffer.getvalue()))
     return 0

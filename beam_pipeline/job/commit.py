@@ -17,6 +17,7 @@ from beam_pipeline.runtime import output_protocol, storage
 from segcore import metadata
 from segcore.naming import REJECTS_FILE
 from segcore.rejects import Reason, Reject
+from segcore.splits import ShardSpec
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -44,10 +45,24 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def _shard_dict(shard: WrittenShard) -> dict[str, Any]:
+def final_names(shards: list[WrittenShard]) -> dict[str, str]:
+    """Staged name -> published name of every shard that holds a record.
+
+    A shard whose every pair was rejected while it was written is not published: the split's
+    other shards are renumbered `-of-N` over the ones left, so no published shard is empty.
+    """
+    names: dict[str, str] = {}
+    for split in sorted({shard.spec.split for shard in shards}):
+        kept = sorted(s.spec for s in shards if s.spec.split == split and s.num_examples)
+        for index, spec in enumerate(kept):
+            names[spec.name] = ShardSpec(split, index, len(kept)).name
+    return names
+
+
+def _shard_dict(shard: WrittenShard, name: str) -> dict[str, Any]:
     return {
         "split": shard.spec.split,
-        "file": shard.spec.name,
+        "file": name,
         "num_examples": shard.num_examples,
         "bytes": shard.bytes,
         "sha256": shard.sha256,
@@ -70,8 +85,9 @@ def commit(
             f"{discovered} entries discovered but {accepted} accepted + {len(rejects)} rejected "
             f"({len(keys) - len(set(keys))} duplicate reject keys): refusing to publish"
         )
+    published = final_names(shards)
     info = metadata.build_metadata(
-        (_shard_dict(shard) for shard in shards),
+        (_shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples),
         rejects,
         mask_format=settings.mask_format,
         parameters=settings.parameters,
@@ -97,8 +113,8 @@ def commit(
             f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
             f"see {staged}{REJECTS_FILE}"
         )
-    names = sorted(shard.spec.name for shard in shards) + [REJECTS_FILE]
-    output_protocol.publish(settings.output_dir, settings.run_id, names, metadata.dumps(info))
+    moves = [*sorted(published.items()), (REJECTS_FILE, REJECTS_FILE)]
+    output_protocol.publish(settings.output_dir, settings.run_id, moves, metadata.dumps(info))
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_pipeline.job.settings import PlanningSettings
 from segcore.pairing import Pair
 from segcore.rejects import Reason, Reject
-from segcore.splits import SplitFractions, SplitSize, assign_shard, plan_num_shards, shard_specs
+from segcore.splits import (
+    ShardAssigner,
+    SplitFractions,
+    SplitSize,
+    plan_num_shards,
+    seed_keys,
+    shard_hash,
+    shard_specs,
+)
 
 REJECTS = "rejects"
 
@@ -42,16 +53,42 @@ def _add_sizes(sizes):
     return entries, bytes_
 
 
-def _keyed_by_shard(split_and_pair: tuple[str, Pair], plan: dict[str, int]) -> tuple[str, Pair]:
+class _SeedKeys(beam.CombineFn):
+    """Per split, the `limit` smallest (shard_hash, key) pairs, then their keys (seed_keys).
+
+    Accumulators never hold more than 2 * limit pairs, so memory is bounded by the plan's
+    largest split, not by the dataset.
+    """
+
+    def create_accumulator(self, limit: int) -> list[tuple[int, str]]:
+        return []
+
+    def add_input(self, accumulator, key: str, limit: int):
+        accumulator.append((shard_hash(key), key))
+        if len(accumulator) >= 2 * limit:
+            accumulator = heapq.nsmallest(limit, accumulator)
+        return accumulator
+
+    def merge_accumulators(self, accumulators, limit: int):
+        return heapq.nsmallest(limit, itertools.chain.from_iterable(accumulators))
+
+    def compact(self, accumulator, limit: int):
+        return heapq.nsmallest(limit, accumulator)
+
+    def extract_output(self, accumulator, limit: int) -> list[str]:
+        return seed_keys(accumulator, limit)
+
+
+def _keyed_by_shard(split_and_pair: tuple[str, Pair], assigner: ShardAssigner) -> tuple[str, Pair]:
     split, pair = split_and_pair
-    return assign_shard(pair.key, split, plan).name, pair
+    return assigner.assign(pair.key, split).name, pair
 
 
 class PlanShards(beam.PTransform):
     """(shard name, pair) for every pair, and (shard name, ShardSpec) for every planned shard.
 
-    Planned shards come from the plan, not from the pairs, so a shard that no key hashes to
-    is still written (empty) and `-of-N` names stay true.
+    The plan never has more shards in a split than entries, and each shard is opened by one
+    of the split's seed keys (ShardAssigner), so no planned shard is left without a pair.
     """
 
     def __init__(self, settings: PlanningSettings) -> None:
@@ -82,10 +119,19 @@ class PlanShards(beam.PTransform):
             | "PlanSeed" >> beam.Create([None])
             | "Plan" >> beam.Map(self._plan, sizes=beam.pvalue.AsDict(sizes))
         )
+        limit = plan | "SeedLimit" >> beam.Map(lambda p: max(p.values()))
+        seeds = (
+            assigned.split
+            | "SplitKey" >> beam.MapTuple(lambda split, pair: (split, pair.key))
+            | "SeedKeys" >> beam.CombinePerKey(_SeedKeys(), beam.pvalue.AsSingleton(limit))
+        )
+        assigner = plan | "Assigner" >> beam.Map(
+            ShardAssigner.from_seeds, seeds=beam.pvalue.AsDict(seeds)
+        )
         specs = plan | "ShardSpecs" >> beam.FlatMap(
             lambda p: [(spec.name, spec) for spec in shard_specs(p)]
         )
         by_shard = assigned.split | "AssignShard" >> beam.Map(
-            _keyed_by_shard, plan=beam.pvalue.AsSingleton(plan)
+            _keyed_by_shard, assigner=beam.pvalue.AsSingleton(assigner)
         )
         return {"specs": specs, "assigned": by_shard, REJECTS: assigned[REJECTS]}

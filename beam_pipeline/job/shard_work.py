@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Sequence
 
 from beam_pipeline.job.settings import ShardWriterSettings
-from beam_pipeline.launch.progress import Reporter
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
+from beam_pipeline.runtime.progress_counts import Reporter
 from segcore.pairing import Pair, SourceFile
 from segcore.record import Record, make_record
 from segcore.rejects import Reason, Reject, RejectError

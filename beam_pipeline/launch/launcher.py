@@ -100,11 +100,12 @@ def _progress(plan: RunPlan):
     directory = plan.job.writing.progress_dir
     if directory is None or plan.discovered is None:
         return contextlib.nullcontext()
-    from beam_pipeline.launch import progress
+    from beam_pipeline.launch.progress import Monitor
+    from beam_pipeline.runtime.progress_counts import entries_done
 
     os.makedirs(directory, exist_ok=True)
     before = plan.decided_before_writing
-    return progress.Monitor(lambda: before + progress.entries_done(directory), plan.discovered)
+    return Monitor(lambda: before + entries_done(directory), plan.discovered)
 
 
 def _announce_dataflow_job(result, plan: RunPlan) -> None:

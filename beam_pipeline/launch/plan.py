@@ -36,12 +36,10 @@ from beam_pipeline.launch.options import (
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
 from segcore.pairing import Layout
-from segcore.splits import SplitFractions
+from segcore.splits import MIN_SHARDS, SplitFractions
 
-# Every plan has at least MIN_SHARDS shards: a multiple of 1, 2, 4 and 8 writer processes, so
-# small datasets keep every core busy, yet the plan never depends on the machine. Beam's
-# multi-worker local modes ask for SHARDS_PER_LOCAL_WORKER per worker.
-MIN_SHARDS = 8
+# Beam's multi-worker local mode (multi_threading) asks for this many shards per worker, on
+# top of segcore.splits.MIN_SHARDS.
 SHARDS_PER_LOCAL_WORKER = 4
 
 

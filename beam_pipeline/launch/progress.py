@@ -1,104 +1,75 @@
-"""Live progress of a local run: workers write counts to small files, the launcher sums them.
-
-Beam's local runner blocks until the job ends and reports metrics only then, so workers
-leave a count file per process under the run's temp dir (at most twice a second) and a
-thread in the launcher turns them into a progress line.
+"""Live progress of a local run, launcher side: a thread sums the writers' count files
+(runtime/progress_counts.py) into a display: rich's on a terminal (it redraws whole lines,
+so nothing of a longer earlier frame is left), a log line every 10 s otherwise.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from typing import TextIO
 
-from segcore.pairing import image_key, mask_key
-from segcore.splits import SplitFractions
-
-_WRITE_INTERVAL = 0.5
-
-
-class Reporter:
-    """Worker side: cumulative entries done by this process, written atomically."""
-
-    def __init__(self, directory: str | None) -> None:
-        """`directory`: a local folder the launcher watches; None when nobody watches."""
-        self._path = os.path.join(directory, uuid.uuid4().hex) if directory else None
-        self._done = 0
-        self._written_at = 0.0
-
-    def add(self, entries: int = 1) -> None:
-        self._done += entries
-        now = time.monotonic()
-        if self._path and now - self._written_at >= _WRITE_INTERVAL:
-            self._write()
-            self._written_at = now
-
-    def flush(self) -> None:
-        if self._path:
-            self._write()
-
-    def _write(self) -> None:
-        temporary = f"{self._path}.tmp"
-        with open(temporary, "w") as handle:
-            handle.write(str(self._done))
-        os.replace(temporary, self._path)
-
-
-def entries_done(directory: str) -> int:
-    total = 0
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        if name.endswith(".tmp"):
-            continue
-        try:
-            with open(os.path.join(directory, name)) as handle:
-                total += int(handle.read() or 0)
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-def expected_entries(
-    image_dir: str, images: list[str], mask_dir: str, masks: list[str], fractions: SplitFractions
-) -> int:
-    """Entries the shard writers will process: paired keys that fall into a split."""
-    found: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    listed = ((image_dir, images, image_key), (mask_dir, masks, mask_key))
-    for index, (root, paths, key_of) in enumerate(listed):
-        for path in paths:
-            key = key_of(path[len(root) :])
-            if key is not None:
-                found[key][index] += 1
-    return sum(
-        1
-        for key, (images, masks) in found.items()
-        if images == masks == 1 and fractions.split_of(key) is not None
-    )
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 
 def format_progress(done: int, total: int, seconds: float) -> str:
-    """`4,210/8,000 entries  53%  312/s  ETA 12 s`."""
+    """`4,210/8,000 entries  53%  312/s  ETA 12 s`: the log line when stderr is no terminal."""
     rate = done / seconds if seconds > 0 else 0.0
     fraction = min(done / total, 1.0) if total else 0.0
     eta = f"ETA {int((total - done) / rate)} s" if rate > 0 and done < total else "ETA --"
     return f"{done:,}/{total:,} entries {fraction:4.0%}  {rate:,.0f}/s  {eta}"
 
 
-def progress_bar(done: int, total: int, width: int = 24) -> str:
-    filled = int(min(done / total, 1.0) * width) if total else 0
-    return f"[{'#' * filled:<{width}}]"
+class _RateColumn(ProgressColumn):
+    """Entries per second over rich's recent samples, while running: the summary below the
+    last frame gives the rate over the whole run."""
+
+    def render(self, task: Task) -> Text:
+        if task.fields["ended"]:
+            return Text("")
+        return Text(f"{task.speed:,.0f}/s" if task.speed else "--/s", style="progress.data.speed")
+
+
+class _EtaColumn(TimeRemainingColumn):
+    def render(self, task: Task) -> Text:
+        return Text("") if task.fields["ended"] else Text("ETA ").append(super().render(task))
+
+
+def _terminal_display(stream: TextIO) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<7}"),
+        BarColumn(bar_width=40),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} entries"),
+        TaskProgressColumn(),
+        _RateColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        _EtaColumn(),
+        console=Console(file=stream),
+        auto_refresh=False,  # the monitor's thread refreshes after each look at the counts
+    )
 
 
 class Monitor:
-    """Launcher side: a progress bar on a terminal, a log line every 10 s otherwise."""
+    """Launcher side: a rich progress bar on a terminal, a log line every 10 s otherwise.
+
+    `total` is every discovered entry, but writers count only what reaches a shard writer:
+    when the block ends normally the job is done, so the last frame shows `total`; when it
+    raises, the last count stays, marked `stopped`, and nothing claims 100 %.
+    """
 
     def __init__(
         self,
@@ -114,32 +85,49 @@ class Monitor:
         self._interval = interval if interval is not None else (0.25 if self._tty else 10.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="segprep-progress", daemon=True)
-        self.lines_written = 0
+        self._done = 0
+        self.lines_written = 0  # log lines (no terminal)
 
     def __enter__(self) -> Monitor:
         self._started = time.monotonic()
+        if self._tty:
+            self._display = _terminal_display(self._stream)
+            self._task = self._display.add_task("running", total=self._total, ended=False)
+            self._display.start()
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         self._stop.set()
         self._thread.join()
-        if self._tty and self.lines_written:
-            self._stream.write("\n")
-            self._stream.flush()
+        finished = exc_type is None
+        if finished:
+            self._done = max(self._done, self._total)
+        else:
+            self._done = max(self._done, self._count())
+        if self._tty:
+            description = "done" if finished else "stopped"
+            self._display.update(
+                self._task, completed=self._done, description=description, ended=True
+            )
+            self._display.refresh()
+            self._display.stop()
+        elif self.lines_written:  # a log that showed the run going also shows how it ended
+            self._log("" if finished else "stopped at ")
 
     def _loop(self) -> None:
-        done = 0
         while not self._stop.wait(self._interval):
             # Monotonic: the count files vanish when the commit step clears the temp dir.
-            if self._total and done >= self._total and self.lines_written:
-                continue  # finished: keep the final figures on screen
-            done = max(done, self._count())
-            # The rate is over the whole run so far: never a burst over a few microseconds.
-            text = format_progress(done, self._total, time.monotonic() - self._started)
+            self._done = max(self._done, self._count())
             if self._tty:
-                self._stream.write(f"\r{progress_bar(done, self._total)} {text}")
+                self._display.update(self._task, completed=self._done)
+                self._display.refresh()
             else:
-                self._stream.write(f"progress: {text}\n")
-            self._stream.flush()
-            self.lines_written += 1
+                self._log()
+
+    def _log(self, prefix: str = "") -> None:
+        # The rate is over the whole run so far: never a burst over a few microseconds.
+        text = format_progress(self._done, self._total, time.monotonic() - self._started)
+        self._stream.write(f"progress: {prefix}{text}\n")
+        self._stream.flush()
+        self.lines_written += 1

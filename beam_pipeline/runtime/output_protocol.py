@@ -439,15 +439,15 @@ def _write_manifest(output_dir: str, state: str, run_id: str, files: Iterable[st
     )
 
 
-def publish(output_dir: str, run_id: str, staged: list[str], metadata: bytes) -> None:
+def publish(output_dir: str, run_id: str, moves: list[tuple[str, str]], metadata: bytes) -> None:
     """Move a run's staged files to their final names; metadata.json last.
 
-    `staged` are names under the run's staging folder, which become the same names under
-    `output_dir`. A crash anywhere in here leaves a manifest in state `committing` that lists
-    every name that may be segprep's, which the next run cleans.
+    `moves` are (name in the run's staging folder, final name in `output_dir`). A crash
+    anywhere in here leaves a manifest in state `committing` that lists every name that may
+    be segprep's, which the next run cleans.
     """
-    previous = inspect_output(output_dir)
-    final = [*staged, METADATA_FILE]
+    previous = inspect_output(output_dir, holder=False)
+    final = [name for _, name in moves] + [METADATA_FILE]
     colliding = [name for name in final if name in previous.foreign]
     if colliding:
         raise UsageError(
@@ -459,7 +459,8 @@ def publish(output_dir: str, run_id: str, staged: list[str], metadata: bytes) ->
     _delete(output_dir, [name for name in previous.ours if name not in final])
     source = staging_dir(output_dir, run_id)
     storage.rename(
-        [source + name for name in staged], [storage.join(output_dir, n) for n in staged]
+        [source + staged for staged, _ in moves],
+        [storage.join(output_dir, name) for _, name in moves],
     )
     storage.write_bytes_atomically(metadata, storage.join(output_dir, METADATA_FILE), source)
     _write_manifest(output_dir, COMMITTED, run_id, final)
