@@ -21,7 +21,6 @@ from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
     DEFAULT_INSPECT_COUNT,
-    DEFAULT_INSPECT_OUT,
     DEFAULT_INSPECT_SPLIT,
     DEFAULT_SAMPLE_COUNT,
     HelpFormatter,
@@ -165,12 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
     inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
     inspect.add_argument(
-        "--count", type=positive_int, default=DEFAULT_INSPECT_COUNT, help="entries to show"
+        "--count",
+        type=positive_int,
+        default=DEFAULT_INSPECT_COUNT,
+        help="entries to show, at most 64",
     )
     inspect.add_argument(
         "--out",
-        default=DEFAULT_INSPECT_OUT,
-        help="PNG to write (never inside the dataset directory)",
+        help="PNG file or folder to write; without it DATASET_inspect_SPLIT.png (or "
+        "_rejects.png) beside the dataset folder; never inside the dataset, never over an "
+        "existing file (adds _2, _3, ...)",
     )
     inspect.add_argument(
         "--rejects",

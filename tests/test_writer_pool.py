@@ -10,8 +10,8 @@ import pytest
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import make_plan
-from segcore.splits import MIN_SHARDS
 from beam_pipeline.runtime import writer_pool
+from segcore.splits import MIN_SHARDS
 from tests import pool_probe
 from tests.conftest import job_args
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from segcore.splits import num_shards_note
+
 if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
@@ -32,6 +34,9 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
             f"  {shards} shards, {run['bytes_written'] / 1e6:.1f} MB written in "
             f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
         )
+    note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
+    if note:
+        lines.append(f"  {note}")
     if plan is not None and plan.listing is not None and plan.listing.hidden:
         lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
     output = metadata["parameters"]["output_dir"]
