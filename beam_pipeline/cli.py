@@ -26,7 +26,9 @@ from beam_pipeline.launch.options import (
 def _sample_data(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.sample_data import write_sample_data
 
-    summary = write_sample_data(args.dir, args.count, args.seed, args.broken_fraction)
+    summary = write_sample_data(
+        args.dir, args.count, args.seed, args.broken_fraction, classes=args.classes
+    )
     broken = sum(summary.breakage_counts().values())
     print(f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}")
     print(f"broken on purpose: {broken}")
@@ -119,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_BROKEN_FRACTION,
         help="fraction of broken entries",
+    )
+    sample.add_argument(
+        "--classes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="write N-class palette PNG masks (VOC layout) instead of binary .mat masks",
     )
 
     prepare = commands.add_parser(
