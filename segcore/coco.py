@@ -16,6 +16,7 @@ COCO-Stuff, whose "unlabeled" is no class).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
@@ -25,6 +26,15 @@ from pycocotools import mask as mask_utils
 
 from segcore.class_masks import ClassMaskSettings, class_mask_settings
 from segcore.rejects import Reason, RejectError
+
+# pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
+# would otherwise be printed by every worker.
+warnings.filterwarnings(
+    "ignore",
+    message="__array__ implementation doesn't accept a copy keyword",
+    category=DeprecationWarning,
+    module="pycocotools",
+)
 
 UNLABELED = ("background", "ignore")  # what pixels without any annotation become
 DEFAULT_UNLABELED = "background"
