@@ -270,13 +270,16 @@ def _annotation(raw: Mapping[str, Any], class_of: Mapping[int, int]) -> CocoAnno
 
 
 def _polygon(values: Any) -> np.ndarray:
-    if not isinstance(values, list) or not all(
-        type(v) in (int, float) for v in values
-    ):  # bool is excluded: it is not a coordinate
+    """float64 coordinates; numpy checks the types (a Python loop per number costs seconds)."""
+    try:
+        array = np.array(values) if isinstance(values, list) else None
+    except ValueError:  # ragged nesting
+        array = None
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iuf":
         raise ValueError("a polygon must be a list of numbers")
-    if len(values) % 2:
-        raise ValueError(f"a polygon has an odd number of coordinates ({len(values)})")
-    return np.asarray(values, dtype=np.float64)
+    if len(array) % 2:
+        raise ValueError(f"a polygon has an odd number of coordinates ({len(array)})")
+    return array.astype(np.float64, copy=False)
 
 
 def _rle(segmentation: Mapping[str, Any]) -> dict[str, Any]:
