@@ -465,3 +465,19 @@ def test_binary_mask_bytes_are_unchanged(fmt):
     assert hashlib.sha256(encoded).hexdigest() == BINARY_DIGESTS[fmt]
     record = make_record("k", rgb_jpeg(160, 120), _mat(mask=mask), "k_mask.mat", mask_format=fmt)
     assert hashlib.sha256(record.serialized).hexdigest() == BINARY_RECORD_DIGESTS[fmt]
+
+
+def test_colour_masks_of_real_shapes_round_trip():
+    """Long colour runs (looked up once per run) and single pixels alike."""
+    from beam_pipeline.commands.sample_data import scene, voc_palette
+
+    palette = voc_palette()
+    colormap = [(f"c{i}", tuple(palette[3 * i : 3 * i + 3])) for i in range(21)]
+    settings = class_mask_settings("classes", colormap=colormap)
+    ids = scene(np.random.default_rng(4), 21, 120, 90)[1]
+    ids[ids == 255] = 0
+    ids[0, 0], ids[0, 1], ids[-1, -1] = 7, 3, 20  # runs of one pixel, at both ends
+    rgb = np.asarray(palette, dtype=np.uint8).reshape(256, 3)[ids]
+    np.testing.assert_array_equal(load_class_mask(_png(rgb), "a.png", settings), ids)
+    rgb[-1, -1] = (1, 1, 1)
+    assert "[1, 1, 1]" in _reason(_png(rgb), "a.png", settings).detail
