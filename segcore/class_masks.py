@@ -283,7 +283,7 @@ def _palette_indices(image: Image.Image, settings: ClassMaskSettings) -> np.ndar
 def _check_palette(image: Image.Image, indices: np.ndarray, settings: ClassMaskSettings) -> None:
     """A palette re-ordered by some tool would give right colours but wrong ids: refuse it."""
     palette = image.getpalette() or []
-    used = np.flatnonzero(np.bincount(indices.ravel(), minlength=256))
+    used = np.unique(_run_values(indices.ravel()))
     for index in used[used < len(settings.colormap)].tolist():
         colour = tuple(palette[3 * index : 3 * index + 3])
         expected = settings.colormap[index]
@@ -319,10 +319,7 @@ def _colour_ids(rgb: np.ndarray, settings: ClassMaskSettings) -> np.ndarray:
         return rgb[..., 0]
     packed = _pack(rgb).ravel()
     # Colour masks are long runs of one colour: look up each run once, then expand.
-    change = np.empty(packed.size, dtype=bool)
-    change[:1] = True
-    np.not_equal(packed[1:], packed[:-1], out=change[1:])
-    starts = np.flatnonzero(change)
+    starts = _run_starts(packed)
     colours = packed[starts]
     keys = np.array([_pack_one(colour) for colour in settings.colormap], dtype=np.uint32)
     order = np.argsort(keys)
@@ -336,6 +333,19 @@ def _colour_ids(rgb: np.ndarray, settings: ClassMaskSettings) -> np.ndarray:
         raise RejectError(Reason.MASK_VALUES, f"colours not in the colormap: {shown}{more}")
     run_ids = order[position].astype(np.uint16 if len(keys) > 256 else np.uint8)
     return np.repeat(run_ids, np.diff(starts, append=packed.size)).reshape(rgb.shape[:2])
+
+
+def _run_starts(flat: np.ndarray) -> np.ndarray:
+    """Indices where a new run of equal values begins (0 always)."""
+    change = np.empty(flat.size, dtype=bool)
+    change[:1] = True
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    return np.flatnonzero(change)
+
+
+def _run_values(flat: np.ndarray) -> np.ndarray:
+    """The value of each run: the distinct values, from far fewer elements than pixels."""
+    return flat[_run_starts(flat)]
 
 
 def _pack(rgb: np.ndarray) -> np.ndarray:
