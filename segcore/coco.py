@@ -111,6 +111,7 @@ class CocoDataset:
             ],
             "num_annotations": self.num_annotations,
             "orphan_annotations": self.orphan_annotations,
+            "orphan_example_id": self.orphan_example,
         }
 
 

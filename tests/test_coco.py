@@ -303,6 +303,7 @@ def test_orphan_annotations_are_counted(tmp_path):
     dataset = read_coco_file(_write(tmp_path, data))
     assert (dataset.orphan_annotations, dataset.orphan_example) == (3, 500)
     assert dataset.num_annotations == 12
+    assert dataset.metadata()["orphan_example_id"] == 500
 
 
 # --- files that are not COCO are one-line errors -----------------------------------------------
