@@ -45,7 +45,9 @@ def _on_signal(signum: int, frame) -> None:
 def _sample_data(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.sample_data import write_sample_data
 
-    summary = write_sample_data(args.dir, args.count, args.seed, args.broken_fraction)
+    summary = write_sample_data(
+        args.dir, args.count, args.seed, args.broken_fraction, classes=args.classes
+    )
     broken = sum(summary.breakage_counts().values())
     lines = [
         f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}",
@@ -140,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=fraction,
         default=DEFAULT_BROKEN_FRACTION,
         help="fraction of broken entries",
+    )
+    sample.add_argument(
+        "--classes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="write N-class palette PNG masks (VOC layout) instead of binary .mat masks",
     )
 
     commands.add_parser(

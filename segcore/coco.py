@@ -1,0 +1,413 @@
+"""COCO instances/stuff annotations -> one class-id mask per image, with pycocotools.
+
+The launcher reads the JSON once (`read_coco`), streaming it with ijson so a large file is
+never a Python object tree: each annotation is kept only as its class id, crowd flag and
+segmentation (polygons as float64 arrays, RLE as given), grouped per image. Those per-image
+records travel with the image paths; a worker turns one into a mask with `rasterize`.
+
+Draw order: an image's annotations are painted largest first, by the pixel area of their
+own rasterisation (ties in file order), so a small object on top of a large one stays
+visible. A crowd region (`iscrowd: 1`) paints the ignore index in the same order: small
+individually annotated objects inside a crowd keep their class. Pixels no annotation
+covers get the background class 0, or the ignore index (`unlabeled="ignore"`, for
+COCO-Stuff, whose "unlabeled" is no class).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any
+
+import ijson
+import numpy as np
+from pycocotools import mask as mask_utils
+
+from segcore.class_masks import ClassMaskSettings, class_mask_settings
+from segcore.rejects import Reason, RejectError
+
+# pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
+# would otherwise be printed by every worker.
+warnings.filterwarnings(
+    "ignore",
+    message="__array__ implementation doesn't accept a copy keyword",
+    category=DeprecationWarning,
+    module="pycocotools",
+)
+
+UNLABELED = ("background", "ignore")  # what pixels without any annotation become
+DEFAULT_UNLABELED = "background"
+BACKGROUND_NAME = "background"
+_MIN_POLYGON_COORDINATES = 6  # three points; fewer enclose nothing (dropped, as detectron2 does)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CocoAnnotation:
+    """What rasterising needs of one annotation, and nothing else (memory: see module doc)."""
+
+    annotation_id: int | None
+    class_id: int
+    iscrowd: bool
+    polygons: tuple[np.ndarray, ...] = ()  # each [x0, y0, x1, y1, ...], float64
+    rle: Mapping[str, Any] | None = None  # {"size": [h, w], "counts": str or int array}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CocoImage:
+    """One image's annotations, as they travel with its path to a worker."""
+
+    file_name: str
+    image_id: int
+    height: int
+    width: int
+    annotations: tuple[CocoAnnotation, ...] = ()
+    problem: str | None = None  # set when an annotation was unusable: the image is a reject
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoCategory:
+    coco_id: int
+    class_id: int
+    name: str
+    supercategory: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoDataset:
+    images: Mapping[str, CocoImage]  # by file_name, as listed in the JSON
+    categories: tuple[CocoCategory, ...]  # by class id
+    unlabeled: str
+    num_annotations: int
+    orphan_annotations: int  # annotations naming no listed image
+    orphan_example: int | None = None  # the id of one, to look it up
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        names = tuple(category.name for category in self.categories)
+        return (BACKGROUND_NAME, *names) if self.unlabeled == "background" else names
+
+    def fill_value(self, ignore_index: int) -> int:
+        """The value of pixels no annotation covers."""
+        return 0 if self.unlabeled == "background" else ignore_index
+
+    def settings(self, ignore_index: int | None = None) -> ClassMaskSettings:
+        return class_mask_settings(
+            "classes", class_names=self.class_names, ignore_index=ignore_index
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """For metadata.json: how COCO category ids became class ids."""
+        return {
+            "unlabeled": self.unlabeled,
+            "categories": [
+                {
+                    "coco_id": c.coco_id,
+                    "class_id": c.class_id,
+                    "name": c.name,
+                    "supercategory": c.supercategory,
+                }
+                for c in self.categories
+            ],
+            "num_annotations": self.num_annotations,
+            "orphan_annotations": self.orphan_annotations,
+            "orphan_example_id": self.orphan_example,
+        }
+
+
+def read_coco(
+    open_file: Callable[[], IO[bytes]], source: str, *, unlabeled: str = DEFAULT_UNLABELED
+) -> CocoDataset:
+    """Stream a COCO JSON (three passes: categories, images, annotations) into per-image records.
+
+    `open_file` opens the JSON afresh for each pass. A file that is not COCO (no images or
+    categories, duplicate ids or file names, missing fields) is a ValueError naming `source`;
+    an unusable annotation only marks its image (`CocoImage.problem`), which becomes a reject.
+    """
+    if unlabeled not in UNLABELED:
+        raise ValueError(f"unlabeled must be one of {', '.join(UNLABELED)}")
+    categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
+    class_of = {category.coco_id: category.class_id for category in categories}
+    images = _read_images(_items(open_file, source, "images"), source)
+    by_id = {image.image_id: image for image in images}
+    annotations: dict[int, list[CocoAnnotation]] = {image_id: [] for image_id in by_id}
+    problems: dict[int, str] = {}
+    total = orphans = 0
+    orphan_example = None
+    for raw in _items(open_file, source, "annotations"):
+        total += 1
+        image_id = raw.get("image_id") if isinstance(raw, dict) else None
+        if type(image_id) is not int or image_id not in by_id:
+            orphans += 1
+            if orphan_example is None and isinstance(raw, dict):
+                orphan_example = raw.get("id")
+            continue
+        try:
+            annotation = _annotation(raw, class_of)
+        except ValueError as error:
+            problems.setdefault(image_id, f"annotation {raw.get('id')}: {error}")
+            continue
+        if annotation is not None:
+            annotations[image_id].append(annotation)
+    return CocoDataset(
+        {
+            image.file_name: dataclasses.replace(
+                image,
+                annotations=tuple(annotations[image.image_id]),
+                problem=problems.get(image.image_id),
+            )
+            for image in images
+        },
+        categories,
+        unlabeled,
+        total,
+        orphans,
+        orphan_example,
+    )
+
+
+def read_coco_file(path: str, *, unlabeled: str = DEFAULT_UNLABELED) -> CocoDataset:
+    """`read_coco` of a local file."""
+    return read_coco(lambda: open(path, "rb"), path, unlabeled=unlabeled)
+
+
+def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Iterator[Any]:
+    """The elements of the top-level list `section`, parsed by ijson's C backend."""
+    try:
+        with open_file() as stream:
+            yield from ijson.items(stream, f"{section}.item", use_float=True)
+    except ijson.JSONError as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise ValueError(f"{source}: not valid JSON ({first_line})") from error
+
+
+def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple[CocoCategory, ...]:
+    """Contiguous class ids in ascending COCO id order: the file's order cannot change them."""
+    raw: dict[int, tuple[str, str | None]] = {}
+    for position, item in enumerate(items):
+        if not (
+            isinstance(item, dict)
+            and type(item.get("id")) is int
+            and isinstance(item.get("name"), str)
+            and item["name"].strip()
+        ):
+            raise ValueError(f"{source}: category {position} needs an integer id and a name")
+        if item["id"] in raw:
+            raise ValueError(f"{source}: category id {item['id']} is listed twice")
+        supercategory = item.get("supercategory")
+        raw[item["id"]] = (item["name"], supercategory if isinstance(supercategory, str) else None)
+    if not raw:
+        raise ValueError(f"{source}: no categories")
+    first = 1 if unlabeled == "background" else 0
+    categories = tuple(
+        CocoCategory(coco_id, first + offset, *raw[coco_id])
+        for offset, coco_id in enumerate(sorted(raw))
+    )
+    names = [c.name for c in categories] + ([BACKGROUND_NAME] if first else [])
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        hint = " (or use unlabeled pixels as ignore)" if BACKGROUND_NAME in duplicates else ""
+        raise ValueError(f"{source}: duplicate class names {duplicates}{hint}")
+    return categories
+
+
+def _read_images(items: Iterator[Any], source: str) -> list[CocoImage]:
+    images: list[CocoImage] = []
+    ids: set[int] = set()
+    names: set[str] = set()
+    for position, item in enumerate(items):
+        fields = (
+            (item.get("id"), item.get("file_name"), item.get("height"), item.get("width"))
+            if isinstance(item, dict)
+            else (None,) * 4
+        )
+        image_id, file_name, height, width = fields
+        if not (
+            type(image_id) is int
+            and isinstance(file_name, str)
+            and file_name
+            and type(height) is int
+            and type(width) is int
+            and height > 0
+            and width > 0
+        ):
+            raise ValueError(
+                f"{source}: image {position} needs an integer id, a file_name and a positive "
+                "integer height and width"
+            )
+        if image_id in ids:
+            raise ValueError(f"{source}: image id {image_id} is listed twice")
+        if file_name in names:
+            raise ValueError(f"{source}: file_name {file_name!r} is listed twice")
+        ids.add(image_id)
+        names.add(file_name)
+        images.append(CocoImage(file_name, image_id, height, width))
+    if not images:
+        raise ValueError(f"{source}: no images")
+    return images
+
+
+def _annotation(raw: Mapping[str, Any], class_of: Mapping[int, int]) -> CocoAnnotation | None:
+    """The compact form of one annotation; None when it has no segmentation to draw."""
+    category = raw.get("category_id")
+    if type(category) is not int or category not in class_of:
+        raise ValueError(f"category_id {category!r} is not in categories")
+    crowd = raw.get("iscrowd", 0)
+    if crowd not in (0, 1):  # also True/False
+        raise ValueError(f"iscrowd must be 0 or 1, got {crowd!r}")
+    annotation_id = raw.get("id") if type(raw.get("id")) is int else None
+    segmentation = raw.get("segmentation")
+    if isinstance(segmentation, list):
+        polygons = tuple(_polygon(polygon) for polygon in segmentation)
+        polygons = tuple(p for p in polygons if len(p) >= _MIN_POLYGON_COORDINATES)
+        if not polygons:
+            return None
+        return CocoAnnotation(annotation_id, class_of[category], bool(crowd), polygons)
+    if isinstance(segmentation, dict):
+        return CocoAnnotation(
+            annotation_id, class_of[category], bool(crowd), rle=_rle(segmentation)
+        )
+    raise ValueError("segmentation must be a list of polygons or an RLE object")
+
+
+def _polygon(values: Any) -> np.ndarray:
+    """float64 coordinates; numpy checks the types (a Python loop per number costs seconds)."""
+    try:
+        array = np.array(values) if isinstance(values, list) else None
+    except ValueError:  # ragged nesting
+        array = None
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iuf":
+        raise ValueError("a polygon must be a list of numbers")
+    if len(array) % 2:
+        raise ValueError(f"a polygon has an odd number of coordinates ({len(array)})")
+    return array.astype(np.float64, copy=False)
+
+
+def _rle(segmentation: Mapping[str, Any]) -> dict[str, Any]:
+    size, counts = segmentation.get("size"), segmentation.get("counts")
+    if not (
+        isinstance(size, list) and len(size) == 2 and all(type(v) is int and v > 0 for v in size)
+    ):
+        raise ValueError("RLE size must be [height, width]")
+    if isinstance(counts, str):
+        return {"size": size, "counts": counts}
+    if isinstance(counts, list) and all(type(v) is int and 0 <= v < 2**32 for v in counts):
+        return {"size": size, "counts": np.asarray(counts, dtype=np.int64)}
+    raise ValueError("RLE counts must be a string or a list of non-negative integers")
+
+
+# --- rasterising (in the worker) ------------------------------------------------------------
+
+
+def rasterize(
+    image: CocoImage, height: int, width: int, settings: ClassMaskSettings, fill: int
+) -> np.ndarray:
+    """The class-id mask [height, width] of one image; RejectError for unusable annotations.
+
+    `height` and `width` are the decoded image's, so the mask can never be allocated at a
+    size the JSON merely claims; a disagreement is a size_mismatch reject.
+    """
+    if image.problem is not None:
+        raise RejectError(Reason.MASK_UNREADABLE, image.problem)
+    if (height, width) != (image.height, image.width):
+        raise RejectError(
+            Reason.SIZE_MISMATCH,
+            f"image is {height}x{width} (HxW), its COCO entry says {image.height}x{image.width}",
+        )
+    rles = annotation_rles(image)
+    mask = np.full((height, width), fill, dtype=settings.dtype)
+    for index in draw_order(rles):
+        annotation = image.annotations[index]
+        value = settings.ignore_index if annotation.iscrowd else annotation.class_id
+        np.copyto(mask, value, where=mask_utils.decode(rles[index]).view(bool))
+    return mask
+
+
+def draw_order(rles: list[dict[str, Any]]) -> list[int]:
+    """Indices in painting order: largest rasterised area first, file order among equals."""
+    areas = [int(area) for area in mask_utils.area(rles)] if rles else []
+    return sorted(range(len(rles)), key=lambda index: -areas[index])
+
+
+def annotation_rles(image: CocoImage) -> list[dict[str, Any]]:
+    """One pycocotools RLE per annotation, as COCO.annToRLE makes it, after bounds checks.
+
+    pycocotools trusts its input: a polygon coordinate of 1e12 crashes it, 1e7 takes seconds
+    and hundreds of MB. So coordinates must lie within one image size of the image, and the
+    polygons' total outline (in pixel steps) may not exceed the image's pixel count, which
+    keeps the work per image in proportion to the image (real outlines are far shorter).
+    """
+    height, width = image.height, image.width
+    budget = float(height) * width
+    rles = []
+    for annotation in image.annotations:
+        try:
+            if annotation.rle is not None:
+                rles.append(_checked_rle(annotation.rle, height, width))
+                continue
+            for polygon in annotation.polygons:
+                budget -= _outline(polygon, height, width)
+            if budget < 0:
+                raise ValueError("polygon outlines longer than the image has pixels")
+            parts = mask_utils.frPyObjects([p.tolist() for p in annotation.polygons], height, width)
+            rles.append(mask_utils.merge(parts))
+        except (ValueError, TypeError, OverflowError) as error:
+            raise RejectError(
+                Reason.MASK_UNREADABLE, f"annotation {annotation.annotation_id}: {error}"
+            ) from error
+    return rles
+
+
+def _outline(polygon: np.ndarray, height: int, width: int) -> float:
+    """Pixel steps pycocotools walks for a closed polygon, after checking its coordinates."""
+    xs, ys = polygon[0::2], polygon[1::2]
+    if not np.isfinite(polygon).all():
+        raise ValueError("polygon has a non-finite coordinate")
+    if xs.min() < -width or xs.max() > 2 * width or ys.min() < -height or ys.max() > 2 * height:
+        raise ValueError(f"polygon coordinate far outside the {height}x{width} image")
+    steps = np.maximum(np.abs(np.diff(xs, append=xs[0])), np.abs(np.diff(ys, append=ys[0])))
+    return float(steps.sum())
+
+
+def _checked_rle(rle: Mapping[str, Any], height: int, width: int) -> dict[str, Any]:
+    if list(rle["size"]) != [height, width]:
+        raise ValueError(f"RLE size {list(rle['size'])} is not the image's {[height, width]}")
+    counts = rle["counts"]
+    if isinstance(counts, str):
+        covered = _compressed_total(counts)
+        if covered != height * width:
+            raise ValueError(f"RLE counts cover {covered} pixels, not {height * width}")
+        return {"size": [height, width], "counts": counts}
+    if int(counts.sum()) != height * width:
+        raise ValueError(f"RLE counts cover {int(counts.sum())} pixels, not {height * width}")
+    uncompressed = {"size": [height, width], "counts": counts.tolist()}
+    return mask_utils.frPyObjects(uncompressed, height, width)
+
+
+def _compressed_total(counts: str) -> int:
+    """Pixels covered by a compressed RLE string, or -1 if it is not one.
+
+    pycocotools.mask.decode fills a mask whose runs end early with uninitialised memory
+    (garbage class pixels, no error), so the runs must add up before it sees them. This
+    follows pycocotools' rleFrString: 5 bits per character from '0', 0x20 = more,
+    0x10 on the last = negative, runs after the second stored as differences.
+    """
+    runs: list[int] = []
+    value = shift = 0
+    for char in counts:
+        code = ord(char) - 48
+        if not 0 <= code < 64:
+            return -1
+        value |= (code & 0x1F) << shift
+        shift += 5
+        if code & 0x20:
+            continue
+        if code & 0x10:
+            value -= 1 << shift
+        if len(runs) > 2:
+            value += runs[-2]
+        if not 0 <= value < 2**32:  # a run is a uint in pycocotools
+            return -1
+        runs.append(value)
+        value = shift = 0
+    return -1 if shift else sum(runs)
