@@ -190,3 +190,21 @@ def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
     assert "gcloud auth application-default login" in done.stderr
     assert "GOOGLE_APPLICATION_CREDENTIALS" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, tmp_path):
+    """`segprep prepare ... | head`: the dataset is written, so the exit code is 0 even though
+    nobody reads the summary (`true` exits before it is printed)."""
+    from tests.process_tree import SEGPREP
+
+    out = tmp_path / "out"
+    command = " ".join([*SEGPREP, *_prepare_args(sample_dataset, out)])
+    done = subprocess.run(
+        ["bash", "-c", f"{command} | true; echo exit=${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.stdout.strip() == "exit=0", done.stderr
+    assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr
+    assert (out / "metadata.json").exists()
