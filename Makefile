@@ -26,6 +26,7 @@ run: install
 	$(BIN)/segprep prepare --image_dir $(SAMPLE)/images --mask_dir $(SAMPLE)/masks \
 		--output_dir $(OUTPUT)
 	$(BIN)/python examples/read_batch.py $(OUTPUT)
+	@echo "segprep is installed in $(VENV): run $(BIN)/segprep --help, or 'source $(BIN)/activate' first"
 
 test: install lint
 	$(BIN)/python -m pytest

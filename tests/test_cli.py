@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from beam_pipeline.cli import main
-from tests.conftest import job_args
+from tests.conftest import RUNNER_ARGS, job_args
 
 
 def _prepare_args(dataset, output_dir, *extra) -> list[str]:
@@ -208,3 +208,49 @@ def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, 
     assert done.stdout.strip() == "exit=0", done.stderr
     assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr
     assert (out / "metadata.json").exists()
+
+
+def _one_folder(sample_dataset, folder):
+    """The sample data in the one-folder layout: KEY.jpg beside KEY_mask.mat."""
+    import shutil
+
+    folder.mkdir()
+    for path in sample_dataset.image_dir.iterdir():
+        shutil.copy(path, folder / path.name)
+    for path in sample_dataset.mask_dir.iterdir():
+        shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.mark.parametrize("style", ["data_dir", "same_folder_twice"])
+def test_images_and_masks_in_one_folder(sample_dataset, prepared, tmp_path, capsys, style):
+    folder = _one_folder(sample_dataset, tmp_path / "data")
+    if style == "data_dir":
+        inputs = ["--data_dir", str(folder)]
+    else:
+        inputs = ["--image_dir", str(folder), "--mask_dir", str(folder)]
+    out = tmp_path / "out"
+    code = main(["prepare", *inputs, "--output_dir", str(out), "--num_shards", "3"] + RUNNER_ARGS)
+    assert code == 0, capsys.readouterr().err
+    clean_dir, clean = prepared
+    # The same entries, pairs and rejects as the two-folder layout: _mask files are never
+    # taken for images.
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    clean_rejects = [
+        json.loads(line) for line in (clean_dir / "rejects.jsonl").read_text().splitlines()
+    ]
+    assert [(r["key"], r["reason"]) for r in rejects] == [
+        (r["key"], r["reason"]) for r in clean_rejects
+    ]
+    metadata = json.loads((out / "metadata.json").read_text())
+    assert metadata["splits"] == clean.metadata["splits"]
+
+
+def test_swapped_folders_get_a_hint_before_the_job(sample_dataset, tmp_path, capsys):
+    args = _prepare_args(sample_dataset, tmp_path / "out")
+    image, mask = args.index("--image_dir") + 1, args.index("--mask_dir") + 1
+    args[image], args[mask] = args[mask], args[image]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "the folders look swapped" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
