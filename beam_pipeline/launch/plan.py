@@ -153,33 +153,18 @@ def make_plan(argv: list[str]) -> RunPlan:
     paths = (layout.image_dir, layout.mask_dir, output_dir)
     if runner.dataflow:
         cloud.check_dataflow(layout, output_dir, beam)
-    elif not runner.local and not all(not storage.is_local(path) for path in paths):
+    elif not runner.local and any(storage.is_local(path) for path in paths):
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
-    remote_data = any(not storage.is_local(path) for path in paths)
-    if remote_data and not args.dry_run:
+    if not args.dry_run and not all(storage.is_local(path) for path in paths):
         cloud.check_credentials()
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
         raise UsageError(str(error)) from None
-
-    listing = None
-    if storage.is_local(layout.image_dir) and storage.is_local(layout.mask_dir):
-        if not args.dry_run or os.path.isdir(layout.image_dir):
-            listing = list_local(layout, *_flags(args))
-            preflight.check_listing(layout, listing, _flags(args))
-    elif not args.dry_run:
-        preflight.check_remote_inputs(layout, _flags(args))
-    if args.mask_key is not None and not args.dry_run:
-        preflight.check_mask_key(layout, listing, args.mask_key)
-
-    output = None
-    if storage.is_local(output_dir) or not args.dry_run:
-        output = output_protocol.inspect_output(output_dir)
-        if not args.dry_run or output.ours or output.foreign:
-            output_protocol.check_output(output, overwrite=args.overwrite)
+    listing = _inputs(args, layout)
+    output = _output(args, output_dir)
 
     processes = _writer_processes(args, runner, paths)
     threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
@@ -244,6 +229,32 @@ def make_plan(argv: list[str]) -> RunPlan:
         progress=progress,
         job=JobSettings(layout, listing.entries if listing else None, planning, writing, commit),
     )
+
+
+def _inputs(args: argparse.Namespace, layout: Layout) -> LocalListing | None:
+    """Local inputs are listed and paired here, once; gs:// ones are only checked for files
+    (the job lists them). A dry run reads what exists and needs nothing to exist."""
+    flags = _flags(args)
+    listing = None
+    if storage.is_local(layout.image_dir) and storage.is_local(layout.mask_dir):
+        if not args.dry_run or os.path.isdir(layout.image_dir):
+            listing = list_local(layout, *flags)
+            preflight.check_listing(layout, listing, flags)
+    elif not args.dry_run:
+        preflight.check_remote_inputs(layout, flags)
+    if args.mask_key is not None and not args.dry_run:
+        preflight.check_mask_key(layout, listing, args.mask_key)
+    return listing
+
+
+def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.OutputState | None:
+    """The output folder as it is now; a gs:// dry run touches no bucket."""
+    if not storage.is_local(output_dir) and args.dry_run:
+        return None
+    output = output_protocol.inspect_output(output_dir)
+    if not args.dry_run or output.ours or output.foreign:
+        output_protocol.check_output(output, overwrite=args.overwrite)
+    return output
 
 
 def _run_id() -> str:
