@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 import zlib
 
 import h5py
@@ -33,9 +34,9 @@ _MAT_ITEMSIZE = {
     "uint64": 8,
     "logical": 1,
 }
-# MAT v5: a 128-byte file header, then per variable an 8-byte tag; a compressed variable's
-# tag is followed by one zlib stream (MATLAB's "MAT-File Format", miCOMPRESSED).
-_MAT5_VARIABLE_DATA = 128 + 8
+_MAT5_HEADER = 128
+_MI_COMPRESSED = 15
+_MAT5_HEAD_BYTES = 1024  # a variable's tag, flags, dimensions and name fit in this
 _UNREADABLE = (ValueError, TypeError, OSError, EOFError, zlib.error, KeyError, IndexError)
 
 
@@ -62,26 +63,32 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
     ):
         return _load_mat_v73(data, mask_key, limits)
     try:
-        listed = scipy.io.whosmat(io.BytesIO(data))
+        if scipy.io.matlab.matfile_version(io.BytesIO(data))[0] == 0:
+            # v4 has no compression: nothing inflates, the file's size bounds the reads.
+            listed = {
+                name: (tuple(shape), kind, None)
+                for name, shape, kind in scipy.io.whosmat(io.BytesIO(data))
+            }
+        else:
+            listed = _mat5_variables(data)
     except NotImplementedError as error:  # v7.3 without the usual 512-byte header offset
         raise RejectError(Reason.MASK_UNREADABLE, str(error)) from error
     except _UNREADABLE as error:
         raise _unreadable(error) from error
-    variables = {
-        name: (tuple(shape), _MAT_ITEMSIZE.get(kind), kind)
-        for name, shape, kind in listed
-        if not name.startswith("__")
-    }
     name = _pick_variable(
-        {n: (s, size is not None) for n, (s, size, _) in variables.items()}, mask_key
+        {name: (shape, kind in _MAT_ITEMSIZE) for name, (shape, kind, _) in listed.items()},
+        mask_key,
     )
-    shape, itemsize, kind = variables[name]
-    if itemsize is None:
+    shape, kind, element = listed[name]
+    if kind not in _MAT_ITEMSIZE:
         raise RejectError(Reason.MASK_VALUES, f"variable {name!r} is a MATLAB {kind}, not numeric")
-    declared = _check_size(shape, itemsize, limits)
-    _check_inflated_size(data, name, declared)
+    declared = _check_size(shape, _MAT_ITEMSIZE[kind], limits)
     try:
-        return scipy.io.loadmat(io.BytesIO(data), variable_names=[name], squeeze_me=False)[name]
+        if element is None:
+            return scipy.io.loadmat(io.BytesIO(data), variable_names=[name])[name]
+        raw, compressed = element
+        matrix = _inflate_bounded(raw, name, declared) if compressed else raw
+        return scipy.io.loadmat(io.BytesIO(data[:_MAT5_HEADER] + matrix))[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
 
@@ -105,35 +112,55 @@ def _check_size(shape: tuple[int, ...], itemsize: int, limits: InputLimits) -> i
     return elements * itemsize
 
 
-def _check_inflated_size(data: bytes, name: str, declared: int) -> None:
-    """A compressed variable must not inflate past the size its header declares (zlib bomb).
+def _mat5_variables(data: bytes) -> dict[str, tuple[tuple[int, ...], str, tuple[bytes, bool]]]:
+    """name -> (shape, MATLAB class, (raw element, compressed)) of each variable of a MAT v5
+    file.
 
-    The stream is inflated in bounded steps and thrown away: nothing larger than one step is
-    ever held.
+    MAT v5 is a 128-byte header, then one tagged element per variable (MATLAB's "MAT-File
+    Format": a 4-byte type, a 4-byte length; type 15 is one zlib stream). That framing is
+    all that is read here, to find each variable; scipy reads each variable's header, from
+    at most its first kilobyte inflated. No variable's data is inflated.
     """
-    if scipy.io.matlab.matfile_version(io.BytesIO(data))[0] != 1:
-        return  # v4 has no compression: bounded by the file's size
-    bound = 2 * declared + (64 << 10)  # complex parts, tags, dims and name
-    for variable, raw in scipy.io.matlab.varmats_from_mat(io.BytesIO(data)):
-        if variable != name:
-            continue
-        stream = raw.getvalue()[_MAT5_VARIABLE_DATA:]
-        if len(stream) < 2 or (stream[0] & 0x0F) != 8 or (stream[0] << 8 | stream[1]) % 31:
-            return  # no zlib header: stored uncompressed, bounded by the file's size
-        inflater = zlib.decompressobj()
-        inflated = 0
-        try:
-            while stream and inflated <= bound:
-                inflated += len(inflater.decompress(stream, 1 << 20))
-                stream = inflater.unconsumed_tail
-        except zlib.error as error:
-            raise _unreadable(error) from error
+    order = "<" if data[126:128] == b"IM" else ">"
+    variables = {}
+    position = _MAT5_HEADER
+    while position + 8 <= len(data):
+        kind, length = struct.unpack_from(order + "II", data, position)
+        if length == 0:
+            raise ValueError(f"empty element at byte {position}")
+        element = data[position : position + 8 + length]
+        head = element[:_MAT5_HEAD_BYTES]
+        if kind == _MI_COMPRESSED:
+            head = zlib.decompressobj().decompress(element[8:], _MAT5_HEAD_BYTES)
+        for name, shape, matlab_class in scipy.io.whosmat(io.BytesIO(data[:_MAT5_HEADER] + head)):
+            if not name.startswith("__"):
+                variables[name] = (tuple(shape), matlab_class, (element, kind == _MI_COMPRESSED))
+        position += 8 + length
+    return variables
+
+
+def _inflate_bounded(element: bytes, name: str, declared: int) -> bytes:
+    """A compressed variable's element, inflated; a reject if it inflates past its declared
+    size.
+
+    Inflated in 1 MB steps, so a zlib bomb is stopped after `bound` bytes whatever its
+    header says. scipy then reads the uncompressed element without inflating it again.
+    """
+    bound = 2 * declared + (64 << 10)  # a complex part, tags, dimensions and name
+    inflater = zlib.decompressobj()
+    pending, parts, inflated = element[8:], [], 0
+    while True:
+        part = inflater.decompress(pending, 1 << 20)
+        inflated += len(part)
         if inflated > bound:
             raise RejectError(
                 Reason.MASK_TOO_LARGE,
                 f"variable {name!r} inflates past the {declared:,} bytes its header declares",
             )
-        return
+        parts.append(part)
+        pending = inflater.unconsumed_tail
+        if inflater.eof or not (part or pending):
+            return b"".join(parts)
 
 
 def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndarray:
