@@ -468,3 +468,32 @@ def publish(output_dir: str, run_id: str, moves: list[tuple[str, str]], metadata
         _remove_local_tree(source.rstrip("/"))
     else:
         storage.delete_tree(source)
+
+
+def protocol_problems(
+    names: set[str], manifest: dict | None, lock_held: bool, listed_by_metadata: set[str]
+) -> list[str]:
+    """What `segprep verify` finds wrong with a finished output's protocol state.
+
+    `names`: the top-level names in the folder; `manifest`: the parsed manifest, None when
+    absent (an output of segprep before the manifest: nothing more to check); `lock_held`:
+    a run holds the lock right now; `listed_by_metadata`: the files metadata.json names.
+    """
+    problems = []
+    if lock_held:
+        problems.append(f"{LOCK_FILE}: a run is writing into this folder right now")
+    if manifest is None:
+        return problems
+    if manifest.get("state") != COMMITTED:
+        problems.append(
+            f"{MANIFEST_FILE}: state {manifest.get('state')!r}: a commit did not finish"
+        )
+    files = set(manifest.get("files") or ())
+    published = {name for name in names if is_output_name(name)}
+    for name in sorted(published - files):
+        problems.append(f"{name}: a published name the manifest does not list")
+    for name in sorted(files - published):
+        problems.append(f"{name}: listed in the manifest but missing")
+    for name in sorted(listed_by_metadata - files):
+        problems.append(f"{name}: in metadata.json but not in the manifest")
+    return problems
