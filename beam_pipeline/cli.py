@@ -82,6 +82,12 @@ def _verify(args: argparse.Namespace) -> int:
     return run_verify(args.dir)
 
 
+def _index(args: argparse.Namespace) -> int:
+    from beam_pipeline.commands.index import run_index
+
+    return run_index(args.dir)
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
@@ -136,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
 
+    index = commands.add_parser(
+        "index",
+        help="add the record index (random access, PyTorch, Grain) and the TFDS files to an "
+        "output that lacks them",
+        formatter_class=defaults,
+    )
+    index.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+
     inspect = commands.add_parser(
         "inspect",
         help="render a contact sheet PNG (image | mask | overlay) of examples or rejects",
@@ -175,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             return _verify(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "index":
+            return _index(args)
         return _prepare(args, extra)
     except UsageError as error:
         return _fail(args, f"error: {error}", 2)
