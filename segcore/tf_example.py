@@ -73,7 +73,8 @@ _POOL.Add(text_format.Parse(_SCHEMA, descriptor_pb2.FileDescriptorProto()))
 
 
 def _message(name: str) -> type:
-    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"segprep.tf_example.{name}"))
+    descriptor = _POOL.FindMessageTypeByName(f"segprep.tf_example.{name}")
+    return message_factory.GetMessageClass(descriptor)
 
 
 Example = _message("Example")

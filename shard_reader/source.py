@@ -82,7 +82,7 @@ class _Shard:
     lengths: np.ndarray  # int64 frame lengths
 
 
-class RecordSource(Sequence):
+class RecordSource:
     """Random access to the records of one split of a segprep output (see module docstring).
 
     verify_index: check each index file's sha256 against metadata.json when opening
@@ -247,7 +247,9 @@ def decode_example(serialized: bytes, mask_format: str, where: str = "record") -
         else:
             gray = np.asarray(Image.open(io.BytesIO(mask_bytes)).convert("L"))[..., None]
     except (ValueError, OSError) as error:
-        raise CorruptRecordError(f"{where} (key {key}): image or mask does not decode: {error}")
+        raise CorruptRecordError(
+            f"{where} (key {key}): image or mask does not decode: {error}"
+        ) from None
     if image.shape[:2] != gray.shape[:2]:
         raise CorruptRecordError(
             f"{where} (key {key}): image {image.shape[:2]} and mask {gray.shape[:2]} differ"
