@@ -163,9 +163,19 @@ class RecordSource:
             raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
         return unframe(framed, where)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:  # type: ignore[override]
+    def __getitem__(self, index: int) -> dict[str, Any]:
         serialized = self.read_serialized(index)
         return decode_example(serialized, self.mask_format, f"{self.split} record {index}")
+
+    def read_into(self, index: int, image: np.ndarray, mask: np.ndarray) -> str:
+        """Decode record `index` into `image` (HxWx3) and `mask` (HxWx1); its key.
+
+        For batch buffers: the pixels land where they are needed, with no copy. The record
+        must have the buffers' height and width (CorruptRecordError otherwise).
+        """
+        serialized = self.read_serialized(index)
+        where = f"{self.split} record {index}"
+        return decode_example(serialized, self.mask_format, where, out=(image, mask))["key"]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """A batch of records (torch.utils.data fetches batches through this)."""
@@ -230,8 +240,17 @@ class RecordSource:
         return f"RecordSource({self.data_dir!r}, {self.split!r}, {len(self)} records)"
 
 
-def decode_example(serialized: bytes, mask_format: str, where: str = "record") -> dict[str, Any]:
-    """{"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str} of one record."""
+def decode_example(
+    serialized: bytes,
+    mask_format: str,
+    where: str = "record",
+    out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """{"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str} of one record.
+
+    With `out` (image, mask) arrays, the pixels are decoded into them (same height and
+    width as the record, else CorruptRecordError) and returned as those arrays.
+    """
     try:
         feature = tf_example.Example.FromString(serialized).features.feature
         image_bytes = feature[features.IMAGE].bytes_list.value[0]
@@ -239,20 +258,43 @@ def decode_example(serialized: bytes, mask_format: str, where: str = "record") -
         key = feature[features.KEY].bytes_list.value[0].decode("utf-8")
     except (ValueError, IndexError, UnicodeDecodeError) as error:
         raise CorruptRecordError(f"{where}: not a segprep example: {error}") from None
+    where = f"{where} (key {key})"
     try:
         # fastdct: TensorFlow's default DCT (INTEGER_FAST), so pixels match tf.data's.
-        image = simplejpeg.decode_jpeg(image_bytes, colorspace="RGB", fastdct=True)
+        if out is None:
+            image = simplejpeg.decode_jpeg(image_bytes, colorspace="RGB", fastdct=True)
+        else:
+            height, width, *_ = simplejpeg.decode_jpeg_header(image_bytes)
+            if (height, width) != out[0].shape[:2]:
+                raise CorruptRecordError(f"{where}: {height}x{width}, expected {out[0].shape[:2]}")
+            image = simplejpeg.decode_jpeg(
+                image_bytes, colorspace="RGB", fastdct=True, buffer=out[0]
+            )
         if mask_format == "jpeg":
             gray = simplejpeg.decode_jpeg(mask_bytes, colorspace="GRAY", fastdct=True)
         else:
             gray = np.asarray(Image.open(io.BytesIO(mask_bytes)).convert("L"))[..., None]
+    except CorruptRecordError:
+        raise
     except (ValueError, OSError) as error:
-        raise CorruptRecordError(
-            f"{where} (key {key}): image or mask does not decode: {error}"
-        ) from None
+        raise CorruptRecordError(f"{where}: image or mask does not decode: {error}") from None
     if image.shape[:2] != gray.shape[:2]:
         raise CorruptRecordError(
-            f"{where} (key {key}): image {image.shape[:2]} and mask {gray.shape[:2]} differ"
+            f"{where}: image {image.shape[:2]} and mask {gray.shape[:2]} differ"
         )
-    mask = (gray >= features.MASK_THRESHOLD).view(np.uint8)
+    if out is None:
+        mask = (gray >= features.MASK_THRESHOLD).view(np.uint8)
+    else:
+        mask = out[1]
+        np.greater_equal(gray, features.MASK_THRESHOLD, out=mask.view(np.bool_))
     return {"image": image, "mask": mask, "key": key}
+
+
+def resize_example(item: dict[str, Any], size: tuple[int, int]) -> dict[str, Any]:
+    """`item` at (height, width): the image bilinear, the mask nearest (it stays 0/1)."""
+    if item["image"].shape[:2] == tuple(size):
+        return item
+    height, width = size
+    image = Image.fromarray(item["image"]).resize((width, height), Image.BILINEAR)
+    mask = Image.fromarray(item["mask"][..., 0]).resize((width, height), Image.NEAREST)
+    return {**item, "image": np.asarray(image), "mask": np.asarray(mask)[..., None]}
