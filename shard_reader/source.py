@@ -61,12 +61,13 @@ def unframe(framed: bytes, where: str) -> bytes:
     if len(framed) < record_index.FRAME_OVERHEAD:
         raise CorruptRecordError(f"{where}: {len(framed)} bytes, shorter than a frame")
     length, length_crc = _HEADER.unpack_from(framed)
+    if masked_crc(framed[:8]) != length_crc:
+        raise CorruptRecordError(f"{where}: length CRC mismatch (corrupt shard)")
     if length + record_index.FRAME_OVERHEAD != len(framed):
         raise CorruptRecordError(
-            f"{where}: frame says {length} payload bytes, the index {len(framed) - 16}"
+            f"{where}: the frame holds {length} bytes, the index says "
+            f"{len(framed) - record_index.FRAME_OVERHEAD} (stale index)"
         )
-    if masked_crc(framed[:8]) != length_crc:
-        raise CorruptRecordError(f"{where}: length CRC mismatch (corrupt shard or stale index)")
     payload = framed[12 : 12 + length]
     (payload_crc,) = _FOOTER.unpack_from(framed, 12 + length)
     if masked_crc(payload) != payload_crc:

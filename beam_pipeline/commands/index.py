@@ -99,6 +99,7 @@ def _stage(
         table_digest = hashlib.sha256()
         table_size = 0
         with tf.io.gfile.GFile(table_path, "wb") as table:
+            table.write(b"")  # GFile creates the file on its first write: an empty split too
             for shard in split.shards:
                 indexed = _index_shard(base, shard)
                 path = f"{staging}/{indexed.index_file}"
