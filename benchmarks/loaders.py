@@ -15,7 +15,10 @@ batches of 8 uint8 images and masks:
 
 Each trial of each contender runs in a fresh child process: warm-up batches first (workers
 started, buffers filled), then `--records` records timed. Trials are interleaved (the order
-rotates) and the median is reported with its ratio to tf.data uint8.
+rotates) and the median is reported with its ratio to tf.data uint8, together with the CPU
+time per record of all the contender's processes (workers included): on a machine shared
+with other work, wall time depends on how many threads a contender can put on the cores,
+CPU time much less.
 """
 
 from __future__ import annotations
@@ -159,24 +162,45 @@ def batches(name: str, data_dir: str):
     raise ValueError(name)
 
 
-def measure(name: str, data_dir: str, records: int) -> float:
-    """Records per second over `records` records after a warm-up."""
+def _tree_cpu() -> float:
+    """CPU seconds of this process and its live children (the loaders' workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def measure(name: str, data_dir: str, records: int) -> tuple[float, float]:
+    """(records per second, CPU ms per record) over `records` records after a warm-up.
+
+    CPU time counts every process of the loader; it is steadier than wall time when
+    other work shares the machine.
+    """
     iterator = batches(name, data_dir)
     for _ in range(WARMUP_BATCHES):
         next(iterator)
     seen = 0
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _tree_cpu()
     while seen < records:
         seen += len(next(iterator)[0])
-    return seen / (time.perf_counter() - started)
+    wall, cpu = time.perf_counter() - started, _tree_cpu() - cpu_started
+    return seen / wall, cpu / seen * 1e3
 
 
-def run_child(name: str, data_dir: Path, records: int) -> float:
+def run_child(name: str, data_dir: Path, records: int) -> tuple[float, float]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
     command = [sys.executable, __file__, "--child", name, "--data", str(data_dir)]
     command += ["--records", str(records)]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    rate, cpu = json.loads(done.stdout.strip().splitlines()[-1])
+    return rate, cpu
 
 
 def main() -> None:
@@ -192,17 +216,19 @@ def main() -> None:
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(measure(args.child, args.data, args.records))
+        print(json.dumps(measure(args.child, args.data, args.records)))
         return
     data_dir = prepare_data(args.count, args.seed)
     names = args.contenders.split(";")
-    rates: dict[str, list[float]] = {name: [] for name in names}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for trial in range(args.trials):
         shift = trial % len(names)
         for name in names[shift:] + names[:shift]:  # rotate: no contender always first
-            rates[name].append(run_child(name, data_dir, args.records))
+            runs[name].append(run_child(name, data_dir, args.records))
+            rate, cpu = runs[name][-1]
             print(
-                f"  trial {trial + 1}/{args.trials} {name}: {rates[name][-1]:.0f}", file=sys.stderr
+                f"  trial {trial + 1}/{args.trials} {name}: {rate:.0f}/s {cpu:.2f} ms",
+                file=sys.stderr,
             )
     metadata = json.loads((data_dir / "metadata.json").read_text())
     train = metadata["splits"]["train"]
@@ -212,13 +238,21 @@ def main() -> None:
         f"uint8; median of {args.trials} interleaved trials of {args.records} records; "
         f"{os.cpu_count()} CPUs\n"
     )
-    baseline = statistics.median(rates[BASELINE]) if BASELINE in rates else None
-    print("| loader | records/s (median) | min..max | vs tf.data uint8 |")
-    print("|---|---|---|---|")
-    for name, values in rates.items():
-        median = statistics.median(values)
-        ratio = f"{median / baseline:.0%}" if baseline else "-"
-        print(f"| {name} | {median:.0f} | {min(values):.0f}..{max(values):.0f} | {ratio} |")
+
+    def median(name: str, field: int) -> float:
+        return statistics.median(run[field] for run in runs[name])
+
+    base = BASELINE in runs
+    print("| loader | records/s | min..max | vs tf.data | CPU ms/record | tf.data CPU / its CPU |")
+    print("|---|---|---|---|---|---|")
+    for name, values in runs.items():
+        rates = [rate for rate, _ in values]
+        versus = f"{median(name, 0) / median(BASELINE, 0):.0%}" if base else "-"
+        efficiency = f"{median(BASELINE, 1) / median(name, 1):.0%}" if base else "-"
+        print(
+            f"| {name} | {median(name, 0):.0f} | {min(rates):.0f}..{max(rates):.0f} | {versus} "
+            f"| {median(name, 1):.2f} | {efficiency} |"
+        )
 
 
 if __name__ == "__main__":
