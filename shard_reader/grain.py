@@ -25,7 +25,7 @@ import os
 
 import grain
 
-from shard_reader.source import RecordSource, resize_example
+from shard_reader.source import RecordSource, resize_example, usable_cores
 
 
 def make_loader(
@@ -74,14 +74,9 @@ def make_loader(
     # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
     # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
     # this process, or one per worker process, each with two batches ahead.
-    threads = default_threads() if worker_count == 0 else 1
+    threads = usable_cores() if worker_count == 0 else 1
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
     iterable = dataset.to_iter_dataset(options)
     if worker_count > 0:
         iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
     return iterable
-
-
-def default_threads() -> int:
-    """Reading threads in this process: one per usable core (the decoder drops the GIL)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -39,6 +39,13 @@ _HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 byte
 _FOOTER = struct.Struct("<I")  # masked CRC-32C of the payload
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: the default number of decoding workers or threads."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class IndexMissingError(MetadataError):
     """The output has no record index (written before indexes existed)."""
 

@@ -32,14 +32,9 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from shard_reader.source import RecordSource, resize_example
+from shard_reader.source import RecordSource, resize_example, usable_cores
 
 STATE_VERSION = 1
-
-
-def default_num_workers() -> int:
-    """One worker process per core this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def epoch_order(num_records: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -343,7 +338,7 @@ def make_loader(
         seed=seed,
         rank=rank,
         world_size=world_size,
-        num_workers=default_num_workers() if num_workers is None else num_workers,
+        num_workers=usable_cores() if num_workers is None else num_workers,
         drop_last=drop_last,
         with_keys=with_keys,
         image_size=tuple(image_size) if image_size is not None else None,
