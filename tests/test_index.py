@@ -313,3 +313,18 @@ def test_verify_says_when_it_checked_the_index(indexed, prepared, capsys):
     assert "record index checked" in capsys.readouterr().out
     assert cli.main(["verify", str(prepared[0])]) == 0
     assert "record index" not in capsys.readouterr().out
+
+
+def test_prepare_overwrite_replaces_an_indexed_output(indexed, sample_dataset, copy_of):
+    """The index and TFDS files are segprep's: --overwrite clears them with the shards."""
+    from beam_pipeline.launch import launcher
+    from tests.conftest import job_args
+
+    out = copy_of(indexed)
+    launcher.run(job_args(sample_dataset, out, "--num_shards", "2", "--overwrite"))
+    info = DatasetInfo.from_json(_metadata(out))
+    assert info.split("train").num_shards == 2 and not info.has_index
+    assert not any((out / name).exists() for name in TFDS_FILES)
+    leftover = list((out / INDEX_DIR).rglob("*")) if (out / INDEX_DIR).exists() else []
+    assert leftover == []
+    assert verify_output(str(out)) == []
