@@ -49,6 +49,34 @@ def test_batches_are_channel_first_uint8_and_match_the_source(indexed):
         assert keys == [source[i]["key"] for i in range(4)]  # no shuffle: shard order
 
 
+def test_batches_kept_by_the_caller_are_never_overwritten(indexed):
+    """Workers reuse batch buffers only once nothing refers to them any more."""
+    source = RecordSource(indexed, "train")
+
+    def check(images, masks, keys):
+        for row, key in enumerate(keys):
+            item = source[source.index_of(key)]
+            assert np.array_equal(images[row].permute(1, 2, 0).numpy(), item["image"])
+            assert np.array_equal(masks[row].permute(1, 2, 0).numpy(), item["mask"])
+
+    def loader():
+        return make_loader(indexed, "train", 2, num_workers=2, with_keys=True, prefetch_factor=1)
+
+    iterator = iter(loader())
+    images, masks, keys = next(iterator)
+    view, snapshot = images[1, 0], images[1, 0].clone()  # a view outlives its batch
+    del images, masks
+    seen = [keys]
+    for images, masks, keys in iterator:  # batches dropped at once: their buffers reused
+        check(images, masks, keys)
+        seen.append(keys)
+    assert torch.equal(view, snapshot)
+    kept = list(loader())  # every batch held at once: far more than the buffers
+    for images, masks, keys in kept:
+        check(images, masks, keys)
+    assert [keys for _, _, keys in kept] == seen
+
+
 def test_an_epoch_is_every_record_once_in_a_new_order_each_epoch(indexed, all_keys):
     loader = make_loader(indexed, "train", 5, num_workers=0, with_keys=True, seed=4)
     epochs = []
