@@ -6,10 +6,12 @@
     state = iterator.get_state()     # Grain's own state; iterator.set_state(state) resumes
 
 shard_reader.source.RecordSource is a Grain random-access data source as it is (len and
-getitem, picklable for worker processes); this module only chains Grain's own steps:
+getitem, picklable for worker processes: grain.MapDataset.source(RecordSource(...)) and
+grain.DataLoader take it). This module chains Grain's own steps over record numbers:
 
-    MapDataset.source -> shuffle (index_shuffle: a global permutation per epoch, computed,
-    not stored) -> this process's part -> batch -> repeat -> to_iter_dataset [-> mp_prefetch]
+    MapDataset.range -> shuffle (index_shuffle: a global permutation per epoch, computed,
+    not stored) -> this process's part -> batch -> repeat -> read the batch (one array per
+    feature, each record decoded into its row) -> to_iter_dataset [-> mp_prefetch]
 
 The part of process i of n is every n-th record of the epoch's order from i, over the
 first n * floor(N / n) records: parts are disjoint and equal, and the last N % n records of
@@ -24,8 +26,9 @@ import functools
 import os
 
 import grain
+import numpy as np
 
-from shard_reader.source import RecordSource, resize_example, usable_cores
+from shard_reader.source import RecordSource, usable_cores
 
 
 def make_loader(
@@ -62,15 +65,16 @@ def make_loader(
     index, count = shard_options.shard_index, shard_options.shard_count
     if count > len(source):
         raise ValueError(f"{count} processes for {len(source)} records: some would get none")
-    dataset = grain.MapDataset.source(source)
+    # Record numbers are shuffled, split and batched; each batch is then read straight into
+    # its arrays (RecordSource.read_batch), not stacked from per-record arrays (a copy).
+    dataset = grain.MapDataset.range(len(source))
     if shuffle:
         dataset = dataset.shuffle(seed=seed)
     # Slicing keeps the epoch in the index, so the shuffle still draws a new order per epoch.
     dataset = dataset[index : len(source) // count * count : count]
-    if image_size is not None:
-        size = (int(image_size[0]), int(image_size[1]))
-        dataset = dataset.map(functools.partial(resize_example, size=size))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).repeat(num_epochs)
+    size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
+    dataset = dataset.map(functools.partial(_read, source=source, image_size=size))
     # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
     # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
     # this process, or one per worker process, each with two batches ahead.
@@ -80,3 +84,8 @@ def make_loader(
     if worker_count > 0:
         iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
     return iterable
+
+
+def _read(indices: np.ndarray, *, source: RecordSource, image_size: tuple[int, int] | None):
+    batch = source.read_batch(indices.tolist(), image_size=image_size)
+    return {**batch, "key": np.array(batch["key"])}

@@ -185,6 +185,42 @@ class RecordSource:
         where = f"{self.split} record {index}"
         return decode_example(serialized, self.mask_format, where, out=(image, mask))["key"]
 
+    def read_batch(
+        self,
+        indices: Sequence[int],
+        *,
+        image_size: tuple[int, int] | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> dict[str, Any]:
+        """{"image": uint8 [B,H,W,3], "mask": uint8 [B,H,W,1] of 0/1, "key": [B]} of `indices`.
+
+        Each record is decoded straight into its row (no stacking copy): into `out` (images,
+        masks) when given, such as shared memory, else into new arrays. image_size resizes
+        every record to (height, width); without it the split's records must share one size
+        (metadata image_shape), or the batch hold a single record.
+        """
+        shape = image_size or self.image_shape
+        if shape is None:
+            if len(indices) != 1:
+                raise ValueError(f"records of split {self.split!r} differ in size: one per batch")
+            item = self[indices[0]]
+            return {"image": item["image"][None], "mask": item["mask"][None], "key": [item["key"]]}
+        if out is None:
+            out = (
+                np.empty((len(indices), *shape, 3), np.uint8),
+                np.empty((len(indices), *shape, 1), np.uint8),
+            )
+        images, masks = out
+        keys = []
+        for row, index in enumerate(indices):
+            if image_size is None:
+                keys.append(self.read_into(index, images[row], masks[row]))
+            else:
+                item = resize_example(self[index], image_size)
+                images[row], masks[row] = item["image"], item["mask"]
+                keys.append(item["key"])
+        return {"image": images, "mask": masks, "key": keys}
+
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """A batch of records (torch.utils.data fetches batches through this)."""
         return [self[index] for index in indices]

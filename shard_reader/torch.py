@@ -135,25 +135,14 @@ class _Records(torch.utils.data.Dataset):
         worker = torch.utils.data.get_worker_info()
         slot = None if self.ring is None or worker is None else self.ring.acquire(worker.id)
         if slot is not None:
-            images = self.ring.images[worker.id, slot, : len(indices)]
-            masks = self.ring.masks[worker.id, slot, : len(indices)]
-            keys = self._fill(indices, images.numpy(), masks.numpy())
-            return _Ringed(worker.id, slot, len(indices), keys)
-        shape = self.shape or self[indices[0]]["image"].shape[:2]  # batch_size 1 then
-        images = torch.empty((len(indices), *shape, 3), dtype=torch.uint8)
-        masks = torch.empty((len(indices), *shape, 1), dtype=torch.uint8)
-        return images, masks, self._fill(indices, images.numpy(), masks.numpy())
-
-    def _fill(self, indices: Sequence[int], images: np.ndarray, masks: np.ndarray) -> list[str]:
-        keys = []
-        for row, index in enumerate(indices):
-            if self.image_size is None:
-                keys.append(self.source.read_into(index, images[row], masks[row]))
-            else:
-                item = self[index]
-                images[row], masks[row] = item["image"], item["mask"]
-                keys.append(item["key"])
-        return keys
+            out = (
+                self.ring.images[worker.id, slot, : len(indices)].numpy(),
+                self.ring.masks[worker.id, slot, : len(indices)].numpy(),
+            )
+            batch = self.source.read_batch(indices, image_size=self.image_size, out=out)
+            return _Ringed(worker.id, slot, len(indices), batch["key"])
+        batch = self.source.read_batch(indices, image_size=self.image_size)
+        return torch.from_numpy(batch["image"]), torch.from_numpy(batch["mask"]), batch["key"]
 
 
 def _as_is(batch: Any) -> Any:

@@ -80,3 +80,17 @@ def test_record_source_is_a_grain_data_source(indexed, all_keys):
         worker_count=0,
     )
     assert sorted(keys(loader)) == sorted(all_keys)
+
+
+def test_mixed_sizes_need_image_size(tmp_path):
+    from tests.handmade import write_output
+
+    directory = tmp_path / "out"
+    write_output(directory, [[(40, 32), (32, 40)], [(48, 24)]])
+    with pytest.raises(ValueError, match="differ in size"):
+        make_loader(directory, "train", 2)
+    batch = next(iter(make_loader(directory, "train", 3, image_size=(20, 16))))
+    assert batch["image"].shape == (3, 20, 16, 3) and batch["mask"].shape == (3, 20, 16, 1)
+    assert set(np.unique(batch["mask"])) <= {0, 1}
+    shapes = [b["image"].shape for b in make_loader(directory, "train", 1, shuffle=False)]
+    assert shapes == [(1, 40, 32, 3), (1, 32, 40, 3), (1, 48, 24, 3)]
