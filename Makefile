@@ -4,14 +4,19 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# make test also installs the optional extras (torch, grain) so their readers are tested;
+# make run does not.
+EXTRAS_STAMP := $(VENV)/.installed-extras
 SAMPLE := build/sample
 OUTPUT := build/output
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_ENABLE_ONEDNN_OPTS ?= 0
 
-.PHONY: install run test lint format bench clean
+.PHONY: install install-extras run test lint format bench bench-loaders clean
 
 install: $(STAMP)
+
+install-extras: $(EXTRAS_STAMP)
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +24,11 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	$(BIN)/pip check
 	touch $(STAMP)
+
+$(EXTRAS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,torch,jax]'
+	$(BIN)/pip check
+	touch $(EXTRAS_STAMP)
 
 run: install
 	rm -rf $(SAMPLE) $(OUTPUT)
@@ -28,7 +38,7 @@ run: install
 	$(BIN)/python examples/read_batch.py $(OUTPUT)
 	@echo "segprep is installed in $(VENV): run $(BIN)/segprep --help, or 'source $(BIN)/activate' first"
 
-test: install lint
+test: install-extras lint
 	$(BIN)/python -m pytest
 
 lint: install
@@ -42,6 +52,9 @@ format: install
 bench: install
 	$(BIN)/python benchmarks/writer.py
 	$(BIN)/python benchmarks/reader.py
+
+bench-loaders: install-extras
+	$(BIN)/python benchmarks/loaders.py
 
 clean:
 	rm -rf build $(VENV)

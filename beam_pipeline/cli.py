@@ -89,6 +89,12 @@ def _verify(args: argparse.Namespace) -> int:
     return run_verify(args.dir)
 
 
+def _index(args: argparse.Namespace) -> int:
+    from beam_pipeline.commands.index import run_index
+
+    return run_index(args.dir)
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
@@ -166,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         "against metadata.json (exit 1 on any problem)",
     )
     verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+
+    index = command(
+        "index",
+        "add the record index (random access, PyTorch, Grain) and the TFDS files to an "
+        "output that lacks them",
+    )
+    index.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
 
     inspect = command(
         "inspect", "render a contact sheet PNG (image | mask | overlay) of examples or rejects"
@@ -254,6 +267,8 @@ def _dispatch(argv: list[str]) -> int:
         return _sample_data(args)
     if args.command == "verify":
         return _verify(args)
+    if args.command == "index":
+        return _index(args)
     return _inspect(args)
 
 

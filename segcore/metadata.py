@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from segcore import features
+from segcore.dataset_info import FORMAT_VERSION
 from segcore.naming import SPLITS
 from segcore.rejects import Reject
 
-FORMAT_VERSION = 1
+_SHARD_FIELDS = ("file", "num_examples", "bytes", "sha256")
 
 
 def build_metadata(
@@ -21,10 +22,15 @@ def build_metadata(
     mask_format: str,
     parameters: Mapping[str, Any],
     versions: Mapping[str, str],
+    key_tables: Mapping[str, Mapping[str, Any]] | None = None,
+    tfds_files: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The metadata dict.
+    """The metadata dict (its typed, checked form is segcore.dataset_info.DatasetInfo).
 
-    `shards` are dicts with split, file, num_examples, bytes, sha256 and image_shapes.
+    `shards` are dicts with split, file, num_examples, bytes, sha256 and image_shapes, and
+    optionally `index`: the {file, bytes, sha256} of the shard's record index. `key_tables`
+    maps a split to the {file, bytes, sha256} of its key table; `tfds_files` lists the
+    TFDS description files the same way (segcore.record_index, segcore.tfds_info).
     """
     by_split: dict[str, list[Mapping[str, Any]]] = {split: [] for split in SPLITS}
     for shard in shards:
@@ -38,17 +44,16 @@ def build_metadata(
             "num_shards": len(entries),
             # [height, width] when every record has that size: readers may use static shapes.
             "image_shape": list(shapes[0]) if len(shapes) == 1 else None,
-            "shards": [
-                {key: shard[key] for key in ("file", "num_examples", "bytes", "sha256")}
-                for shard in entries
-            ],
+            "shards": [_shard_entry(shard) for shard in entries],
         }
+        if key_tables and split in key_tables:
+            splits[split]["key_table"] = _file_ref(key_tables[split])
     reasons: collections.Counter[str] = collections.Counter()
     examples: dict[str, str] = {}
     for reject in sorted(rejects):
         reasons[reject.reason.value] += 1
         examples.setdefault(reject.reason.value, reject.key)
-    return {
+    info = {
         "format_version": FORMAT_VERSION,
         "splits": splits,
         "num_rejected": {
@@ -61,6 +66,21 @@ def build_metadata(
         "parameters": dict(parameters),
         "versions": dict(versions),
     }
+    listed = [_file_ref(ref) for ref in tfds_files]
+    if listed:
+        info["tfds_files"] = sorted(listed, key=lambda ref: ref["file"])
+    return info
+
+
+def _file_ref(ref: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: ref[key] for key in ("file", "bytes", "sha256")}
+
+
+def _shard_entry(shard: Mapping[str, Any]) -> dict[str, Any]:
+    entry = {key: shard[key] for key in _SHARD_FIELDS}
+    if shard.get("index") is not None:
+        entry["index"] = _file_ref(shard["index"])
+    return entry
 
 
 def dumps(metadata: Mapping[str, Any]) -> bytes:

@@ -44,9 +44,38 @@ def parse_shard_name(name: str) -> tuple[str, int, int] | None:
     return match["split"], int(match["index"]), int(match["count"])
 
 
+# The record index (segcore/record_index.py) lives in its own folder, so a shard glob such as
+# `train-*-of-*.tfrecord` run at the top of the output never sees it.
+INDEX_DIR = "index"
+INDEX_SUFFIX = ".idx"
+KEY_TABLE_SUFFIX = ".keys.jsonl"
+# What tfds.builder_from_directory reads (segcore/tfds_info.py writes them).
+TFDS_DATASET_INFO = "dataset_info.json"
+TFDS_FEATURES = "features.json"
+TFDS_FILES = (TFDS_DATASET_INFO, TFDS_FEATURES)
+# TFDS's name for the shards, in its template language: it expands to shard_name()'s output.
+TFDS_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}" + SHARD_SUFFIX
+
+
+def index_name(shard_file: str) -> str:
+    """`index/train-00003-of-00010.tfrecord.idx`: the record index of one shard."""
+    if parse_shard_name(shard_file) is None:
+        raise ValueError(f"{shard_file!r} is not a shard name")
+    return f"{INDEX_DIR}/{shard_file}{INDEX_SUFFIX}"
+
+
+def key_table_name(split: str) -> str:
+    """`index/train.keys.jsonl`: key -> (shard, record number) for one split."""
+    if not re.fullmatch(r"[a-z]+", split):
+        raise ValueError(f"{split!r} is not a split name")
+    return f"{INDEX_DIR}/{split}{KEY_TABLE_SUFFIX}"
+
+
 def is_output_name(name: str) -> bool:
-    """True for every final name a segprep run may publish in its output directory.
+    """True for every top-level name a segprep run may publish in its output directory.
 
     A foreign file under such a name stops a run: segprep would have to replace it.
     """
-    return name in (METADATA_FILE, REJECTS_FILE) or parse_shard_name(name) is not None
+    return name in (METADATA_FILE, REJECTS_FILE, INDEX_DIR, *TFDS_FILES) or (
+        parse_shard_name(name) is not None
+    )

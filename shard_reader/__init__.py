@@ -1,4 +1,8 @@
-"""tf.data input pipeline over segprep shards. Never imports apache_beam.
+"""Readers of segprep shards. Never imports apache_beam; imports TensorFlow only when asked.
+
+`make_dataset` and `steps_per_epoch` (tf.data, shard_reader.dataset) load TensorFlow on first
+use; `shard_reader.source.RecordSource` (random access), `shard_reader.torch` and
+`shard_reader.grain` work without TensorFlow installed.
 
 Importing this package turns on TensorFlow's BFC allocator for CPU memory unless the
 environment already chose (TF_CPU_ALLOCATOR_USE_BFC): a float32 batch of 800x600 images
@@ -8,16 +12,15 @@ reads the variable when it first allocates, so import shard_reader before runnin
 or set the variable yourself; BFC keeps the peak reserved for the life of the process.
 """
 
+from __future__ import annotations
+
+import importlib
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
-from shard_reader.dataset import (  # noqa: E402 - after the allocator choice, on purpose
-    DEFAULT_SHUFFLE_BUFFER,
-    make_dataset,
-    steps_per_epoch,
-)
-from shard_reader.metadata import (  # noqa: E402
+from shard_reader.metadata import (  # noqa: E402 - after the allocator choice, on purpose
     IncompleteOutputError,
     MetadataError,
     SplitInfo,
@@ -25,13 +28,34 @@ from shard_reader.metadata import (  # noqa: E402
     load_split,
 )
 
+# Exported name -> the module that defines it, imported on first access (PEP 562).
+_LAZY = {
+    "DEFAULT_SHUFFLE_BUFFER": "shard_reader.dataset",
+    "make_dataset": "shard_reader.dataset",
+    "steps_per_epoch": "shard_reader.dataset",
+    "RecordSource": "shard_reader.source",
+}
+
 __all__ = [
     "DEFAULT_SHUFFLE_BUFFER",
     "IncompleteOutputError",
     "MetadataError",
+    "RecordSource",
     "SplitInfo",
     "load_metadata",
     "load_split",
     "make_dataset",
     "steps_per_epoch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

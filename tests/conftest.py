@@ -44,3 +44,16 @@ def prepared(sample_dataset, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("prepared") / "out"
     result = launcher.run(job_args(sample_dataset, output_dir, "--num_shards", "3"))
     return output_dir, result
+
+
+@pytest.fixture(scope="session")
+def indexed(prepared, tmp_path_factory):
+    """A copy of the `prepared` output with its record index and TFDS files (segprep index)."""
+    import shutil
+
+    from beam_pipeline.commands.index import index_output
+
+    copy = tmp_path_factory.mktemp("indexed") / "out"
+    shutil.copytree(prepared[0], copy)
+    index_output(str(copy))
+    return copy

@@ -110,7 +110,7 @@ def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
     assert (tmp_path / "m" / "metadata.json").exists()
 
 
-@pytest.mark.parametrize("command", ["sample-data", "prepare", "verify", "inspect"])
+@pytest.mark.parametrize("command", ["sample-data", "prepare", "verify", "index", "inspect"])
 def test_help_lists_every_option_once_with_its_default(command, capsys):
     from beam_pipeline.cli import build_parser
 

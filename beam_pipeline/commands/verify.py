@@ -19,8 +19,9 @@ import numpy as np
 import tensorflow as tf
 
 from beam_pipeline.errors import UsageError
-from segcore import features
-from segcore.naming import REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
+from segcore import features, record_index, tfds_info
+from segcore.dataset_info import DatasetInfo, FileRef, MetadataError
+from segcore.naming import INDEX_DIR, REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
 
@@ -39,6 +40,7 @@ class VerifyReport:
     examples: dict[str, int] = dataclasses.field(default_factory=dict)  # split -> records read
     shards: int = 0
     rejects: int = 0
+    indexed: bool = False  # metadata.json lists a record index, and it was checked
 
     @property
     def ok(self) -> bool:
@@ -46,10 +48,11 @@ class VerifyReport:
 
     def summary(self) -> str:
         splits = ", ".join(f"{split} {count}" for split, count in self.examples.items())
+        index = ", record index" if self.indexed else ""
         return (
             f"OK {self.directory}: {sum(self.examples.values())} examples ({splits}) in "
             f"{self.shards} shards, {self.rejects} rejects; CRCs, sha256, sizes, "
-            "images and masks checked"
+            f"images and masks{index} checked"
         )
 
 
@@ -79,6 +82,7 @@ def check_output(directory: str) -> VerifyReport:
         return report
     checker = _Checker(base, metadata, report)
     checker.check_splits()
+    checker.check_index()
     checker.check_extra_shards()
     checker.check_rejects()
     checker.check_accounting()
@@ -114,6 +118,8 @@ class _Checker:
         self.listed: set[str] = set()
         self.keys: collections.Counter[str] = collections.Counter()
         self.records_complete = True  # False once a shard could not be read to its end
+        # shard file -> (key, serialized length) of each record, for shards read to the end
+        self.records: dict[str, list[tuple[str | None, int]]] = {}
         self.rejects_read = False
 
     def problem(self, line: str) -> None:
@@ -183,10 +189,13 @@ class _Checker:
         if digest != entry.get("sha256"):
             self.problem(f"{name}: sha256 {digest}, metadata.json says {entry.get('sha256')}")
         count = 0
+        records = []
         try:
             # The TFRecord reader checks the length and data CRC of every record.
             for record in tf.data.TFRecordDataset(path):
-                self._check_record(record.numpy(), f"{name} record {count}", image_shape)
+                serialized = record.numpy()
+                key = self._check_record(serialized, f"{name} record {count}", image_shape)
+                records.append((key, len(serialized)))
                 count += 1
         except tf.errors.OpError as error:
             self.problem(
@@ -197,16 +206,18 @@ class _Checker:
             return count
         if count != entry.get("num_examples"):
             self.problem(f"{name}: {count} records, metadata.json says {entry.get('num_examples')}")
+        self.records[name] = records
         return count
 
     def _check_record(
         self, serialized: bytes, where: str, image_shape: tuple[int, ...] | None
-    ) -> None:
+    ) -> str | None:
+        """The record's key, after checking its features; None when it does not parse."""
         try:
             parsed = tf.io.parse_single_example(serialized, FEATURE_SPEC)
         except tf.errors.OpError as error:
             self.problem(f"{where}: not a segprep example: {_short(error)}")
-            return
+            return None
         key = parsed[features.KEY].numpy().decode("utf-8", "replace")
         self.keys[key] += 1
         where = f"{where} (key {key})"
@@ -225,6 +236,7 @@ class _Checker:
             if tuple(image) != (height, width, 3):
                 self.problem(f"{where}: image is {tuple(image)}, expected ({height}, {width}, 3)")
         self._check_mask(parsed[features.MASK], where, height, width)
+        return key
 
     def _check_mask(self, encoded: tf.Tensor, where: str, height: int, width: int) -> None:
         try:
@@ -253,6 +265,111 @@ class _Checker:
                 f"{where}: {ambiguous} mask pixels in {low}..{high - 1}, too close to the "
                 f"threshold {features.MASK_THRESHOLD} to be clean 0/255"
             )
+
+    def check_index(self) -> None:
+        """The record index and TFDS files metadata.json lists against the shards as read."""
+        listed = _lists_index(self.metadata)
+        if not listed:
+            return  # written before the index existed: `segprep index` adds it
+        try:
+            info = DatasetInfo.from_json(self.metadata)
+        except MetadataError as error:
+            self.problem(f"record index not checked: metadata.json: {error}")
+            return
+        self.report.indexed = True
+        for split in info.splits.values():
+            if not split.has_index:
+                self.problem(
+                    f"metadata.json: split {split.name!r} lacks part of its record index: "
+                    "run `segprep index` to rebuild it"
+                )
+            expected_rows: list[record_index.KeyRow] | None = []
+            for number, shard in enumerate(split.shards):
+                records = self.records.get(shard.file)
+                if records is None or expected_rows is None:
+                    expected_rows = None  # the shard was not read to its end
+                else:
+                    expected_rows.extend(
+                        record_index.KeyRow(key or "", number, position)
+                        for position, (key, _) in enumerate(records)
+                    )
+                if shard.index is not None:
+                    self._check_shard_index(shard.file, shard.index, records)
+            if split.key_table is not None:
+                self._check_key_table(split.key_table, expected_rows)
+        expected = tfds_info.tfds_files(info)
+        for ref in info.tfds_files:
+            data = self._listed_file(ref)
+            if data is not None and data != expected[ref.file]:
+                self.problem(f"{ref.file}: does not describe the splits in metadata.json")
+        self._check_extra_index_files(listed)
+
+    def _listed_file(self, ref: FileRef) -> bytes | None:
+        """The file's bytes when it exists with the size and sha256 metadata.json gives."""
+        path = f"{self.base}/{ref.file}"
+        if not tf.io.gfile.exists(path):
+            self.problem(f"{ref.file}: missing (listed in metadata.json)")
+            return None
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            data = handle.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != ref.bytes or digest != ref.sha256:
+            self.problem(
+                f"{ref.file}: {len(data)} bytes, sha256 {digest}; metadata.json says "
+                f"{ref.bytes} bytes, sha256 {ref.sha256}"
+            )
+        return data
+
+    def _check_shard_index(
+        self, shard: str, ref: FileRef, records: list[tuple[str | None, int]] | None
+    ) -> None:
+        data = self._listed_file(ref)
+        if data is None or records is None:
+            return
+        try:
+            frames = record_index.parse_index(data)
+        except record_index.IndexFormatError as error:
+            self.problem(f"{ref.file}: {error}")
+            return
+        actual = record_index.frame_offsets(length for _, length in records)
+        if frames != actual:
+            first = next(
+                (n for n, (a, b) in enumerate(zip(frames, actual, strict=False)) if a != b),
+                min(len(frames), len(actual)),
+            )
+            self.problem(
+                f"{ref.file}: offsets and lengths do not match {shard} from record {first} "
+                f"({len(frames)} entries, {len(actual)} records)"
+            )
+
+    def _check_key_table(self, ref: FileRef, expected: list[record_index.KeyRow] | None) -> None:
+        data = self._listed_file(ref)
+        if data is None or expected is None:
+            return
+        try:
+            rows = record_index.parse_key_table(data)
+        except (record_index.IndexFormatError, UnicodeDecodeError) as error:
+            self.problem(f"{ref.file}: {error}")
+            return
+        for line, (row, want) in enumerate(zip(rows, expected, strict=False), start=1):
+            if row != want:
+                self.problem(
+                    f"{ref.file} line {line}: key {row.key!r} at shard {row.shard} record "
+                    f"{row.record}, but the shards hold {want.key!r} at shard {want.shard} "
+                    f"record {want.record}"
+                )
+                return
+        if len(rows) != len(expected):
+            self.problem(f"{ref.file}: {len(rows)} keys, the shards hold {len(expected)} records")
+
+    def _check_extra_index_files(self, listed: set[str]) -> None:
+        folder = f"{self.base}/{INDEX_DIR}"
+        if not tf.io.gfile.isdir(folder):
+            return
+        for name in sorted(tf.io.gfile.listdir(folder)):
+            relative = f"{INDEX_DIR}/{name.rstrip('/')}"
+            if relative not in listed:
+                self.problem(f"{relative}: extra file, present but not in metadata.json")
 
     def check_extra_shards(self) -> None:
         for name in sorted(tf.io.gfile.listdir(self.base)):
@@ -317,6 +434,21 @@ class _Checker:
                 f"metadata.json num_discovered {discovered} but {accepted} records + "
                 f"{self.report.rejects} rejects"
             )
+
+
+def _lists_index(metadata: dict[str, Any]) -> set[str]:
+    """Every index or TFDS file name metadata.json lists, read leniently (it may be damaged)."""
+    names = set()
+    for entry in metadata.get("tfds_files") or []:
+        names.add(entry.get("file") if isinstance(entry, dict) else None)
+    for split in metadata["splits"].values():
+        if not isinstance(split, dict):
+            continue
+        refs = [split.get("key_table")]
+        refs += [s.get("index") for s in split.get("shards") or [] if isinstance(s, dict)]
+        names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
+    names.discard(None)
+    return {name for name in names if isinstance(name, str)}
 
 
 def _sha256(path: str) -> str:

@@ -1,0 +1,298 @@
+"""metadata.json as typed values, and the one loader every reader and tool goes through.
+
+metadata.json is the commit marker of an output directory: no marker, no dataset. Its
+parsed form is checked once here (names, counts, version) so that readers can trust it:
+exact epochs and sharding rely on the per-shard counts, and every file name in it is
+checked against segcore.naming, so a tampered file cannot point a reader outside the
+output directory.
+
+Local paths are read with the standard library (no TensorFlow needed); remote ones (gs://)
+through tf.io.gfile, imported only then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from segcore.features import MASK_FORMATS
+from segcore.naming import (
+    METADATA_FILE,
+    TFDS_FILES,
+    index_name,
+    key_table_name,
+    parse_shard_name,
+)
+
+# Bumped only for changes an older reader would misread; added optional fields keep it.
+FORMAT_VERSION = 1
+
+
+class IncompleteOutputError(FileNotFoundError):
+    """The directory has no metadata.json: the job did not finish, or it is not segprep output."""
+
+
+class MetadataError(ValueError):
+    """metadata.json exists but does not describe a readable dataset."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRef:
+    """A file segprep wrote beside the shards, with what it must hash to."""
+
+    file: str  # relative to the output directory
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    file: str
+    num_examples: int
+    bytes: int
+    sha256: str
+    index: FileRef | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # fields kept as read
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            file=self.file, num_examples=self.num_examples, bytes=self.bytes, sha256=self.sha256
+        )
+        if self.index is not None:
+            data["index"] = self.index.to_json()
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    name: str
+    num_examples: int
+    image_shape: tuple[int, int] | None  # (height, width) when every record has it
+    shards: tuple[ShardInfo, ...]
+    key_table: FileRef | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def has_index(self) -> bool:
+        """Every shard has its index file and the split its key table (or it is empty)."""
+        return all(shard.index is not None for shard in self.shards) and (
+            self.key_table is not None or not self.shards
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            num_examples=self.num_examples,
+            num_shards=self.num_shards,
+            image_shape=list(self.image_shape) if self.image_shape else None,
+            shards=[shard.to_json() for shard in self.shards],
+        )
+        if self.key_table is not None:
+            data["key_table"] = self.key_table.to_json()
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    format_version: int
+    mask_format: str
+    splits: Mapping[str, SplitInfo]
+    tfds_files: tuple[FileRef, ...] = ()
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
+
+    def split(self, name: str) -> SplitInfo:
+        if name not in self.splits:
+            raise ValueError(f"unknown split {name!r}; this dataset has {sorted(self.splits)}")
+        return self.splits[name]
+
+    @property
+    def has_index(self) -> bool:
+        return all(split.has_index for split in self.splits.values())
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            format_version=self.format_version,
+            mask_format=self.mask_format,
+            splits={name: split.to_json() for name, split in self.splits.items()},
+        )
+        if self.tfds_files:
+            data["tfds_files"] = [ref.to_json() for ref in self.tfds_files]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> DatasetInfo:
+        """Parse and check a metadata.json object; MetadataError says what is wrong."""
+        if not isinstance(data, dict):
+            raise MetadataError("metadata.json is not a JSON object")
+        version = data.get("format_version")
+        if not _is_count(version) or version < 1:
+            raise MetadataError(f"format_version {version!r} is not a version number")
+        if version > FORMAT_VERSION:
+            raise MetadataError(
+                f"format_version {version}: written by a newer segprep than this reader "
+                f"(reads up to {FORMAT_VERSION}); upgrade segprep to read it"
+            )
+        mask_format = data.get("mask_format")
+        if mask_format not in MASK_FORMATS:
+            raise MetadataError(f"mask_format {mask_format!r} is not one of {MASK_FORMATS}")
+        splits = data.get("splits")
+        if not isinstance(splits, dict):
+            raise MetadataError("metadata.json lacks a `splits` table")
+        tfds_files = tuple(
+            _file_ref(entry, f"tfds_files[{number}]")
+            for number, entry in enumerate(data.get("tfds_files") or [])
+        )
+        for ref in tfds_files:
+            if ref.file not in TFDS_FILES:
+                raise MetadataError(f"tfds_files lists {ref.file!r}, not one of {TFDS_FILES}")
+        known = ("format_version", "mask_format", "splits", "tfds_files")
+        return cls(
+            format_version=version,
+            mask_format=mask_format,
+            splits={name: _split(name, entry) for name, entry in splits.items()},
+            tfds_files=tfds_files,
+            extra={key: value for key, value in data.items() if key not in known},
+        )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count(entry: Mapping[str, Any], field: str, where: str) -> int:
+    value = entry.get(field)
+    if not _is_count(value):
+        raise MetadataError(f"{where}: {field} {value!r} is not a count")
+    return value
+
+
+def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileRef:
+    if not isinstance(entry, dict):
+        raise MetadataError(f"{where}: not a {{file, bytes, sha256}} object")
+    name, digest = entry.get("file"), entry.get("sha256")
+    if expected_name is not None and name != expected_name:
+        raise MetadataError(f"{where}: file {name!r}, expected {expected_name!r}")
+    if not isinstance(name, str) or not isinstance(digest, str):
+        raise MetadataError(f"{where}: file and sha256 must be strings")
+    return FileRef(name, _count(entry, "bytes", where), digest)
+
+
+def _split(name: Any, entry: Any) -> SplitInfo:
+    where = f"split {name!r}"
+    if not re.fullmatch(r"[a-z]+", name):
+        raise MetadataError(f"{where}: a split name is lowercase letters only")
+    if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
+        raise MetadataError(f"{where} has no shards list")
+    shards = tuple(_shard(name, number, shard) for number, shard in enumerate(entry["shards"]))
+    num_examples = _count(entry, "num_examples", where)
+    sizes = [shard.num_examples for shard in shards]
+    if sum(sizes) != num_examples:
+        raise MetadataError(f"{where}: shard counts {sizes} do not add up to {num_examples}")
+    if entry.get("num_shards", len(shards)) != len(shards):
+        raise MetadataError(f"{where}: num_shards {entry['num_shards']} but {len(shards)} listed")
+    shape = entry.get("image_shape")
+    if shape is not None and not (
+        isinstance(shape, list) and len(shape) == 2 and all(_is_count(n) and n for n in shape)
+    ):
+        raise MetadataError(f"{where}: image_shape {shape!r} is not [height, width]")
+    key_table = entry.get("key_table")
+    known = ("num_examples", "num_shards", "image_shape", "shards", "key_table")
+    return SplitInfo(
+        name=name,
+        num_examples=num_examples,
+        image_shape=(shape[0], shape[1]) if shape else None,
+        shards=shards,
+        key_table=None
+        if key_table is None
+        else _file_ref(key_table, f"{where} key_table", key_table_name(name)),
+        extra={key: value for key, value in entry.items() if key not in known},
+    )
+
+
+def _shard(split: str, number: int, entry: Any) -> ShardInfo:
+    if not isinstance(entry, dict):
+        raise MetadataError(f"split {split!r} shard {number}: not an object")
+    name = entry.get("file")
+    parsed = parse_shard_name(name) if isinstance(name, str) else None
+    if parsed is None or parsed[0] != split:
+        raise MetadataError(f"{name!r} is not a shard name of split {split!r}")
+    where = f"shard {name}"
+    digest = entry.get("sha256")
+    if not isinstance(digest, str):
+        raise MetadataError(f"{where}: sha256 {digest!r} is not a string")
+    index = entry.get("index")
+    known = ("file", "num_examples", "bytes", "sha256", "index")
+    return ShardInfo(
+        file=name,
+        num_examples=_count(entry, "num_examples", where),
+        bytes=_count(entry, "bytes", where),
+        sha256=digest,
+        index=None if index is None else _file_ref(index, f"{where} index", index_name(name)),
+        extra={key: value for key, value in entry.items() if key not in known},
+    )
+
+
+def join(data_dir: str | os.PathLike, name: str) -> str:
+    """`name` (relative, from metadata.json) inside the output directory."""
+    return f"{str(data_dir).rstrip('/')}/{name}"
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    return "://" in str(path)
+
+
+def read_file(path: str) -> bytes:
+    """Bytes of a local file (standard library) or a remote one (tf.io.gfile)."""
+    if not is_remote(path):
+        with open(path, "rb") as handle:
+            return handle.read()
+    gfile = _gfile(path)
+    with gfile.GFile(path, "rb") as handle:
+        return handle.read()
+
+
+def file_exists(path: str) -> bool:
+    return os.path.exists(path) if not is_remote(path) else _gfile(path).exists(path)
+
+
+def _gfile(path: str):
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise ImportError(f"reading {path} needs TensorFlow (tf.io.gfile) installed") from None
+    return tf.io.gfile
+
+
+def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
+    """The parsed metadata.json of `data_dir`, unchecked (for tools that report problems)."""
+    if not is_remote(data_dir) and not os.path.isdir(data_dir):
+        reason = "is not a directory" if os.path.exists(data_dir) else "does not exist"
+        raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
+    path = join(data_dir, METADATA_FILE)
+    if not file_exists(path):
+        raise IncompleteOutputError(
+            f"{path} not found: {data_dir} is not a finished segprep output "
+            "(the job failed or is still running); re-run `segprep prepare`"
+        )
+    try:
+        return json.loads(read_file(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise MetadataError(f"{path} is not valid JSON: {error}") from error
+
+
+def load(data_dir: str | os.PathLike) -> DatasetInfo:
+    """The checked metadata of a segprep output directory (local path or gs://)."""
+    return DatasetInfo.from_json(read_metadata_json(data_dir))

@@ -1,0 +1,94 @@
+"""dataset_info.json and features.json: what `tfds.builder_from_directory(OUT)` reads.
+
+Both are TFDS's own JSON forms (its DatasetInfo and Feature protos through protobuf's JSON
+mapping), written from metadata.json alone, so neither TFDS nor TensorFlow is needed to
+make them. The shards keep their names: each split's `filepathTemplate` spells
+`{split}-{index:05d}-of-{count:05d}.tfrecord` in TFDS's template language. The features
+describe the records as they are: TFDS decodes `image` (JPEG) to uint8 HxWx3 and `mask`
+to uint8 HxWx1 with its stored values 0/255 (not the 0/1 that shard_reader yields).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from segcore import features
+from segcore.dataset_info import DatasetInfo
+from segcore.naming import TFDS_DATASET_INFO, TFDS_FEATURES, TFDS_FILE_TEMPLATE
+
+TFDS_NAME = "segprep"
+TFDS_VERSION = "1.0.0"
+_FEATURES = "tensorflow_datasets.core.features"
+
+
+def _image(channels: int, encoding: str, shape: tuple[int, int] | None) -> dict[str, Any]:
+    height, width = shape if shape else (-1, -1)
+    return {
+        "pythonClassName": f"{_FEATURES}.image_feature.Image",
+        "image": {
+            "shape": {"dimensions": [str(height), str(width), str(channels)]},
+            "dtype": "uint8",
+            "encodingFormat": encoding,
+        },
+    }
+
+
+def _scalar_int64() -> dict[str, Any]:
+    return {
+        "pythonClassName": f"{_FEATURES}.scalar.Scalar",
+        "tensor": {"shape": {}, "dtype": "int64", "encoding": "none"},
+    }
+
+
+def features_json(info: DatasetInfo) -> dict[str, Any]:
+    """TFDS FeaturesDict of segcore.features; static H and W when every split agrees."""
+    shapes = {split.image_shape for split in info.splits.values() if split.num_examples}
+    shape = shapes.pop() if len(shapes) == 1 else None
+    return {
+        "pythonClassName": f"{_FEATURES}.features_dict.FeaturesDict",
+        "featuresDict": {
+            "features": {
+                features.IMAGE: _image(3, "jpeg", shape),
+                features.MASK: _image(1, info.mask_format, shape),
+                features.KEY: {"pythonClassName": f"{_FEATURES}.text_feature.Text", "text": {}},
+                features.HEIGHT: _scalar_int64(),
+                features.WIDTH: _scalar_int64(),
+            }
+        },
+    }
+
+
+def dataset_info_json(info: DatasetInfo) -> dict[str, Any]:
+    """TFDS DatasetInfo: non-empty splits with their shard lengths and our file names."""
+    splits = [
+        {
+            "name": split.name,
+            "shardLengths": [str(shard.num_examples) for shard in split.shards],
+            "numBytes": str(sum(shard.bytes for shard in split.shards)),
+            "filepathTemplate": TFDS_FILE_TEMPLATE,
+        }
+        for split in info.splits.values()
+        if split.num_examples
+    ]
+    return {
+        "name": TFDS_NAME,
+        "version": TFDS_VERSION,
+        "description": "Images and segmentation masks prepared by segprep (see metadata.json).",
+        "fileFormat": "tfrecord",
+        "splits": splits,
+        # as_supervised=True yields (image, mask) pairs.
+        "supervisedKeys": {"tuple": {"items": [{"featureKey": "image"}, {"featureKey": "mask"}]}},
+    }
+
+
+def tfds_files(info: DatasetInfo) -> dict[str, bytes]:
+    """File name -> bytes of both TFDS files, formatted as TFDS writes them."""
+    return {
+        TFDS_DATASET_INFO: _dumps(dataset_info_json(info)),
+        TFDS_FEATURES: _dumps(features_json(info)),
+    }
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    return (json.dumps(value, indent=4, sort_keys=True) + "\n").encode()

@@ -1,0 +1,344 @@
+"""RecordSource: random access to one split's records, with no TensorFlow and no Beam.
+
+    source = RecordSource("build/output", "train")
+    len(source)          # records in the split
+    source[i]            # {"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str}
+
+Record i is found through the record index (segcore/record_index.py; `segprep index DIR`
+builds it for an output that lacks one): one pread of exactly its frame, the frame's two
+CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf (segcore.tf_example),
+then JPEG decoding by simplejpeg with TensorFlow's default DCT, so pixels equal what
+`make_dataset` yields (and it measured 1.5-2x faster than Pillow here), PNG masks by Pillow.
+
+The source is picklable and fork-safe (file descriptors are opened lazily, per process),
+so PyTorch and Grain worker processes can each hold a copy. Local directories only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import io
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import google_crc32c
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+from segcore import dataset_info, features, record_index, tf_example
+from segcore.dataset_info import MetadataError
+
+_CRC_MASK_DELTA = 0xA282EAD8
+_HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
+_FOOTER = struct.Struct("<I")  # masked CRC-32C of the payload
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: the default number of decoding workers or threads."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class IndexMissingError(MetadataError):
+    """The output has no record index (written before indexes existed)."""
+
+
+class CorruptRecordError(OSError):
+    """A record's bytes fail the TFRecord length or CRC check, or do not decode."""
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C: the CRC rotated right by 15 bits plus a constant.
+
+    TFRecord masks CRCs so that a CRC of data that itself holds CRCs stays well mixed.
+    """
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+def unframe(framed: bytes, where: str) -> bytes:
+    """The payload of one TFRecord frame, after checking its length and both CRCs."""
+    if len(framed) < record_index.FRAME_OVERHEAD:
+        raise CorruptRecordError(f"{where}: {len(framed)} bytes, shorter than a frame")
+    length, length_crc = _HEADER.unpack_from(framed)
+    if masked_crc(framed[:8]) != length_crc:
+        raise CorruptRecordError(f"{where}: length CRC mismatch (corrupt shard)")
+    if length + record_index.FRAME_OVERHEAD != len(framed):
+        raise CorruptRecordError(
+            f"{where}: the frame holds {length} bytes, the index says "
+            f"{len(framed) - record_index.FRAME_OVERHEAD} (stale index)"
+        )
+    payload = framed[12 : 12 + length]
+    (payload_crc,) = _FOOTER.unpack_from(framed, 12 + length)
+    if masked_crc(payload) != payload_crc:
+        raise CorruptRecordError(f"{where}: data CRC mismatch (corrupt shard)")
+    return payload
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    path: str
+    size: int  # bytes, from metadata.json
+    offsets: np.ndarray  # int64 frame offsets
+    lengths: np.ndarray  # int64 frame lengths
+
+
+class RecordSource:
+    """Random access to the records of one split of a segprep output (see module docstring).
+
+    verify_index: check each index file's sha256 against metadata.json when opening
+        (reads the index files once; they are ~20 bytes per record).
+    """
+
+    def __init__(
+        self, data_dir: str | os.PathLike, split: str, *, verify_index: bool = True
+    ) -> None:
+        if dataset_info.is_remote(data_dir):
+            raise ValueError(
+                f"RecordSource reads local directories; copy {data_dir} to local disk "
+                "(or read it with shard_reader.make_dataset, which streams gs://)"
+            )
+        self.data_dir = str(data_dir)
+        self.split = split
+        metadata = dataset_info.load(data_dir)
+        info = metadata.split(split)
+        if not info.has_index:
+            raise IndexMissingError(
+                f"{data_dir} has no record index for split {split!r}: "
+                f"run `segprep index {data_dir}` once to add it"
+            )
+        self.mask_format = metadata.mask_format
+        self.image_shape = info.image_shape
+        self._shards = tuple(self._load_shard(shard, verify_index) for shard in info.shards)
+        starts = [0]
+        for shard in self._shards:
+            starts.append(starts[-1] + len(shard.offsets))
+        self._starts = starts  # global index of each shard's first record, then the total
+        self._key_table_file = dataset_info.join(self.data_dir, info.key_table.file)
+        self._keys: dict[str, int] | None = None
+        self._fds: dict[int, int] = {}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
+        path = dataset_info.join(self.data_dir, shard.index.file)
+        data = dataset_info.read_file(path)
+        if verify_index and hashlib.sha256(data).hexdigest() != shard.index.sha256:
+            raise MetadataError(f"{path}: sha256 differs from metadata.json (stale index?)")
+        try:
+            frames = record_index.parse_index(data)
+        except record_index.IndexFormatError as error:
+            raise MetadataError(f"{path}: {error}") from None
+        end = frames[-1][0] + frames[-1][1] if frames else 0
+        if len(frames) != shard.num_examples or end != shard.bytes:
+            raise MetadataError(
+                f"{path}: {len(frames)} records ending at byte {end}, but metadata.json "
+                f"says {shard.num_examples} records in {shard.bytes} bytes"
+            )
+        table = np.array(frames, dtype=np.int64).reshape(-1, 2)
+        return _Shard(
+            dataset_info.join(self.data_dir, shard.file), shard.bytes, table[:, 0], table[:, 1]
+        )
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, record number in that shard) of record `index` of the split."""
+        index = int(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} outside 0..{len(self) - 1}")
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
+
+    def read_serialized(self, index: int) -> bytes:
+        """The serialized tf.train.Example of record `index`, CRC-checked."""
+        shard_number, record = self.locate(index)
+        shard = self._shards[shard_number]
+        offset, length = int(shard.offsets[record]), int(shard.lengths[record])
+        framed = os.pread(self._fd(shard_number), length, offset)
+        where = f"{os.path.basename(shard.path)} record {record}"
+        if len(framed) != length:
+            raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
+        return unframe(framed, where)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        serialized = self.read_serialized(index)
+        return decode_example(serialized, self.mask_format, f"{self.split} record {index}")
+
+    def read_into(self, index: int, image: np.ndarray, mask: np.ndarray) -> str:
+        """Decode record `index` into `image` (HxWx3) and `mask` (HxWx1); its key.
+
+        For batch buffers: the pixels land where they are needed, with no copy. The record
+        must have the buffers' height and width (CorruptRecordError otherwise).
+        """
+        serialized = self.read_serialized(index)
+        where = f"{self.split} record {index}"
+        return decode_example(serialized, self.mask_format, where, out=(image, mask))["key"]
+
+    def read_batch(
+        self,
+        indices: Sequence[int],
+        *,
+        image_size: tuple[int, int] | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> dict[str, Any]:
+        """{"image": uint8 [B,H,W,3], "mask": uint8 [B,H,W,1] of 0/1, "key": [B]} of `indices`.
+
+        Each record is decoded straight into its row (no stacking copy): into `out` (images,
+        masks) when given, such as shared memory, else into new arrays. image_size resizes
+        every record to (height, width); without it the split's records must share one size
+        (metadata image_shape), or the batch hold a single record.
+        """
+        shape = image_size or self.image_shape
+        if shape is None:
+            if len(indices) != 1:
+                raise ValueError(f"records of split {self.split!r} differ in size: one per batch")
+            item = self[indices[0]]
+            return {"image": item["image"][None], "mask": item["mask"][None], "key": [item["key"]]}
+        if out is None:
+            out = (
+                np.empty((len(indices), *shape, 3), np.uint8),
+                np.empty((len(indices), *shape, 1), np.uint8),
+            )
+        images, masks = out
+        keys = []
+        for row, index in enumerate(indices):
+            if image_size is None:
+                keys.append(self.read_into(index, images[row], masks[row]))
+            else:
+                item = resize_example(self[index], image_size)
+                images[row], masks[row] = item["image"], item["mask"]
+                keys.append(item["key"])
+        return {"image": images, "mask": masks, "key": keys}
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """A batch of records (torch.utils.data fetches batches through this)."""
+        return [self[index] for index in indices]
+
+    def index_of(self, key: str) -> int:
+        """The split's record index holding `key` (from the key table, read on first use)."""
+        if self._keys is None:
+            rows = record_index.parse_key_table(dataset_info.read_file(self._key_table_file))
+            self._keys = {row.key: self._starts[row.shard] + row.record for row in rows}
+        try:
+            return self._keys[key]
+        except KeyError:
+            raise KeyError(f"key {key!r} is not in split {self.split!r}") from None
+
+    def _fd(self, shard_number: int) -> int:
+        if self._pid != os.getpid():  # a forked child: open its own descriptors
+            self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
+        fd = self._fds.get(shard_number)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(shard_number)
+                if fd is None:
+                    fd = self._open(self._shards[shard_number])
+                    self._fds[shard_number] = fd
+        return fd
+
+    @staticmethod
+    def _open(shard: _Shard) -> int:
+        fd = os.open(shard.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        size = os.fstat(fd).st_size
+        if size != shard.size:
+            os.close(fd)
+            raise CorruptRecordError(
+                f"{shard.path}: {size} bytes, metadata.json says {shard.size} (changed file?)"
+            )
+        return fd
+
+    def close(self) -> None:
+        """Close this process's file descriptors (reopened on the next read)."""
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_fds={}, _lock=None, _keys=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid, self._lock = os.getpid(), threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RecordSource({self.data_dir!r}, {self.split!r}, {len(self)} records)"
+
+
+def decode_example(
+    serialized: bytes,
+    mask_format: str,
+    where: str = "record",
+    out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """{"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str} of one record.
+
+    With `out` (image, mask) arrays, the pixels are decoded into them (same height and
+    width as the record, else CorruptRecordError) and returned as those arrays.
+    """
+    try:
+        feature = tf_example.Example.FromString(serialized).features.feature
+        image_bytes = feature[features.IMAGE].bytes_list.value[0]
+        mask_bytes = feature[features.MASK].bytes_list.value[0]
+        key = feature[features.KEY].bytes_list.value[0].decode("utf-8")
+    except (ValueError, IndexError, UnicodeDecodeError) as error:
+        raise CorruptRecordError(f"{where}: not a segprep example: {error}") from None
+    where = f"{where} (key {key})"
+    try:
+        # fastdct: TensorFlow's default DCT (INTEGER_FAST), so pixels match tf.data's.
+        if out is None:
+            image = simplejpeg.decode_jpeg(image_bytes, colorspace="RGB", fastdct=True)
+        else:
+            height, width, *_ = simplejpeg.decode_jpeg_header(image_bytes)
+            if (height, width) != out[0].shape[:2]:
+                raise CorruptRecordError(f"{where}: {height}x{width}, expected {out[0].shape[:2]}")
+            image = simplejpeg.decode_jpeg(
+                image_bytes, colorspace="RGB", fastdct=True, buffer=out[0]
+            )
+        if mask_format == "jpeg":
+            gray = simplejpeg.decode_jpeg(mask_bytes, colorspace="GRAY", fastdct=True)
+        else:
+            gray = np.asarray(Image.open(io.BytesIO(mask_bytes)).convert("L"))[..., None]
+    except CorruptRecordError:
+        raise
+    except (ValueError, OSError) as error:
+        raise CorruptRecordError(f"{where}: image or mask does not decode: {error}") from None
+    if image.shape[:2] != gray.shape[:2]:
+        raise CorruptRecordError(
+            f"{where}: image {image.shape[:2]} and mask {gray.shape[:2]} differ"
+        )
+    if out is None:
+        mask = (gray >= features.MASK_THRESHOLD).view(np.uint8)
+    else:
+        mask = out[1]
+        np.greater_equal(gray, features.MASK_THRESHOLD, out=mask.view(np.bool_))
+    return {"image": image, "mask": mask, "key": key}
+
+
+def resize_example(item: dict[str, Any], size: tuple[int, int]) -> dict[str, Any]:
+    """`item` at (height, width): the image bilinear, the mask nearest (it stays 0/1)."""
+    if item["image"].shape[:2] == tuple(size):
+        return item
+    height, width = size
+    image = Image.fromarray(item["image"]).resize((width, height), Image.BILINEAR)
+    mask = Image.fromarray(item["mask"][..., 0]).resize((width, height), Image.NEAREST)
+    return {**item, "image": np.asarray(image), "mask": np.asarray(mask)[..., None]}

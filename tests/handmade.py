@@ -1,0 +1,62 @@
+"""Small segprep outputs written record by record, for reader tests that need odd shapes."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from segcore.naming import METADATA_FILE, shard_name
+
+
+def write_output(
+    directory: Path,
+    shards: list[list[tuple[int, int]]],
+    *,
+    mask_format: str = "png",
+    split: str = "train",
+    index: bool = True,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Shards of records of the given (height, width); key -> (image, 0/1 mask) written.
+
+    Keys are k000, k001, ... in write order. With `index`, `segprep index` runs on it.
+    """
+    import tensorflow as tf
+
+    from beam_pipeline.commands.index import index_output
+    from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
+    from segcore.example import build_example
+    from segcore.mask_codec import encode_mask
+    from segcore.metadata import build_metadata, dumps
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written, entries = {}, []
+    for number, sizes in enumerate(shards):
+        name = shard_name(split, number, len(shards))
+        with tf.io.TFRecordWriter(str(directory / name)) as writer:
+            for height, width in sizes:
+                key = f"k{len(written):03d}"
+                image, mask = portrait(np.random.default_rng(len(written)), height, width)
+                written[key] = (image, mask)
+                record = build_example(
+                    key, jpeg_bytes(image), encode_mask(mask * 255, mask_format), height, width
+                )
+                writer.write(record)
+        data = (directory / name).read_bytes()
+        entries.append(
+            {
+                "split": split,
+                "file": name,
+                "num_examples": len(sizes),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "image_shapes": sorted(list(size) for size in set(sizes)),
+            }
+        )
+    metadata = build_metadata(entries, [], mask_format=mask_format, parameters={}, versions={})
+    (directory / METADATA_FILE).write_bytes(dumps(metadata))
+    (directory / "rejects.jsonl").write_bytes(b"")
+    if index:
+        index_output(str(directory))
+    return written

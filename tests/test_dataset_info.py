@@ -1,0 +1,167 @@
+"""segcore.dataset_info: the one metadata.json loader, its checks and its version rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+import shard_reader
+from segcore import dataset_info
+from segcore.dataset_info import (
+    FORMAT_VERSION,
+    DatasetInfo,
+    IncompleteOutputError,
+    MetadataError,
+)
+from segcore.metadata import build_metadata
+from segcore.naming import METADATA_FILE
+
+
+@pytest.fixture(scope="module")
+def raw(indexed) -> dict:
+    return json.loads((indexed / METADATA_FILE).read_text())
+
+
+def test_round_trip_keeps_every_field(raw, prepared):
+    assert DatasetInfo.from_json(raw).to_json() == raw
+    unindexed = json.loads((prepared[0] / METADATA_FILE).read_text())
+    info = DatasetInfo.from_json(unindexed)
+    assert info.to_json() == unindexed and not info.has_index
+
+
+def test_typed_view(raw):
+    info = DatasetInfo.from_json(raw)
+    train = info.split("train")
+    assert train.num_examples == sum(shard.num_examples for shard in train.shards) > 0
+    assert train.num_shards == 3 and train.image_shape == (160, 120)
+    assert train.key_table.file == "index/train.keys.jsonl"
+    assert train.shards[0].index.file == f"index/{train.shards[0].file}.idx"
+    assert info.extra["num_discovered"] == 60
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        info.split("test")
+
+
+def _damaged(raw: dict, change) -> dict:
+    data = copy.deepcopy(raw)
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(format_version=FORMAT_VERSION + 1), "newer segprep"),
+        (lambda d: d.pop("format_version"), "not a version number"),
+        (lambda d: d.update(format_version="1"), "not a version number"),
+        (lambda d: d.update(mask_format="gif"), "mask_format"),
+        (lambda d: d.pop("splits"), "splits"),
+        (lambda d: d["splits"]["train"]["shards"][0].update(file="../etc/passwd"), "shard name"),
+        (
+            lambda d: d["splits"]["train"]["shards"][0].update(
+                file="validation-00000-of-00001.tfrecord"
+            ),
+            "shard name of split 'train'",
+        ),
+        (lambda d: d["splits"]["train"]["shards"][0].update(num_examples=-1), "not a count"),
+        (lambda d: d["splits"]["train"]["shards"][0].update(num_examples=True), "not a count"),
+        (lambda d: d["splits"]["train"].update(num_examples=1), "do not add up"),
+        (lambda d: d["splits"]["train"].update(num_shards=7), "num_shards"),
+        (lambda d: d["splits"]["train"].update(image_shape=[0, 5]), "image_shape"),
+        (
+            lambda d: d["splits"]["train"]["shards"][0]["index"].update(file="../../x.idx"),
+            "expected 'index/train-00000-of-00003.tfrecord.idx'",
+        ),
+        (
+            lambda d: d["splits"]["train"]["key_table"].update(file="/etc/passwd"),
+            "expected 'index/train.keys.jsonl'",
+        ),
+        (lambda d: d.update(tfds_files=[{"file": "x.json", "bytes": 1, "sha256": "0"}]), "x.json"),
+        (lambda d: d["splits"].update({"Train!": d["splits"]["train"]}), "split name"),
+        (lambda d: d["splits"]["train"]["shards"].append(7), "not an object"),
+    ],
+)
+def test_bad_metadata_is_refused_with_a_reason(raw, change, message):
+    with pytest.raises(MetadataError, match=message):
+        DatasetInfo.from_json(_damaged(raw, change))
+
+
+def test_not_an_object():
+    with pytest.raises(MetadataError, match="not a JSON object"):
+        DatasetInfo.from_json([1, 2])
+
+
+def test_build_metadata_lists_the_index():
+    shard = {
+        "split": "train",
+        "file": "train-00000-of-00001.tfrecord",
+        "num_examples": 2,
+        "bytes": 50,
+        "sha256": "ab",
+        "image_shapes": [[4, 3]],
+        "index": {"file": "index/train-00000-of-00001.tfrecord.idx", "bytes": 9, "sha256": "cd"},
+    }
+    metadata = build_metadata(
+        [shard],
+        [],
+        mask_format="png",
+        parameters={},
+        versions={},
+        key_tables={"train": {"file": "index/train.keys.jsonl", "bytes": 3, "sha256": "ef"}},
+        tfds_files=[{"file": "features.json", "bytes": 4, "sha256": "01"}],
+    )
+    info = DatasetInfo.from_json(metadata)
+    assert info.split("train").has_index and info.split("train").shards[0].index.bytes == 9
+    assert [ref.file for ref in info.tfds_files] == ["features.json"]
+    # The signature the job calls today still works and lists no index.
+    del shard["index"]
+    plain = build_metadata([shard], [], mask_format="png", parameters={}, versions={})
+    assert "key_table" not in plain["splits"]["train"] and "tfds_files" not in plain
+    assert "index" not in plain["splits"]["train"]["shards"][0]
+
+
+def test_missing_path_says_it_does_not_exist(tmp_path):
+    with pytest.raises(IncompleteOutputError, match="nope does not exist"):
+        dataset_info.load(tmp_path / "nope")
+    with pytest.raises(IncompleteOutputError, match="nope does not exist"):
+        shard_reader.make_dataset(str(tmp_path / "nope"), "train", 2)
+    with pytest.raises(IncompleteOutputError, match="still running"):
+        shard_reader.load_split(tmp_path, "train")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(IncompleteOutputError, match="is not a directory"):
+        shard_reader.load_split(tmp_path / "file", "train")
+
+
+def test_invalid_json_is_a_metadata_error(tmp_path):
+    (tmp_path / METADATA_FILE).write_text("{not json")
+    with pytest.raises(MetadataError, match="not valid JSON"):
+        shard_reader.load_metadata(tmp_path)
+
+
+def test_reader_view_is_unchanged(indexed):
+    info = shard_reader.load_split(indexed, "train")
+    assert isinstance(info, shard_reader.SplitInfo)
+    assert info.files[0] == f"{indexed}/train-00000-of-00003.tfrecord"
+    assert sum(info.shard_sizes) == info.num_examples and len(info.files) == 3
+    assert info.mask_format == "jpeg" and info.image_shape == (160, 120)
+
+
+def test_local_metadata_needs_no_tensorflow(indexed):
+    code = (
+        "import sys\n"
+        "sys.modules['tensorflow'] = None  # any import of it now fails\n"
+        "from segcore import dataset_info\n"
+        f"info = dataset_info.load({str(indexed)!r})\n"
+        "assert info.has_index\n"
+        "try:\n"
+        "    dataset_info.read_file('gs://bucket/x')\n"
+        "except ImportError as error:\n"
+        "    assert 'needs TensorFlow' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('gs:// without TensorFlow')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

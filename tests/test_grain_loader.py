@@ -1,0 +1,96 @@
+"""shard_reader.grain: RecordSource as a Grain source; shuffle, process parts, resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+grain = pytest.importorskip("grain")
+
+from shard_reader.grain import make_loader  # noqa: E402
+from shard_reader.source import RecordSource  # noqa: E402
+
+
+def keys(batches) -> list[str]:
+    return [str(key) for batch in batches for key in batch["key"]]
+
+
+@pytest.fixture(scope="module")
+def all_keys(indexed) -> list[str]:
+    source = RecordSource(indexed, "train")
+    return [source[index]["key"] for index in range(len(source))]
+
+
+def test_batches_and_epochs(indexed, all_keys):
+    dataset = make_loader(indexed, "train", 4, seed=3, num_epochs=2)
+    batches = list(dataset)
+    first = next(iter(dataset))
+    assert first["image"].shape == (4, 160, 120, 3) and first["image"].dtype == np.uint8
+    assert first["mask"].shape == (4, 160, 120, 1) and set(np.unique(first["mask"])) == {0, 1}
+    per_epoch = -(-len(all_keys) // 4)
+    assert len(batches) == 2 * per_epoch  # batches never straddle two epochs
+    epochs = keys(batches[:per_epoch]), keys(batches[per_epoch:])
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(all_keys)
+    assert epochs[0] != epochs[1]  # reshuffled each epoch
+    source = RecordSource(indexed, "train")
+    item = source[source.index_of(str(first["key"][2]))]
+    np.testing.assert_array_equal(first["image"][2], item["image"])
+    unshuffled = make_loader(indexed, "train", 4, shuffle=False)
+    assert keys(unshuffled) == all_keys
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_processes_get_disjoint_equal_parts(indexed, all_keys, count):
+    parts = []
+    for index in range(count):
+        options = grain.sharding.ShardOptions(shard_index=index, shard_count=count)
+        parts.append(keys(make_loader(indexed, "train", 2, seed=5, shard_options=options)))
+    union = [key for part in parts for key in part]
+    assert len(union) == len(set(union)) and set(union) <= set(all_keys)
+    assert {len(part) for part in parts} == {len(all_keys) // count}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_gives_the_same_remaining_order(indexed, workers):
+    def new():
+        return make_loader(indexed, "train", 3, seed=8, num_epochs=2, worker_count=workers)
+
+    everything = keys(new())
+    iterator = iter(new())
+    taken = [next(iterator) for _ in range(5)]
+    state = iterator.get_state()
+    resumed = iter(new())
+    resumed.set_state(state)
+    assert keys(taken) + keys(resumed) == everything
+
+
+def test_record_source_is_a_grain_data_source(indexed, all_keys):
+    source = RecordSource(indexed, "train")
+    sampler = grain.samplers.IndexSampler(
+        num_records=len(source),
+        shard_options=grain.sharding.NoSharding(),
+        shuffle=True,
+        num_epochs=1,
+        seed=0,
+    )
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=[grain.transforms.Batch(batch_size=5)],
+        worker_count=0,
+    )
+    assert sorted(keys(loader)) == sorted(all_keys)
+
+
+def test_mixed_sizes_need_image_size(tmp_path):
+    from tests.handmade import write_output
+
+    directory = tmp_path / "out"
+    write_output(directory, [[(40, 32), (32, 40)], [(48, 24)]])
+    with pytest.raises(ValueError, match="differ in size"):
+        make_loader(directory, "train", 2)
+    batch = next(iter(make_loader(directory, "train", 3, image_size=(20, 16))))
+    assert batch["image"].shape == (3, 20, 16, 3) and batch["mask"].shape == (3, 20, 16, 1)
+    assert set(np.unique(batch["mask"])) <= {0, 1}
+    shapes = [b["image"].shape for b in make_loader(directory, "train", 1, shuffle=False)]
+    assert shapes == [(1, 40, 32, 3), (1, 32, 40, 3), (1, 48, 24, 3)]
