@@ -39,10 +39,11 @@ def _write_metadata(directory: Path, metadata: dict) -> None:
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
+    """Every published file's bytes (segprep's own .segprep folder records the run id)."""
     return {
         str(path.relative_to(directory)): path.read_bytes()
         for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        if path.is_file() and ".segprep" not in path.parts
     }
 
 
@@ -135,7 +136,10 @@ def test_index_command_lists_every_file_with_its_sha256(prepared, indexed):
             entry["shards"], after["splits"][split]["shards"], strict=True
         ):
             assert {k: v for k, v in shard_after.items() if k != "index"} == shard_before
-    assert not (indexed / SEGPREP_DIR).exists()  # the staging area is gone
+    # The staging area is gone; the manifest lists every published name, the new ones too.
+    assert not list((indexed / SEGPREP_DIR / "runs").iterdir())
+    manifest = json.loads((indexed / SEGPREP_DIR / "manifest.json").read_text())
+    assert manifest["state"] == "committed" and "index/train.keys.jsonl" in manifest["files"]
     assert verify_output(str(indexed)) == []
 
 
@@ -169,19 +173,21 @@ def test_a_foreign_file_at_an_index_name_is_never_overwritten(prepared, copy_of,
     before = _snapshot(out)
     assert cli.main(["index", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "segprep did not write it" in err and len(err.strip().splitlines()) == 1
+    assert "segprep did not write" in err and len(err.strip().splitlines()) == 1
     assert _snapshot(out) == before
-    assert not (out / SEGPREP_DIR).exists()
+    assert not list((out / SEGPREP_DIR / "runs").glob("*"))
 
 
-def test_leftovers_of_an_interrupted_run_are_taken_over(indexed, prepared, copy_of):
-    """Files renamed into place before a crash, metadata.json not yet: a rerun finishes."""
-    out = copy_of(prepared[0])
-    shutil.copytree(indexed / INDEX_DIR, out / INDEX_DIR)
+def test_a_users_file_inside_index_is_kept(indexed, copy_of):
+    """segprep deletes and replaces only the index files its manifest lists."""
+    out = copy_of(indexed)
     (out / INDEX_DIR / "README.txt").write_text("a user's file beside ours\n")
     index_output(str(out))
-    assert (out / METADATA_FILE).read_bytes() == (indexed / METADATA_FILE).read_bytes()
     assert (out / INDEX_DIR / "README.txt").read_text() == "a user's file beside ours\n"
+    # verify still tells: the index folder should hold only what metadata.json lists.
+    assert verify_output(str(out)) == [
+        "index/README.txt: extra file, present but not in metadata.json"
+    ]
 
 
 def test_a_damaged_shard_is_refused_and_nothing_written(prepared, copy_of, capsys):
@@ -193,7 +199,7 @@ def test_a_damaged_shard_is_refused_and_nothing_written(prepared, copy_of, capsy
     before = _snapshot(out)
     assert cli.main(["index", str(out)]) == 2
     assert "sha256" in capsys.readouterr().err
-    assert _snapshot(out) == before and not (out / SEGPREP_DIR).exists()
+    assert _snapshot(out) == before and not list((out / SEGPREP_DIR / "runs").glob("*"))
 
 
 @pytest.mark.parametrize("what", ["missing", "unfinished"])

@@ -4,11 +4,10 @@ Outputs written before the index existed can be upgraded in place, without re-ru
 job: every shard is read once (TensorFlow's TFRecord reader checks each frame's CRCs), its
 records' lengths give the index (segcore/record_index.py) and their keys the key table.
 
-Nothing appears half-done: everything is staged under `.segprep/runs/<run_id>/`, renamed
-into place, and metadata.json, which lists the new files with their sha256, is replaced
-last. A file at a target name that metadata.json does not list as segprep's is never
-overwritten, unless it already holds exactly the bytes this run would write (what an
-interrupted earlier `segprep index` leaves behind).
+It follows the output protocol like a `prepare` run: it holds the output's lock, stages
+under `.segprep/runs/<run_id>/`, and publishes through the manifest, metadata.json (which
+lists the new files with their sha256) last. A file at a target name that segprep did not
+write is never overwritten.
 """
 
 from __future__ import annotations
@@ -22,14 +21,13 @@ import uuid
 import tensorflow as tf
 
 from beam_pipeline.errors import UsageError
+from beam_pipeline.runtime import output_protocol, storage
 from segcore import dataset_info, metadata, record_index, tf_example, tfds_info
 from segcore.dataset_info import DatasetInfo, FileRef, MetadataError
 from segcore.features import KEY
 from segcore.naming import (
     INDEX_DIR,
     METADATA_FILE,
-    RUNS_DIR,
-    SEGPREP_DIR,
     key_table_name,
     run_dir,
 )
@@ -59,29 +57,39 @@ def run_index(directory: str) -> int:
 
 
 def index_output(directory: str) -> IndexResult:
-    """Build and publish the index of `directory`; UsageError for anything the user must fix."""
+    """Build and publish the index of `directory`; UsageError for anything the user must fix.
+
+    Under the output protocol (runtime/output_protocol.py): the run holds the output's lock,
+    stages under its own run folder, and publishes with the manifest, metadata.json last.
+    """
     base = directory.rstrip("/") or "/"
     if not tf.io.gfile.isdir(base):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+    output = storage.normalize_dir(base)
+    state = output_protocol.inspect_output(output)
+    output_protocol.check_output(state, overwrite=True)  # only the lock and foreign names
     try:
         raw = dataset_info.read_metadata_json(base)
         info = DatasetInfo.from_json(raw)
     except (MetadataError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
-    run_id = f"index-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    created = [path for path in (SEGPREP_DIR, RUNS_DIR) if not _exists(base, path)]
-    staging = run_dir(run_id)
-    try:
-        staged, records, info = _stage(base, staging, info)
-        names = [*staged, METADATA_FILE]
-        _write(base, f"{staging}/{METADATA_FILE}", metadata.dumps(info.to_json()))
-        _check_targets(base, staging, staged, DatasetInfo.from_json(raw))
-        tf.io.gfile.makedirs(f"{base}/{INDEX_DIR}")
-        for name in names:  # metadata.json last: it is the commit
-            tf.io.gfile.rename(f"{base}/{staging}/{name}", f"{base}/{name}", overwrite=True)
-    finally:
-        _remove(base, staging, created)
-    return IndexResult(directory, records, tuple(names))
+    if not state.finished:
+        raise UsageError(f"{directory} is not a finished segprep output")
+    run_id = f"index-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    with output_protocol.RunLock(output, run_id):
+        output_protocol.make_staging_dir(output, run_id)
+        try:
+            staged, records, info = _stage(base, run_dir(run_id), info)
+            _check_targets(base, staged, state)
+            moves = [(name, name) for name in staged]
+            keep = [name for name in state.ours if name not in staged and name != METADATA_FILE]
+            output_protocol.publish(
+                output, run_id, moves, metadata.dumps(info.to_json()), keep=keep
+            )
+        except BaseException:
+            output_protocol.discard_staged(output, run_id, keep=())
+            raise
+    return IndexResult(directory, records, (*staged, METADATA_FILE))
 
 
 def _stage(
@@ -164,37 +172,15 @@ def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.Shard
     return indexed
 
 
-def _listed(info: DatasetInfo) -> set[str]:
-    """Names metadata.json lists as written by segprep (index and TFDS files)."""
-    names = {ref.file for ref in info.tfds_files}
-    for split in info.splits.values():
-        names.update(shard.index.file for shard in split.shards if shard.index)
-        if split.key_table:
-            names.add(split.key_table.file)
-    return names
-
-
-def _check_targets(base: str, staging: str, staged: list[str], before: DatasetInfo) -> None:
-    """Refuse to replace a file segprep did not write (see the module docstring)."""
-    ours = _listed(before)
+def _check_targets(base: str, staged: list[str], state: output_protocol.OutputState) -> None:
+    """Refuse to replace a file segprep did not write: every target must be absent or ours."""
+    ours = set(state.ours)
     for name in staged:
-        target = f"{base}/{name}"
-        if name in ours or not tf.io.gfile.exists(target):
-            continue
-        if tf.io.gfile.isdir(target) or _read(target) != _read(f"{base}/{staging}/{name}"):
+        if name not in ours and tf.io.gfile.exists(f"{base}/{name}"):
             raise UsageError(
-                f"{target} exists and metadata.json does not list it: segprep did not write "
-                "it; move it away and run `segprep index` again (nothing was changed)"
+                f"{base}/{name} exists and segprep did not write it: move it away and run "
+                "`segprep index` again (nothing was changed)"
             )
-
-
-def _exists(base: str, name: str) -> bool:
-    return tf.io.gfile.exists(f"{base}/{name}")
-
-
-def _read(path: str) -> bytes:
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        return handle.read()
 
 
 def _write(base: str, name: str, data: bytes) -> None:
@@ -202,13 +188,3 @@ def _write(base: str, name: str, data: bytes) -> None:
     tf.io.gfile.makedirs(posixpath.dirname(path))
     with tf.io.gfile.GFile(path, "wb") as handle:
         handle.write(data)
-
-
-def _remove(base: str, staging: str, created: list[str]) -> None:
-    """Delete this run's staging folder, and segprep's folders if this run made them."""
-    if _exists(base, staging):
-        tf.io.gfile.rmtree(f"{base}/{staging}")
-    for name in reversed(created):
-        path = f"{base}/{name}"
-        if tf.io.gfile.isdir(path) and not tf.io.gfile.listdir(path):
-            tf.io.gfile.rmtree(path)

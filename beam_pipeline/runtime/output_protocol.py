@@ -140,13 +140,18 @@ def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], b
     info = _read_json(storage.join(output_dir, METADATA_FILE))
     if not (isinstance(info, dict) and "segprep" in (info.get("versions") or {})):
         return (), False  # someone else's metadata.json: foreign like any other file
-    shards = [
-        shard.get("file")
-        for split in (info.get("splits") or {}).values()
-        for shard in (split.get("shards") or [])
-        if isinstance(shard, dict)
+    listed = [ref.get("file") for ref in info.get("tfds_files") or [] if isinstance(ref, dict)]
+    for split in (info.get("splits") or {}).values():
+        refs = [split.get("key_table") or {}]
+        for shard in split.get("shards") or []:
+            if isinstance(shard, dict):
+                refs += [shard, shard.get("index") or {}]
+        listed += [ref.get("file") for ref in refs if isinstance(ref, dict)]
+    ours = [
+        name
+        for name in listed
+        if isinstance(name, str) and is_output_name(name.split("/", 1)[0]) and ".." not in name
     ]
-    ours = [name for name in shards if isinstance(name, str) and is_output_name(name)]
     ours += [name for name in (REJECTS_FILE, METADATA_FILE) if name in names]
     return tuple(sorted(set(ours))), True
 
@@ -413,6 +418,8 @@ def discard_staged(output_dir: str, run_id: str, *, keep: Iterable[str] = (REJEC
         for name in os.listdir(staged):
             if name not in kept:
                 _remove_local_tree(os.path.join(staged, name))
+        if not os.listdir(staged):
+            os.rmdir(staged)
         return
     storage.delete_paths(
         [path for path in storage.list_dir(staged) if path[len(staged) :] not in kept]
@@ -439,16 +446,25 @@ def _write_manifest(output_dir: str, state: str, run_id: str, files: Iterable[st
     )
 
 
-def publish(output_dir: str, run_id: str, moves: list[tuple[str, str]], metadata: bytes) -> None:
+def publish(
+    output_dir: str,
+    run_id: str,
+    moves: list[tuple[str, str]],
+    metadata: bytes,
+    *,
+    keep: Iterable[str] = (),
+) -> None:
     """Move a run's staged files to their final names; metadata.json last.
 
-    `moves` are (name in the run's staging folder, final name in `output_dir`). A crash
-    anywhere in here leaves a manifest in state `committing` that lists every name that may
-    be segprep's, which the next run cleans.
+    `moves` are (name in the run's staging folder, final name in `output_dir`); `keep` are
+    names of the earlier output that stay as they are (`segprep index` adds files to an
+    output), every other earlier name goes. A crash anywhere in here leaves a manifest in
+    state `committing` that lists every name that may be segprep's, which the next run cleans.
     """
     previous = inspect_output(output_dir, holder=False)
-    final = [name for _, name in moves] + [METADATA_FILE]
-    colliding = [name for name in final if name in previous.foreign]
+    kept = set(keep)
+    final = sorted({name for _, name in moves} | kept | {METADATA_FILE})
+    colliding = [name for _, name in moves if name.split("/", 1)[0] in previous.foreign]
     if colliding:
         raise UsageError(
             f"{output_dir}{colliding[0]} appeared during the run and segprep did not write it: "
@@ -458,10 +474,11 @@ def publish(output_dir: str, run_id: str, moves: list[tuple[str, str]], metadata
     _delete(output_dir, [METADATA_FILE])  # readers refuse the folder from here on
     _delete(output_dir, [name for name in previous.ours if name not in final])
     source = staging_dir(output_dir, run_id)
-    storage.rename(
-        [source + staged for staged, _ in moves],
-        [storage.join(output_dir, name) for _, name in moves],
-    )
+    targets = [storage.join(output_dir, name) for _, name in moves]
+    if storage.is_local(output_dir):
+        for folder in {os.path.dirname(target) for target in targets}:
+            os.makedirs(folder, exist_ok=True)
+    storage.rename([source + staged for staged, _ in moves], targets)
     storage.write_bytes_atomically(metadata, storage.join(output_dir, METADATA_FILE), source)
     _write_manifest(output_dir, COMMITTED, run_id, final)
     if storage.is_local(output_dir):
