@@ -121,6 +121,16 @@ class DatasetInfo:
     def has_index(self) -> bool:
         return all(split.has_index for split in self.splits.values())
 
+    def listed_files(self) -> set[str]:
+        """Every file this metadata names: shards, their indexes, key tables, TFDS files."""
+        names = {ref.file for ref in self.tfds_files}
+        for split in self.splits.values():
+            names.update(shard.file for shard in split.shards)
+            names.update(shard.index.file for shard in split.shards if shard.index)
+            if split.key_table:
+                names.add(split.key_table.file)
+        return names
+
     def to_json(self) -> dict[str, Any]:
         data = dict(self.extra)
         data.update(

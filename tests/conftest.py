@@ -47,13 +47,36 @@ def prepared(sample_dataset, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def indexed(prepared, tmp_path_factory):
-    """A copy of the `prepared` output with its record index and TFDS files (segprep index)."""
+def unindexed(prepared, tmp_path_factory):
+    """A copy of the `prepared` output as segprep wrote it before the record index and the
+    manifest existed: no index/, no TFDS files, no .segprep/, metadata without their refs."""
+    import json
+    import shutil
+
+    copy = tmp_path_factory.mktemp("unindexed") / "out"
+    shutil.copytree(prepared[0], copy)
+    for name in (".segprep", "index"):
+        shutil.rmtree(copy / name)
+    for name in ("dataset_info.json", "features.json"):
+        (copy / name).unlink()
+    metadata = json.loads((copy / "metadata.json").read_text())
+    metadata.pop("tfds_files")
+    for split in metadata["splits"].values():
+        split.pop("key_table")
+        for shard in split["shards"]:
+            shard.pop("index")
+    (copy / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    return copy
+
+
+@pytest.fixture(scope="session")
+def indexed(unindexed, tmp_path_factory):
+    """A copy of the `unindexed` output with its record index and TFDS files (segprep index)."""
     import shutil
 
     from beam_pipeline.commands.index import index_output
 
     copy = tmp_path_factory.mktemp("indexed") / "out"
-    shutil.copytree(prepared[0], copy)
+    shutil.copytree(unindexed, copy)
     index_output(str(copy))
     return copy

@@ -117,8 +117,8 @@ def test_index_names_stay_out_of_a_shard_glob(indexed):
 # --- segprep index --------------------------------------------------------------------------
 
 
-def test_index_command_lists_every_file_with_its_sha256(prepared, indexed):
-    before, after = _metadata(prepared[0]), _metadata(indexed)
+def test_index_command_lists_every_file_with_its_sha256(unindexed, indexed):
+    before, after = _metadata(unindexed), _metadata(indexed)
     info = DatasetInfo.from_json(after)
     assert info.has_index and sorted(ref.file for ref in info.tfds_files) == sorted(TFDS_FILES)
     listed = [ref for ref in info.tfds_files]
@@ -165,8 +165,8 @@ def test_index_again_changes_nothing(indexed, copy_of, capsys):
     assert _snapshot(out) == before
 
 
-def test_a_foreign_file_at_an_index_name_is_never_overwritten(prepared, copy_of, capsys):
-    out = copy_of(prepared[0])
+def test_a_foreign_file_at_an_index_name_is_never_overwritten(unindexed, copy_of, capsys):
+    out = copy_of(unindexed)
     name = json.loads((out / METADATA_FILE).read_text())["splits"]["train"]["shards"][1]["file"]
     (out / INDEX_DIR).mkdir()
     (out / INDEX_DIR / f"{name}.idx").write_text("my own notes\n")
@@ -190,8 +190,8 @@ def test_a_users_file_inside_index_is_kept(indexed, copy_of):
     ]
 
 
-def test_a_damaged_shard_is_refused_and_nothing_written(prepared, copy_of, capsys):
-    out = copy_of(prepared[0])
+def test_a_damaged_shard_is_refused_and_nothing_written(unindexed, copy_of, capsys):
+    out = copy_of(unindexed)
     shard = out / _metadata(out)["splits"]["train"]["shards"][0]["file"]
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF
@@ -213,8 +213,8 @@ def test_index_of_a_non_output_is_a_usage_error(tmp_path, capsys, what):
     assert ("not a directory" if what == "missing" else "metadata.json not found") in err
 
 
-def test_newer_metadata_is_refused(prepared, copy_of, capsys):
-    out = copy_of(prepared[0])
+def test_newer_metadata_is_refused(unindexed, copy_of, capsys):
+    out = copy_of(unindexed)
     metadata = _metadata(out)
     metadata["format_version"] = 99
     _write_metadata(out, metadata)
@@ -314,23 +314,25 @@ def test_verify_finds_index_damage(damage, indexed, copy_of):
     assert any(expected in problem for problem in problems), problems
 
 
-def test_verify_says_when_it_checked_the_index(indexed, prepared, capsys):
+def test_verify_says_when_it_checked_the_index(indexed, unindexed, capsys):
     assert cli.main(["verify", str(indexed)]) == 0
     assert "record index checked" in capsys.readouterr().out
-    assert cli.main(["verify", str(prepared[0])]) == 0
+    assert cli.main(["verify", str(unindexed)]) == 0
     assert "record index" not in capsys.readouterr().out
 
 
 def test_prepare_overwrite_replaces_an_indexed_output(indexed, sample_dataset, copy_of):
-    """The index and TFDS files are segprep's: --overwrite clears them with the shards."""
+    """The index and TFDS files are segprep's: --overwrite replaces them with the shards."""
     from beam_pipeline.launch import launcher
     from tests.conftest import job_args
 
     out = copy_of(indexed)
+    old = DatasetInfo.from_json(_metadata(out)).listed_files()
     launcher.run(job_args(sample_dataset, out, "--num_shards", "2", "--overwrite"))
     info = DatasetInfo.from_json(_metadata(out))
-    assert info.split("train").num_shards == 2 and not info.has_index
-    assert not any((out / name).exists() for name in TFDS_FILES)
-    leftover = list((out / INDEX_DIR).rglob("*")) if (out / INDEX_DIR).exists() else []
-    assert leftover == []
+    assert info.split("train").num_shards == 1 and info.has_index
+    index_files = {f"{INDEX_DIR}/{path.name}" for path in (out / INDEX_DIR).iterdir()}
+    assert index_files == {name for name in info.listed_files() if name.startswith(INDEX_DIR)}
+    assert old - info.listed_files()  # the earlier output's shards and indexes are gone
+    assert not any((out / name).exists() for name in old - info.listed_files())
     assert verify_output(str(out)) == []

@@ -9,6 +9,7 @@ gs:// paths both work) and numpy.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,7 +22,14 @@ import tensorflow as tf
 from beam_pipeline.errors import UsageError
 from segcore import features, record_index, tfds_info
 from segcore.dataset_info import DatasetInfo, FileRef, MetadataError
-from segcore.naming import INDEX_DIR, REJECTS_FILE, SHARD_SUFFIX, parse_shard_name
+from segcore.naming import (
+    INDEX_DIR,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    REJECTS_FILE,
+    SHARD_SUFFIX,
+    parse_shard_name,
+)
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
 
@@ -86,7 +94,31 @@ def check_output(directory: str) -> VerifyReport:
     checker.check_extra_shards()
     checker.check_rejects()
     checker.check_accounting()
+    report.problems.extend(_protocol_problems(base, metadata))
     return report
+
+
+def _protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
+    """The output protocol's state (runtime/output_protocol.py): no run writing, the last
+    commit finished, and the manifest naming exactly the published files."""
+    from beam_pipeline.runtime import output_protocol, storage
+
+    names = {name.rstrip("/") for name in tf.io.gfile.listdir(base)}
+    published = names - {INDEX_DIR}
+    if INDEX_DIR in names:
+        published |= {f"{INDEX_DIR}/{name}" for name in tf.io.gfile.listdir(f"{base}/{INDEX_DIR}")}
+    manifest = None
+    if tf.io.gfile.exists(f"{base}/{MANIFEST_FILE}"):
+        with tf.io.gfile.GFile(f"{base}/{MANIFEST_FILE}", "rb") as handle:
+            try:
+                manifest = json.loads(handle.read())
+            except ValueError:
+                return [f"{MANIFEST_FILE} is not valid JSON"]
+    holder = output_protocol.current_holder(storage.normalize_dir(base))
+    listed = {REJECTS_FILE, METADATA_FILE}
+    with contextlib.suppress(MetadataError):
+        listed |= DatasetInfo.from_json(metadata).listed_files()
+    return output_protocol.protocol_problems(published, manifest, holder is not None, listed)
 
 
 def run_verify(directory: str) -> int:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import hashlib
 import importlib.metadata
 import time
 from typing import Any
@@ -12,10 +14,11 @@ import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
-from beam_pipeline.job.shard_work import WrittenShard
+from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
 from beam_pipeline.runtime import output_protocol, storage
-from segcore import metadata
-from segcore.naming import REJECTS_FILE
+from segcore import metadata, record_index, tfds_info
+from segcore.dataset_info import DatasetInfo
+from segcore.naming import REJECTS_FILE, SPLITS, index_name, key_table_name, parse_shard_name
 from segcore.rejects import Reason, Reject
 from segcore.splits import ShardSpec
 
@@ -63,6 +66,11 @@ def _shard_dict(shard: WrittenShard, name: str) -> dict[str, Any]:
     return {
         "split": shard.spec.split,
         "file": name,
+        "index": {
+            "file": index_name(name),
+            "bytes": shard.index_bytes,
+            "sha256": shard.index_sha256,
+        },
         "num_examples": shard.num_examples,
         "bytes": shard.bytes,
         "sha256": shard.sha256,
@@ -86,12 +94,18 @@ def commit(
             f"({len(keys) - len(set(keys))} duplicate reject keys): refusing to publish"
         )
     published = final_names(shards)
+    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    key_tables = {split: _stage_key_table(staged, split, shards, published) for split in SPLITS}
+    written = [
+        _shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples
+    ]
     info = metadata.build_metadata(
-        (_shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples),
+        written,
         rejects,
         mask_format=settings.mask_format,
         parameters=settings.parameters,
         versions=package_versions(),
+        key_tables=key_tables,
     )
     info["num_discovered"] = discovered
     info["run"] = {"run_id": settings.run_id}
@@ -104,8 +118,7 @@ def commit(
             records_per_second=round(accepted / wall, 1),
             bytes_written=sum(shard.bytes for shard in shards),
         )
-    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
-    storage.write_bytes_atomically(metadata.rejects_jsonl(rejects), staged + REJECTS_FILE, staged)
+    storage.write_bytes(staged + REJECTS_FILE, metadata.rejects_jsonl(rejects))
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     if discovered and bad / discovered > settings.max_reject_fraction:
         raise RejectLimitError(
@@ -113,11 +126,48 @@ def commit(
             f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
             f"see {staged}{REJECTS_FILE}"
         )
-    moves = [*sorted(published.items()), (REJECTS_FILE, REJECTS_FILE)]
+    tfds = []
+    for name, data in tfds_info.tfds_files(DatasetInfo.from_json(info)).items():
+        storage.write_bytes(staged + name, data)
+        tfds.append({"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    info = {**info, "tfds_files": sorted(tfds, key=lambda ref: ref["file"])}
+    moves = [
+        *sorted(published.items()),
+        *sorted((index_name(old), index_name(new)) for old, new in published.items()),
+        *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
+        *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
+        (REJECTS_FILE, REJECTS_FILE),
+    ]
     output_protocol.publish(settings.output_dir, settings.run_id, moves, metadata.dumps(info))
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def _stage_key_table(
+    staged: str, split: str, shards: list[WrittenShard], published: dict[str, str]
+) -> dict[str, Any]:
+    """The split's key table, streamed from its shards' staged key rows in published order:
+    no more than one shard's rows are ever held. Its {file, bytes, sha256}."""
+    name = key_table_name(split)
+    digest, size = hashlib.sha256(), 0
+    kept = sorted(
+        (published[shard.spec.name], shard.spec.name)
+        for shard in shards
+        if shard.spec.name in published and shard.spec.split == split
+    )
+    with storage.streamed(staged + name) as table:
+        for number, (_, staged_name) in enumerate(kept):
+            rows = storage.read_bounded(staged + staged_key_rows(staged_name), 1 << 30)
+            if int(parse_shard_name(staged_name)[1]) != number:  # renumbered: rewrite rows
+                rows = record_index.key_table_bytes(
+                    dataclasses.replace(row, shard=number)
+                    for row in record_index.parse_key_table(rows)
+                )
+            table.write(rows)
+            digest.update(rows)
+            size += len(rows)
+    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
 
 
 class CommitOutput(beam.PTransform):

@@ -22,6 +22,8 @@ from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
+from segcore import record_index
+from segcore.naming import INDEX_DIR, KEY_TABLE_SUFFIX
 from segcore.pairing import Pair, SourceFile
 from segcore.record import Record, make_record
 from segcore.rejects import Reason, Reject, RejectError
@@ -42,6 +44,8 @@ class WrittenShard:
     sha256: str
     image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
     transcoded_images: int
+    index_bytes: int = 0  # the staged record index (index/<name>.idx), see segcore/record_index
+    index_sha256: str = ""
 
 
 def write_shard(
@@ -56,7 +60,8 @@ def write_shard(
     progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
-    count = transcoded = 0
+    written: list[tuple[str, int]] = []  # (key, serialized length): the record index
+    transcoded = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
     try:
@@ -71,7 +76,7 @@ def write_shard(
                     )
                     continue
                 writer.write(record.serialized)
-                count += 1
+                written.append((pair.key, len(record.serialized)))
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
         progress.flush()
@@ -79,8 +84,31 @@ def write_shard(
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    shard = WrittenShard(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
+    index = _stage_index(settings.staging_dir, spec, written)
+    shard = WrittenShard(
+        spec, len(written), size, digest, tuple(sorted(shapes)), transcoded, *index
+    )
     return shard, tuple(rejects)
+
+
+def _stage_index(staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]]):
+    """Stage the shard's record index and key rows beside it; (index bytes, sha256).
+
+    The commit renames the index with its shard and joins the key rows into the split's key
+    table, renumbered if shards emptied by rejects were dropped.
+    """
+    indexed = record_index.index_shard(spec.name, written)
+    storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
+    storage.write_bytes(
+        storage.join(staging_dir, staged_key_rows(spec.name)),
+        record_index.key_table_bytes(indexed.key_rows),
+    )
+    return len(indexed.index_bytes), hashlib.sha256(indexed.index_bytes).hexdigest()
+
+
+def staged_key_rows(shard_name: str) -> str:
+    """Where a shard's key rows wait for the commit, inside the staging folder."""
+    return f"{INDEX_DIR}/{shard_name}{KEY_TABLE_SUFFIX}"
 
 
 def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
 from segcore.naming import (
+    INDEX_DIR,
     LOCK_FILE,
     MANIFEST_FILE,
     METADATA_FILE,
@@ -376,7 +377,7 @@ def make_staging_dir(output_dir: str, run_id: str) -> str:
     """Create this run's staging folder (local; gs:// has no folders); its path."""
     staged = staging_dir(output_dir, run_id)
     if storage.is_local(output_dir):
-        os.makedirs(staged, exist_ok=True)
+        os.makedirs(staged + INDEX_DIR, exist_ok=True)  # writers create no folders
     return staged
 
 
@@ -506,8 +507,8 @@ def protocol_problems(
             f"{MANIFEST_FILE}: state {manifest.get('state')!r}: a commit did not finish"
         )
     files = set(manifest.get("files") or ())
-    published = {name for name in names if is_output_name(name)}
-    for name in sorted(published - files):
+    published = {name for name in names if is_output_name(name.split("/", 1)[0])}
+    for name in sorted(name for name in published - files if "/" not in name):
         problems.append(f"{name}: a published name the manifest does not list")
     for name in sorted(files - published):
         problems.append(f"{name}: listed in the manifest but missing")

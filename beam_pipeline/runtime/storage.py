@@ -6,11 +6,13 @@ to the OS for local paths: a local writer process (writer_pool.py) never loads B
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from apache_beam.io.filesystem import MatchResult
@@ -103,6 +105,36 @@ def write_bytes_atomically(data: bytes, final_path: str, temp_dir: str) -> None:
     with filesystems.create(temp_path, compression_type=_uncompressed()) as handle:
         handle.write(data)
     filesystems.rename([temp_path], [final_path])
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """A small file, whole or not at all: local through a temporary name and a rename (no
+    Beam import: writer processes call this), gs:// as one object upload."""
+    if is_local(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        with open(partial, "wb") as handle:
+            handle.write(data)
+        os.replace(partial, path)
+        return
+    with _filesystems().create(path, compression_type=_uncompressed()) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def streamed(path: str) -> Iterator[BinaryIO]:
+    """A file written in pieces, whole or not at all (as write_bytes)."""
+    if is_local(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "wb") as handle:
+                yield handle
+            os.replace(partial, path)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+        return
+    with _filesystems().create(path, compression_type=_uncompressed()) as handle:
+        yield handle
 
 
 def upload_file(local_path: str, remote_path: str) -> None:
