@@ -314,7 +314,7 @@ def test_unreadable_empty_and_bomb_masks_are_rejects():
     assert garbage.reason == Reason.MASK_UNREADABLE and "0x" not in garbage.detail  # stable text
     bomb = _raw_png(8, 0, [bytes(20_000)], 20_000, height=20_000)
     error = _reason(bomb, "a.png")  # header says 400 Mpx: refused before any allocation
-    assert error.reason == Reason.MASK_UNREADABLE and "exceeds" in error.detail
+    assert error.reason == Reason.MASK_TOO_LARGE and "exceeds" in error.detail
 
 
 def test_unsupported_image_modes_are_rejects():

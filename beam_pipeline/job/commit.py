@@ -14,8 +14,8 @@ from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard
 from beam_pipeline.runtime import output_protocol, storage
-from segcore import metadata
-from segcore.naming import REJECTS_FILE
+from segcore import features, metadata
+from segcore.naming import REJECTS_FILE, SPLITS
 from segcore.rejects import Reason, Reject
 from segcore.splits import ShardSpec
 
@@ -28,6 +28,8 @@ _VERSIONED_PACKAGES = (
     "scipy",
     "h5py",
     "numpy",
+    "pycocotools",
+    "ijson",
 )
 
 
@@ -94,6 +96,8 @@ def commit(
         versions=package_versions(),
     )
     info["num_discovered"] = discovered
+    if settings.classes.is_classes:
+        _add_classes(info, shards, settings)
     info["run"] = {"run_id": settings.run_id}
     if settings.started_at is not None:
         wall = max(time.time() - settings.started_at, 1e-6)
@@ -118,6 +122,36 @@ def commit(
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def _add_classes(
+    info: dict[str, Any], shards: list[WrittenShard], settings: CommitSettings
+) -> None:
+    """metadata.json's `classes` section: the shards' class statistics summed per split, and
+    what the stored mask holds."""
+    from segcore.class_stats import ClassStats, classes_section, sum_stats
+
+    classes = settings.classes
+    stats = {
+        split: sum_stats(
+            (
+                ClassStats.from_json(shard.class_stats)
+                for shard in shards
+                if shard.spec.split == split
+            ),
+            classes.num_classes,
+        )
+        for split in SPLITS
+    }
+    info["classes"] = classes_section(classes, stats, coco=settings.coco)
+    info["features"] = {
+        **info["features"],
+        features.MASK: {
+            **info["features"][features.MASK],
+            "description": f"single-channel {classes.bit_depth}-bit PNG of class ids "
+            f"0..{classes.num_classes - 1}, {classes.ignore_index} = ignore",
+        },
+    }
 
 
 class CommitOutput(beam.PTransform):

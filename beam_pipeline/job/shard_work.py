@@ -16,14 +16,17 @@ import hashlib
 import os
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
-from segcore.pairing import Pair, SourceFile
-from segcore.record import Record, make_record
+from segcore.class_stats import sum_stats
+from segcore.coco import image_from_payload
+from segcore.pairing import CocoEntry, Pair, SourceFile
+from segcore.record import Record, make_class_record, make_coco_record, make_record
 from segcore.rejects import Reason, Reject, RejectError
 from segcore.splits import ShardSpec
 
@@ -42,6 +45,8 @@ class WrittenShard:
     sha256: str
     image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
     transcoded_images: int
+    # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
+    class_stats: Mapping[str, Any] | None = None
 
 
 def write_shard(
@@ -56,6 +61,7 @@ def write_shard(
     progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
+    stats = []
     count = transcoded = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
@@ -74,12 +80,23 @@ def write_shard(
                 count += 1
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
+                if record.class_stats is not None:
+                    stats.append(record.class_stats)
         progress.flush()
         size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    shard = WrittenShard(spec, count, size, digest, tuple(sorted(shapes)), transcoded)
+    classes = settings.classes
+    shard = WrittenShard(
+        spec,
+        count,
+        size,
+        digest,
+        tuple(sorted(shapes)),
+        transcoded,
+        sum_stats(stats, classes.num_classes).to_json() if classes.is_classes else None,
+    )
     return shard, tuple(rejects)
 
 
@@ -126,7 +143,26 @@ def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | Rej
     limits = settings.limits
     try:
         image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
+        if isinstance(pair.mask, CocoEntry):
+            return make_coco_record(
+                pair.key,
+                image_bytes,
+                image_from_payload(pair.mask.payload),
+                settings.classes,
+                fill=settings.coco_fill,
+                limits=limits,
+            )
         mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
+        if settings.classes.is_classes:
+            return make_class_record(
+                pair.key,
+                image_bytes,
+                mask_bytes,
+                pair.mask.path,
+                settings.classes,
+                mask_key=settings.mask_key,
+                limits=limits,
+            )
         return make_record(
             pair.key,
             image_bytes,

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from beam_pipeline.launch.masks import stage_coco
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from segcore.naming import METADATA_FILE
@@ -49,6 +50,8 @@ def execute(plan: RunPlan) -> PrepareResult:
         output_protocol.clean_unfinished(_recheck(plan))
         output_protocol.make_staging_dir(plan.output_dir, plan.run_id)
         try:
+            if plan.job.coco is not None:  # the job reads each image's annotations from here
+                stage_coco(plan.masks.coco, plan.job.coco.staged)
             result = _run_job(plan)
         except BaseException:
             output_protocol.discard_staged(plan.output_dir, plan.run_id)
