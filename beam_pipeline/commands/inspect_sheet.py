@@ -344,7 +344,8 @@ def class_entries(
 
     total = _split_total(metadata, directory, split)
     classes = metadata["classes"]
-    names = classes.get("names") or [f"class {index}" for index in range(classes["num_classes"])]
+    num_classes = classes["num_classes"]
+    names = classes.get("names") or [f"class {index}" for index in range(num_classes)]
     colours = class_palette(classes)
     base = directory.rstrip("/")
     files = [f"{base}/{shard['file']}" for shard in metadata["splits"][split]["shards"]]
@@ -357,21 +358,25 @@ def class_entries(
             ids = decode_class_mask(parsed[features.MASK].numpy())
             present = np.unique(ids).tolist()
             shown.update(present)
-            labelled = [names[c] for c in present if c < len(names)]
+            labelled = [names[c] for c in present if c < num_classes]
             caption = (key, f"{len(labelled)} classes: {', '.join(labelled)}")
             entries.append(Entry(key, pixels, colours[ids], caption))
     except (tf.errors.OpError, ValueError) as error:
         raise UsageError(
             f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
         ) from None
-    legend = [
-        (f"{c} {names[c]}" if c < len(names) else f"{c} (ignored)", tuple(colours[c].tolist()))
-        for c in sorted(shown)
-    ]
+    legend = [(_legend_label(c, classes), tuple(colours[c].tolist())) for c in sorted(shown)]
     if len(legend) > MAX_LEGEND_ITEMS:
         more = len(legend) - MAX_LEGEND_ITEMS + 1
         legend = [*legend[: MAX_LEGEND_ITEMS - 1], (f"... {more} more", BACKGROUND)]
     return entries, total, legend
+
+
+def _legend_label(value: int, classes: dict) -> str:
+    if value >= classes["num_classes"]:
+        return f"{value} (ignored)"
+    names = classes.get("names")
+    return f"{value} {names[value]}" if names else f"class {value}"
 
 
 @contextlib.contextmanager
