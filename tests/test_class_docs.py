@@ -32,6 +32,10 @@ from tests.class_outputs import (
 )
 from tests.images import encode, rgb_jpeg
 
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in segcore.coco; pytest shows
+# every DeprecationWarning again).
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "classes.md").read_text(encoding="utf-8")
 H, W = 36, 28
 VOC_NAMES = (
