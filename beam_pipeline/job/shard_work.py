@@ -23,7 +23,7 @@ from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
-from segcore.class_stats import sum_stats
+from segcore.class_stats import ClassStats, sum_stats
 from segcore.coco import image_from_payload
 from segcore.pairing import CocoEntry, Pair, SourceFile
 from segcore.record import Record, make_class_record, make_coco_record, make_record
@@ -61,7 +61,9 @@ def write_shard(
     progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
-    stats = []
+    classes = settings.classes
+    # A running sum, not a list: a record's stats hold num_classes counts (up to 65,535).
+    stats = ClassStats.empty(classes.num_classes) if classes.is_classes else None
     count = transcoded = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
@@ -80,14 +82,13 @@ def write_shard(
                 count += 1
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
-                if record.class_stats is not None:
-                    stats.append(record.class_stats)
+                if stats is not None:
+                    stats = sum_stats((stats, record.class_stats), classes.num_classes)
         progress.flush()
         size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    classes = settings.classes
     shard = WrittenShard(
         spec,
         count,
@@ -95,7 +96,7 @@ def write_shard(
         digest,
         tuple(sorted(shapes)),
         transcoded,
-        sum_stats(stats, classes.num_classes).to_json() if classes.is_classes else None,
+        None if stats is None else stats.to_json(),
     )
     return shard, tuple(rejects)
 
