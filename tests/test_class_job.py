@@ -155,17 +155,6 @@ COCO_ERRORS = [
         ],
         "--class_names does not apply",
     ),
-    (
-        [
-            "--mask_type",
-            "classes",
-            "--coco_annotations",
-            "{root}/elsewhere.json",
-            "--template_location",
-            "{root}/template",
-        ],
-        "cannot go into a template",
-    ),
 ]
 
 
@@ -352,6 +341,51 @@ def test_coco_from_a_bucket_pairs_in_the_job(gcs, tmp_path):  # noqa: F811
     }
     assert got == expected
     assert not [name for name in gcs.names("coco/out/") if "/runs/" in name]
+
+
+def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F811
+    """A Flex Template launch builds the job with --template_location and the service runs
+    it once: the records are staged in that run's folder, which the job graph names."""
+    write_coco_set(tmp_path / "images", tmp_path / "coco.json")
+    assert gcs.upload_tree(tmp_path / "images", "tpl/images")
+    result = launcher.run(
+        [
+            "--image_dir",
+            gcs.url("tpl/images"),
+            "--coco_annotations",
+            str(tmp_path / "coco.json"),  # read by the launcher: may stay local
+            "--output_dir",
+            gcs.url("tpl/out"),
+            "--mask_type",
+            "classes",
+            "--runner",
+            "DataflowRunner",
+            "--project",
+            "segprep-demo",
+            "--region",
+            "europe-west1",
+            "--temp_location",
+            gcs.url("tpl/tmp"),
+            "--sdk_container_image",
+            "europe-west1-docker.pkg.dev/segprep-demo/segprep/segprep:0.1.0",
+            "--template_location",
+            str(tmp_path / "job.json"),
+        ]
+    )
+    assert result.submission["mode"] == "template"
+    staged = result.plan.job.coco.staged
+    assert staged.startswith(gcs.url(f"tpl/out/{SEGPREP_DIR}/runs/{result.plan.run_id}/"))
+    lines = gcs.read(staged.removeprefix(gcs.url())).decode().splitlines()
+    assert sorted(json.loads(line)["file_name"] for line in lines) == sorted(
+        image.file_name for image in result.plan.masks.coco.images.values()
+    )
+    assert gcs.names("tpl/out/") == [staged.removeprefix(gcs.url())]  # nothing else written
+    pipeline = gcs.read(
+        json.loads((tmp_path / "job.json").read_text())["environment"]["sdkPipelineOptions"][
+            "options"
+        ]["pipelineUrl"].removeprefix(gcs.url())
+    )
+    assert staged.encode() in pipeline and b"coco_images" in pipeline
 
 
 # --- launcher memory ----------------------------------------------------------------------------

@@ -206,6 +206,7 @@ def stage_coco(dataset: CocoDataset, staged: str) -> None:
                 handle.write(image_payload(image) + "\n")
 
     if storage.is_local(staged):
+        os.makedirs(os.path.dirname(staged), exist_ok=True)  # a template run has no folder yet
         write(staged)
         return
     with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:

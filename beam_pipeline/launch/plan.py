@@ -156,11 +156,6 @@ def make_plan(argv: list[str]) -> RunPlan:
     beam = _parse_beam_flags(rest, parser)
     runner = _runner(beam, args)
     overrides = _beam_overrides(beam, args, runner)
-    if layout.annotations is not None and runner.template:
-        raise UsageError(
-            "--coco_annotations cannot go into a template (--template_location): each run "
-            "stages the annotations it read; launch the job with segprep instead"
-        )
     if runner.dataflow:
         cloud.check_dataflow(layout, output_dir, beam)
     elif not runner.local and not all(not storage.is_local(path) for path in paths):
