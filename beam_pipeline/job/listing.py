@@ -9,7 +9,7 @@ COCO runs: the launcher staged one JSON line per image record of the annotations
 and each image's annotations join its pair by key, so they travel with the pair's paths from
 there on. Neither the launcher's pairs (beam.Create, part of the job graph) nor the graph
 itself ever hold annotations: a graph holding a large COCO file would outgrow Dataflow's
-job-size limit (tens of MB) and be copied into every worker's process.
+job-graph limit (10 MB) and be copied into every worker's process.
 """
 
 from __future__ import annotations

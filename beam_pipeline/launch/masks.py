@@ -40,6 +40,9 @@ STAGED_COCO_FILE = "coco_images.jsonl"  # in the run's staging folder
 
 @dataclasses.dataclass(frozen=True)
 class MaskPlan:
+    """The mask side of a run, resolved once: what the writers, the commit and the launcher
+    (COCO staging) need."""
+
     classes: ClassMaskSettings
     mask_format: str
     coco: CocoDataset | None = None  # launcher only: staged for the job, never pickled into it

@@ -162,12 +162,13 @@ def make_plan(argv: list[str]) -> RunPlan:
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
-    remote_data = any(not storage.is_local(path) for path in (*layout.inputs, output_dir))
-    remote_data |= any(
+    remote_data = any(not storage.is_local(path) for path in paths)
+    # Class-name, colormap and COCO files are read while planning, dry run or not.
+    remote_files = any(
         path is not None and not storage.is_local(path)
-        for path in (args.class_names, args.colormap)
+        for path in (args.class_names, args.colormap, args.coco_annotations)
     )
-    if remote_data and not args.dry_run:
+    if (remote_data and not args.dry_run) or remote_files:
         cloud.check_credentials()
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
