@@ -235,6 +235,7 @@ def test_every_documented_command_runs(docs_runs):
         info = metadata(root / name)
         assert info["parameters"]["runner"] == "FnApiRunner"  # segprep's default, named
         assert info["parameters"]["mask_type"] == "classes"
+        assert {"pycocotools", "ijson"} <= set(info["versions"])
         assert info["mask_format"] == "png"
         assert not list((root / name / SEGPREP_DIR / "runs").iterdir()), "staging left behind"
     assert len(list((root / "build/classes/images").iterdir())) > 50
@@ -296,6 +297,15 @@ def test_coco_mapping_and_orphans(docs_runs):
     assert lines["gone"]["mask"] == os.path.abspath(root / "coco/instances_val2017.json")
     assert "the image folder has swap.png" in lines["swap"]["detail"]
     assert "no image record in instances_val2017.json" in lines["extra"]["detail"]
+
+
+def test_inspect_rejects_of_a_coco_run_never_read_the_annotations(docs_runs, tmp_path):
+    _, root = docs_runs
+    sheet = inspect_sheet.build_sheet(str(root / "out/coco"), "train", 8, rejects=True)
+    entries, _, _ = inspect_sheet.reject_entries(str(root / "out/coco"), 8)
+    gone = next(entry for entry in entries if entry.key == "gone")
+    assert gone.mask is None and gone.mask_problem == "COCO annotations"
+    assert len(sheet.keys) == len(rejects(root / "out/coco"))
 
 
 def test_inspect_colours_classes_with_a_legend(docs_runs, monkeypatch):

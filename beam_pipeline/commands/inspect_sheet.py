@@ -428,9 +428,14 @@ def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | N
 
 
 def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
-    """uint8 0..255 of a reject's mask file, whatever its values were (they may be why)."""
+    """uint8 0..255 of a reject's mask file, whatever its values were (they may be why).
+
+    A COCO entry's mask is the whole annotations file (possibly GBs): never read here.
+    """
     from segcore.mask_codec import load_mask
 
+    if path and path.lower().endswith(".json"):
+        return None, "COCO annotations"
     data, problem = _read(path, "mask")
     if data is None:
         return None, problem
