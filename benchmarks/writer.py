@@ -2,6 +2,7 @@
 
     python benchmarks/writer.py                      # N = 1,000 and 8,000 (the README table)
     python benchmarks/writer.py --sizes 2000,20000   # memory flat in dataset size?
+    python benchmarks/writer.py --classes --sizes 1000 --repeats 5   # class masks vs binary
 
 (a) `segprep prepare` with default local settings (subprocess, whole command timed until
     every process it started has let go of its output), and for comparison: writing in the
@@ -13,6 +14,14 @@ entry it decodes too. Each command runs --repeats times (3), interleaved, with t
 2-second trials of (c) before every round; rates and times are medians, memory the peak.
 Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
 benchmarks/.cache/. Peak memory is the PSS summed over the process tree, sampled every 0.25 s.
+
+--classes: the cost of class-id masks and their statistics against binary masks of the same
+size, everything else equal. One pool of 200 VOC-like scenes (800x600 JPEG images, 21
+classes, 5% broken) gives two datasets of the same images: palette PNG class masks, and the
+same scenes' binary masks (object vs background) as 0/1 PNGs. `segprep prepare` (defaults)
+runs on each, --mask_format png for both, interleaved; and before each round, three 2-second
+trials per contender of the per-core work alone (decode image, read + check + encode mask,
+plus statistics for classes). Rates are paired entries per second; medians.
 """
 
 from __future__ import annotations
@@ -61,6 +70,141 @@ def dataset(n: int) -> Path:
             shutil.copyfile(mask, target / "masks" / f"{key}_mask.mat")
     (target / "done").write_text("")
     return target
+
+
+CLASSES = 21
+
+
+def class_datasets(n: int) -> tuple[Path, Path]:
+    """(class masks, binary masks) datasets of the same N VOC-like scenes, 800x600."""
+    import numpy as np
+    from PIL import Image
+
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    pool = CACHE / "class-pool"
+    if not (pool / "done").exists():
+        shutil.rmtree(pool, ignore_errors=True)
+        write_sample_data(pool, count=POOL, seed=0, classes=CLASSES)
+        (pool / "done").write_text("")
+    classes, binary = CACHE / f"classes-{n}", CACHE / f"classes-{n}-binary"
+    if (classes / "done").exists() and (binary / "done").exists():
+        return classes, binary
+    for target in (classes, binary):
+        shutil.rmtree(target, ignore_errors=True)
+        (target / "images").mkdir(parents=True)
+        (target / "masks").mkdir(parents=True)
+    for index in range(n):
+        source, key = f"{index % POOL + 1:05d}", f"{index + 1:06d}"
+        image, mask = pool / "images" / f"{source}.jpg", pool / "masks" / f"{source}.png"
+        if image.exists():
+            shutil.copyfile(image, classes / "images" / f"{key}.jpg")
+            os.link(classes / "images" / f"{key}.jpg", binary / "images" / f"{key}.jpg")
+        if not mask.exists():
+            continue
+        shutil.copyfile(mask, classes / "masks" / f"{key}.png")
+        try:
+            ids = np.asarray(Image.open(mask))
+        except OSError:  # the broken one stays broken in both
+            shutil.copyfile(mask, binary / "masks" / f"{key}.png")
+            continue
+        objects = ((ids != 0) & (ids != 255)).astype(np.uint8)
+        Image.fromarray(objects).save(binary / "masks" / f"{key}.png")
+    for target in (classes, binary):
+        (target / "done").write_text("")
+    return classes, binary
+
+
+def per_core_masks(trials: int = 3, seconds: float = 2.0) -> dict[str, list[float]]:
+    """Entries/s of decode + mask work alone, one core, per trial: binary 0/1 PNG masks
+    (stored as PNG) and class masks (checked, stored as PNG, counted), interleaved."""
+    from segcore.class_masks import ClassMaskSettings, encode_class_mask, load_class_mask
+    from segcore.class_stats import mask_stats
+    from segcore.image_codec import validate_image
+    from segcore.mask_codec import binarize, encode_mask, load_mask
+    from segcore.rejects import RejectError
+
+    settings = ClassMaskSettings("classes", CLASSES)
+    classes, binary = class_datasets(POOL)
+
+    def entries(root: Path) -> list[tuple[bytes, bytes]]:
+        return [
+            (image.read_bytes(), (root / "masks" / f"{image.stem}.png").read_bytes())
+            for image in sorted((root / "images").iterdir())
+            if (root / "masks" / f"{image.stem}.png").exists()
+        ]
+
+    def binary_work(image: bytes, mask: bytes) -> None:
+        validate_image(image)
+        encode_mask(binarize(load_mask(mask, "m.png")), "png")
+
+    def class_work(image: bytes, mask: bytes) -> None:
+        validate_image(image)
+        ids = load_class_mask(mask, "m.png", settings)
+        encode_class_mask(ids, settings)
+        mask_stats(ids, settings.num_classes, settings.ignore_index)
+
+    contenders = {
+        "binary": (entries(binary), binary_work),
+        "classes": (entries(classes), class_work),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(trials):
+        for name, (pairs, work) in contenders.items():
+            done, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                for image, mask in pairs:
+                    try:
+                        work(image, mask)
+                    except RejectError:
+                        pass
+                    done += 1
+            rates[name].append(done / (time.perf_counter() - started))
+    return rates
+
+
+def classes_main(sizes: list[int], repeats: int) -> None:
+    """Class masks against binary masks of the same size: whole job and per-core work."""
+    contenders = {
+        "binary masks (0/1 PNG), --mask_format png": (1, ["--mask_format", "png"]),
+        f"class masks (palette PNG, {CLASSES} classes) + statistics": (
+            0,
+            ["--mask_type", "classes", "--num_classes", str(CLASSES)],
+        ),
+    }
+    cores: dict[str, list[float]] = {"binary": [], "classes": []}
+    table = []
+    for n in sizes:
+        data = class_datasets(n)
+        scratch = CACHE / f"out-classes-{n}"
+        runs: dict[str, list[tuple[float, int, int]]] = {}
+        for _ in range(repeats):  # interleaved: a noisy minute hits both alike
+            for name, rates in per_core_masks().items():
+                cores[name] += rates
+            for name, (which, extra) in contenders.items():
+                runs.setdefault(name, []).append(run_segprep(data[which], scratch, extra))
+        for name, results in runs.items():
+            seconds = statistics.median(result[0] for result in results)
+            peak = max(result[1] for result in results)
+            rates = [result[2] / result[0] for result in results]
+            table.append((n, name, statistics.median(rates), seconds, peak, rates))
+        shutil.rmtree(scratch, ignore_errors=True)
+    binary_core, classes_core = (statistics.median(cores[name]) for name in ("binary", "classes"))
+    print(
+        f"per-core decode + mask work: binary {binary_core:.1f}, classes {classes_core:.1f} "
+        f"entries/s ({classes_core / binary_core - 1:+.1%}; medians of {len(cores['binary'])} "
+        "interleaved trials)"
+    )
+    print()
+    print("| N | run | entries/s (median) | trials | wall s | peak PSS MB | vs binary |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = {n: rate for n, name, rate, *_ in table if name.startswith("binary")}
+    for n, name, rate, seconds, peak, rates in table:
+        trials = ", ".join(f"{value:.1f}" for value in rates)
+        print(
+            f"| {n:,} | {name} | {rate:.1f} | {trials} | {seconds:.1f} | {peak / 2**20:.0f} | "
+            f"{rate / base[n] - 1:+.1%} |"
+        )
 
 
 def _tree_pss(pid: int) -> int:
@@ -200,6 +344,11 @@ def main() -> None:
         "segprep: its workers outlive a killed launcher)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per command (median)")
+    parser.add_argument(
+        "--classes",
+        action="store_true",
+        help="class-id masks + statistics against binary masks of the same size",
+    )
     parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:
@@ -207,6 +356,9 @@ def main() -> None:
         return
     cores = os.cpu_count() or 1
     sizes = [int(n) for n in args.sizes.split(",")]
+    if args.classes:
+        classes_main(sizes, args.repeats)
+        return
     local = ["--runner", "FnApiRunner"]
     modes = {
         "default": [],  # in-process runner, one writer process per core

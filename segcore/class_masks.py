@@ -18,13 +18,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from segcore.image_codec import MAX_PIXELS
+from segcore.features import DEFAULT_IGNORE_INDEX, DEFAULT_MASK_TYPE, MASK_TYPES
+from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.mask_codec import load_mask
 from segcore.rejects import Reason, RejectError
 
-MASK_TYPES = ("binary", "classes")
-DEFAULT_MASK_TYPE = "binary"
-DEFAULT_IGNORE_INDEX = 255  # Pascal VOC, Cityscapes trainIds, ADE20K (reduced), mmseg
 MAX_CLASS_ID = 65535  # the largest id a 16-bit PNG holds
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
@@ -191,29 +189,44 @@ def _check_names(names: Sequence[str], source: str) -> None:
 
 
 def load_class_mask(
-    data: bytes, filename: str, settings: ClassMaskSettings, mask_key: str | None = None
+    data: bytes,
+    filename: str,
+    settings: ClassMaskSettings,
+    mask_key: str | None = None,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> np.ndarray:
-    """Checked class ids [H, W] in `settings.dtype`; raises RejectError for any bad mask."""
+    """Checked class ids [H, W] in `settings.dtype`; raises RejectError for any bad mask.
+
+    Sizes are checked against `limits` from the file's header, before pixels are decoded.
+    """
     if not settings.is_classes:
         raise ValueError("load_class_mask needs --mask_type classes settings")
     if not data:
         raise RejectError(Reason.MASK_EMPTY, "file is empty (0 bytes)")
     extension = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
     read = _SOURCES.get(extension, _image_ids)
-    return check_class_ids(read(data, filename, settings, mask_key), settings)
+    return check_class_ids(read(data, filename, settings, mask_key, limits), settings)
 
 
 def _mat_ids(
-    data: bytes, filename: str, settings: ClassMaskSettings, mask_key: str | None
+    data: bytes,
+    filename: str,
+    settings: ClassMaskSettings,
+    mask_key: str | None,
+    limits: InputLimits,
 ) -> np.ndarray:
     """MATLAB integer arrays, with mask_codec's --mask_key rules (v4 to v7.3)."""
-    return load_mask(data, filename, mask_key)
+    return load_mask(data, filename, mask_key, limits)
 
 
 def _image_ids(
-    data: bytes, filename: str, settings: ClassMaskSettings, mask_key: str | None
+    data: bytes,
+    filename: str,
+    settings: ClassMaskSettings,
+    mask_key: str | None,
+    limits: InputLimits,
 ) -> np.ndarray:
-    image = _open_image(data)
+    image = _open_image(data, limits.pixels)
     reader = _MODES.get(image.mode)
     if reader is None:
         raise RejectError(
@@ -225,22 +238,24 @@ def _image_ids(
 
 
 # File extension -> reader of the raw id array; anything else is opened as an image.
-_SOURCES: dict[str, Callable[[bytes, str, ClassMaskSettings, str | None], np.ndarray]] = {
+_SOURCES: dict[
+    str, Callable[[bytes, str, ClassMaskSettings, str | None, InputLimits], np.ndarray]
+] = {
     ".mat": _mat_ids,
     ".png": _image_ids,
 }
 
 
-def _open_image(data: bytes) -> Image.Image:
+def _open_image(data: bytes, max_pixels: int) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
             width, height = image.size
-            if width * height > MAX_PIXELS:
+            if width * height > max_pixels:
                 raise RejectError(
-                    Reason.MASK_UNREADABLE,
-                    f"{width}x{height} exceeds {MAX_PIXELS} pixels (decompression bomb guard)",
+                    Reason.MASK_TOO_LARGE,
+                    f"{width}x{height} exceeds {max_pixels:,} pixels (decompression bomb guard)",
                 )
             if image.format in ("JPEG", "MPO"):
                 raise RejectError(
@@ -251,18 +266,13 @@ def _open_image(data: bytes) -> Image.Image:
             image.load()
     except RejectError:
         raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise RejectError(Reason.MASK_TOO_LARGE, str(error)) from error
     except Image.UnidentifiedImageError as error:  # its text holds an object address
         raise RejectError(
             Reason.MASK_UNREADABLE, "not an image format Pillow can decode (or a corrupt header)"
         ) from error
-    except (
-        OSError,
-        ValueError,
-        SyntaxError,
-        EOFError,
-        Image.DecompressionBombError,
-        Image.DecompressionBombWarning,
-    ) as error:
+    except (OSError, ValueError, SyntaxError, EOFError) as error:
         raise RejectError(Reason.MASK_UNREADABLE, f"unreadable mask image: {error}") from error
     return image
 

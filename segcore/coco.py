@@ -16,6 +16,7 @@ COCO-Stuff, whose "unlabeled" is no class).
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
@@ -25,6 +26,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from segcore.class_masks import ClassMaskSettings, class_mask_settings
+from segcore.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED
 from segcore.rejects import Reason, RejectError
 
 # pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
@@ -36,8 +38,6 @@ warnings.filterwarnings(
     module="pycocotools",
 )
 
-UNLABELED = ("background", "ignore")  # what pixels without any annotation become
-DEFAULT_UNLABELED = "background"
 BACKGROUND_NAME = "background"
 _MIN_POLYGON_COORDINATES = 6  # three points; fewer enclose nothing (dropped, as detectron2 does)
 
@@ -116,7 +116,7 @@ class CocoDataset:
 
 
 def read_coco(
-    open_file: Callable[[], IO[bytes]], source: str, *, unlabeled: str = DEFAULT_UNLABELED
+    open_file: Callable[[], IO[bytes]], source: str, *, unlabeled: str = DEFAULT_COCO_UNLABELED
 ) -> CocoDataset:
     """Stream a COCO JSON (three passes: categories, images, annotations) into per-image records.
 
@@ -124,8 +124,8 @@ def read_coco(
     categories, duplicate ids or file names, missing fields) is a ValueError naming `source`;
     an unusable annotation only marks its image (`CocoImage.problem`), which becomes a reject.
     """
-    if unlabeled not in UNLABELED:
-        raise ValueError(f"unlabeled must be one of {', '.join(UNLABELED)}")
+    if unlabeled not in COCO_UNLABELED:
+        raise ValueError(f"unlabeled must be one of {', '.join(COCO_UNLABELED)}")
     categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
     class_of = {category.coco_id: category.class_id for category in categories}
     images = _read_images(_items(open_file, source, "images"), source)
@@ -166,7 +166,7 @@ def read_coco(
     )
 
 
-def read_coco_file(path: str, *, unlabeled: str = DEFAULT_UNLABELED) -> CocoDataset:
+def read_coco_file(path: str, *, unlabeled: str = DEFAULT_COCO_UNLABELED) -> CocoDataset:
     """`read_coco` of a local file."""
     return read_coco(lambda: open(path, "rb"), path, unlabeled=unlabeled)
 
@@ -294,6 +294,72 @@ def _rle(segmentation: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(counts, list) and all(type(v) is int and 0 <= v < 2**32 for v in counts):
         return {"size": size, "counts": np.asarray(counts, dtype=np.int64)}
     raise ValueError("RLE counts must be a string or a list of non-negative integers")
+
+
+# --- travelling (launcher -> job) -----------------------------------------------------------
+
+
+def image_payload(image: CocoImage) -> str:
+    """One image's record as one line of JSON: what travels from the launcher to a worker.
+
+    Floats are written as Python's shortest repr, which parses back to the same float64, so
+    a worker rasterises exactly what the launcher read.
+    """
+    return json.dumps(
+        {
+            "file_name": image.file_name,
+            "image_id": image.image_id,
+            "height": image.height,
+            "width": image.width,
+            "problem": image.problem,
+            "annotations": [
+                {
+                    "id": a.annotation_id,
+                    "class_id": a.class_id,
+                    "iscrowd": a.iscrowd,
+                    "polygons": [polygon.tolist() for polygon in a.polygons],
+                    "rle": None if a.rle is None else _rle_json(a.rle),
+                }
+                for a in image.annotations
+            ],
+        },
+        separators=(",", ":"),
+        allow_nan=False,
+    )
+
+
+def _rle_json(rle: Mapping[str, Any]) -> dict[str, Any]:
+    counts = rle["counts"]
+    return {
+        "size": list(rle["size"]),
+        "counts": counts if isinstance(counts, str) else counts.tolist(),
+    }
+
+
+def image_from_payload(payload: str) -> CocoImage:
+    """The inverse of `image_payload`; ValueError for anything it did not write."""
+    try:
+        data = json.loads(payload)
+        annotations = tuple(
+            CocoAnnotation(
+                raw["id"],
+                raw["class_id"],
+                raw["iscrowd"],
+                tuple(np.asarray(p, dtype=np.float64) for p in raw["polygons"]),
+                None if raw["rle"] is None else _rle(raw["rle"]),
+            )
+            for raw in data["annotations"]
+        )
+        return CocoImage(
+            data["file_name"],
+            data["image_id"],
+            data["height"],
+            data["width"],
+            annotations,
+            data["problem"],
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"not a staged COCO image record: {error!r}") from error
 
 
 # --- rasterising (in the worker) ------------------------------------------------------------

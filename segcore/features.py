@@ -18,6 +18,14 @@ SCHEMA: dict[str, dict[str, str]] = {
 }
 
 MASK_FORMATS = ("jpeg", "png")
+# What a mask holds: "binary" 0/255 (the portrait blog's), or "classes", class ids 0..N-1
+# plus one ignore index (segcore/class_masks.py). Declared here, import-free, for the CLI.
+MASK_TYPES = ("binary", "classes")
+DEFAULT_MASK_TYPE = "binary"
+DEFAULT_IGNORE_INDEX = 255  # Pascal VOC, Cityscapes trainIds, ADE20K (reduced), mmseg
+# COCO pixels no annotation covers: class 0 "background", or the ignore index (COCO-Stuff).
+COCO_UNLABELED = ("background", "ignore")
+DEFAULT_COCO_UNLABELED = "background"
 # Stored mask pixel values: background 0, foreground 255; readers threshold at 128.
 MASK_FOREGROUND = 255
 MASK_THRESHOLD = 128

@@ -6,6 +6,10 @@ Words used across segprep: an *entry* is one key with every input file that name
 *pair* is an entry with exactly one image and one mask; a *record* is what a shard stores for
 a pair. Every entry, and every file that names no entry, ends up exactly once in a shard or
 in rejects.jsonl.
+
+With a COCO annotations file the mask side of an entry is the file's image record
+(`CocoEntry`), keyed like an image file by its `file_name`: it pairs with the image file at
+exactly that path under the image folder.
 """
 
 from __future__ import annotations
@@ -37,29 +41,76 @@ class SourceFile:
     regular: bool = True  # False: a FIFO, device, socket or directory under a data name
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class CocoEntry:
+    """The mask side of a COCO entry: one image record of the annotations file.
+
+    Its annotations (`payload`, segcore.coco's staged JSON of the image) are attached inside
+    the job, from the run's staged annotations file, never carried in the job graph.
+    """
+
+    path: str  # the annotations file; rejects.jsonl names it as the entry's mask
+    image_id: int
+    file_name: str
+    image_path: str  # the one image file it names: image folder + file_name
+    payload: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def size(self) -> int:
+        """Bytes of its annotations, for shard sizing like a mask file's size."""
+        return len(self.payload) if self.payload else 0
+
+    @property
+    def regular(self) -> bool:
+        return True
+
+    @property
+    def name(self) -> str:
+        return f"{basename(self.path)} image {self.image_id} ({self.file_name})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Pair:
     key: str
     image: SourceFile
-    mask: SourceFile
+    mask: SourceFile | CocoEntry
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where images and masks live: two folders, or one folder holding both."""
+    """Where images and masks live: two folders, one folder holding both, or an image folder
+    and a COCO annotations file."""
 
     image_dir: str  # normalised: absolute or gs://, ending in '/'
-    mask_dir: str
+    mask_dir: str | None  # None: masks come from `annotations`
+    annotations: str | None = None  # a COCO annotations file (absolute or gs://)
+
+    def __post_init__(self) -> None:
+        if (self.mask_dir is None) == (self.annotations is None):
+            raise ValueError("a layout has a mask folder or a COCO annotations file")
 
     @property
     def one_folder(self) -> bool:
         return self.image_dir == self.mask_dir
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every input location: the folders, and the annotations file."""
+        if self.mask_dir is None:
+            return (self.image_dir, self.annotations)
+        return (self.image_dir,) if self.one_folder else (self.image_dir, self.mask_dir)
+
     def roots(self) -> tuple[tuple[str, Role | None], ...]:
         """(folder, role of every file in it); None: the file name decides."""
         if self.one_folder:
             return ((self.image_dir, None),)
+        if self.mask_dir is None:
+            return ((self.image_dir, Role.IMAGE),)
         return ((self.image_dir, Role.IMAGE), (self.mask_dir, Role.MASK))
+
+    def is_input_file(self, path: str) -> bool:
+        """The annotations file itself, when it lies in the image folder: not an entry."""
+        return path == self.annotations
 
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
         """(role, key) of a file by its path under its folder; None for any other name."""
@@ -125,22 +176,62 @@ def unrecognized(path: str, role: Role | None) -> Reject:
     )
 
 
-def resolve_pair(key: str, images: list[SourceFile], masks: list[SourceFile]) -> Pair | Reject:
-    """Exactly one image and one mask, both regular files, make a pair; else a reject."""
+def coco_entry(
+    annotations: str, image_dir: str, image_id: int, file_name: str
+) -> tuple[str, CocoEntry] | Reject:
+    """(key, entry) of one image record of a COCO file; a reject for a name that is no image.
+
+    The key is the image key of `file_name`, so the record meets the image file it names.
+    A name that gives no key is rejected under `annotations#file_name`: never an entry's key
+    (entry keys are relative paths) nor a listed file's (full paths in the image folder).
+    """
+    key = image_key(file_name)
+    if key is None:
+        return Reject(
+            f"{annotations}#{file_name}",
+            Reason.UNRECOGNIZED_FILE,
+            f"COCO image {image_id}: file_name {file_name!r} is not a .jpg, .jpeg or .png name",
+            None,
+            annotations,
+        )
+    return key, CocoEntry(annotations, image_id, file_name, image_dir + file_name)
+
+
+def resolve_pair(
+    key: str,
+    images: list[SourceFile],
+    masks: list[SourceFile] | list[CocoEntry],
+    annotations: str | None = None,
+) -> Pair | Reject:
+    """Exactly one image and one mask, both regular files, make a pair; else a reject.
+
+    With masks from the COCO file `annotations`, an entry pairs only with the image file at
+    the path its file_name gives.
+    """
     images, masks = sorted(images), sorted(masks)
     image = images[0].path if images else None
     mask = masks[0].path if masks else None
     if len(images) > 1 or len(masks) > 1:
         many = images if len(images) > 1 else masks
         kind = "images" if len(images) > 1 else "masks"
-        names = ", ".join(basename(f.path) for f in many)
+        names = ", ".join(_name(f) for f in many)
         return Reject(
             key, Reason.DUPLICATE_KEY, f"{len(many)} {kind} for one key: {names}", image, mask
         )
-    if not images:
-        return Reject(key, Reason.MISSING_IMAGE, f"mask {basename(mask)} has no image", None, mask)
     if not masks:
-        return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has no mask", image, None)
+        where = "no mask" if annotations is None else f"no image record in {basename(annotations)}"
+        return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has {where}", image, None)
+    if isinstance(masks[0], CocoEntry) and masks[0].image_path != image:
+        there = f"; the image folder has {basename(image)}" if images else ""
+        return Reject(
+            key,
+            Reason.MISSING_IMAGE,
+            f"{masks[0].name}: no such file in the image folder{there}",
+            image,
+            mask,
+        )
+    if not images:
+        return Reject(key, Reason.MISSING_IMAGE, f"mask {_name(masks[0])} has no image", None, mask)
     odd = [f for f in (images[0], masks[0]) if not f.regular]
     if odd:
         names = ", ".join(basename(f.path) for f in odd)
@@ -152,6 +243,10 @@ def resolve_pair(key: str, images: list[SourceFile], masks: list[SourceFile]) ->
             mask,
         )
     return Pair(key, images[0], masks[0])
+
+
+def _name(source: SourceFile | CocoEntry) -> str:
+    return source.name if isinstance(source, CocoEntry) else basename(source.path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,17 +262,18 @@ class Entries:
 
 
 def pair_files(
-    keyed: Iterable[tuple[Role, str, SourceFile]], file_rejects: Iterable[Reject] = ()
+    keyed: Iterable[tuple[Role, str, SourceFile | CocoEntry]],
+    file_rejects: Iterable[Reject] = (),
+    annotations: str | None = None,
 ) -> Entries:
-    """Group classified files by key and resolve each key; in key order."""
-    grouped: dict[str, tuple[list[SourceFile], list[SourceFile]]] = collections.defaultdict(
-        lambda: ([], [])
-    )
+    """Group classified files (and the COCO file's image records, as masks) by key and
+    resolve each key; in key order."""
+    grouped: dict[str, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
     for role, key, source in keyed:
         grouped[key][0 if role is Role.IMAGE else 1].append(source)
     pairs: list[Pair] = []
     rejects: list[Reject] = list(file_rejects)
     for key in sorted(grouped):
-        outcome = resolve_pair(key, *grouped[key])
+        outcome = resolve_pair(key, *grouped[key], annotations)
         (pairs if isinstance(outcome, Pair) else rejects).append(outcome)
     return Entries(tuple(pairs), tuple(sorted(rejects)))

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from segcore.class_masks import ClassMaskSettings, encode_class_mask, load_class_mask
+from segcore.class_stats import ClassStats, mask_stats
+from segcore.coco import CocoImage, rasterize
 from segcore.example import build_example
-from segcore.image_codec import apply_orientation, validate_image
+from segcore.image_codec import ValidImage, apply_orientation, validate_image
 from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.mask_codec import binarize, encode_mask, load_mask
 from segcore.rejects import Reason, RejectError
@@ -18,6 +23,7 @@ class Record:
     height: int
     width: int
     image_transcoded: bool
+    class_stats: ClassStats | None = None  # class-id masks: this mask's counts
 
 
 def make_record(
@@ -40,16 +46,78 @@ def make_record(
     mask = binarize(
         _guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
     )
-    if mask.shape != (image.height, image.width) and mask.shape == image.rotated_shape:
-        image = apply_orientation(image_bytes)
-    if mask.shape != (image.height, image.width):
-        raise RejectError(
-            Reason.SIZE_MISMATCH,
-            f"image is {image.height}x{image.width} (HxW), mask is {mask.shape[0]}x{mask.shape[1]}",
-        )
+    image = _aligned(image, image_bytes, mask.shape)
     encoded_mask = encode_mask(mask, mask_format)
     serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
     return Record(key, serialized, image.height, image.width, image.transcoded)
+
+
+def make_class_record(
+    key: str,
+    image_bytes: bytes,
+    mask_bytes: bytes,
+    mask_filename: str,
+    settings: ClassMaskSettings,
+    *,
+    mask_key: str | None = None,
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> Record:
+    """A record with a class-id mask file (PNG, palette PNG, colour PNG, .mat) and its stats."""
+    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    ids = _guarded(
+        load_class_mask,
+        Reason.MASK_UNREADABLE,
+        mask_bytes,
+        mask_filename,
+        settings,
+        mask_key,
+        limits,
+    )
+    return _class_record(key, _aligned(image, image_bytes, ids.shape), ids, settings)
+
+
+def make_coco_record(
+    key: str,
+    image_bytes: bytes,
+    coco_image: CocoImage,
+    settings: ClassMaskSettings,
+    *,
+    fill: int,
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> Record:
+    """A record whose mask is rasterised from the image's COCO annotations, and its stats.
+
+    The image is decoded first, so the mask is allocated at a size the decoder vouched for;
+    annotations drawn on the EXIF-rotated view rotate the image, as for mask files.
+    """
+    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = _aligned(image, image_bytes, (coco_image.height, coco_image.width))
+    ids = _guarded(
+        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill
+    )
+    return _class_record(key, image, ids, settings)
+
+
+def _aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
+    """The image, rotated by its EXIF tag when the mask has the rotated size; a reject when
+    the sizes still differ."""
+    if mask_shape != (image.height, image.width) and mask_shape == image.rotated_shape:
+        image = apply_orientation(image_bytes)
+    if mask_shape != (image.height, image.width):
+        raise RejectError(
+            Reason.SIZE_MISMATCH,
+            f"image is {image.height}x{image.width} (HxW), mask is {mask_shape[0]}x{mask_shape[1]}",
+        )
+    return image
+
+
+def _class_record(
+    key: str, image: ValidImage, ids: np.ndarray, settings: ClassMaskSettings
+) -> Record:
+    encoded_mask = encode_class_mask(ids, settings)
+    serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
+    stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
+    return Record(key, serialized, image.height, image.width, image.transcoded, stats)
 
 
 def _guarded(decode, reason: Reason, *args):

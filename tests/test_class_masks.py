@@ -314,7 +314,7 @@ def test_unreadable_empty_and_bomb_masks_are_rejects():
     assert garbage.reason == Reason.MASK_UNREADABLE and "0x" not in garbage.detail  # stable text
     bomb = _raw_png(8, 0, [bytes(20_000)], 20_000, height=20_000)
     error = _reason(bomb, "a.png")  # header says 400 Mpx: refused before any allocation
-    assert error.reason == Reason.MASK_UNREADABLE and "exceeds" in error.detail
+    assert error.reason == Reason.MASK_TOO_LARGE and "exceeds" in error.detail
 
 
 def test_unsupported_image_modes_are_rejects():
@@ -481,3 +481,55 @@ def test_colour_masks_of_real_shapes_round_trip():
     np.testing.assert_array_equal(load_class_mask(_png(rgb), "a.png", settings), ids)
     rgb[-1, -1] = (1, 1, 1)
     assert "[1, 1, 1]" in _reason(_png(rgb), "a.png", settings).detail
+
+
+# --- records ------------------------------------------------------------------------------------
+
+
+def _rotated_jpeg(height: int = 24, width: int = 16) -> bytes:
+    """Stored height x width, EXIF orientation 6: displayed width x height."""
+    from tests.images import rgb_array
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return encode(Image.fromarray(rgb_array(height, width)), "JPEG", exif=exif.tobytes())
+
+
+@pytest.mark.parametrize(("shape", "rotated"), [((24, 16), False), ((16, 24), True)])
+def test_class_records_follow_the_exif_rotation_like_binary_ones(shape, rotated):
+    from segcore.class_stats import mask_stats
+    from segcore.record import make_class_record
+
+    ids = _ids(*shape, top=5).astype(np.uint8)
+    record = make_class_record("k", _rotated_jpeg(), _png(ids), "k.png", VOC)
+    assert (record.height, record.width) == shape and record.image_transcoded == rotated
+    assert record.class_stats == mask_stats(ids, 21, 255) and record.class_stats.ignored_pixels
+    other = _png(_ids(20, 16, top=5).astype(np.uint8))
+    with pytest.raises(RejectError) as caught:
+        make_class_record("k", _rotated_jpeg(), other, "k.png", VOC)
+    assert caught.value.reason == Reason.SIZE_MISMATCH and "mask is 20x16" in caught.value.detail
+
+
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # pycocotools
+def test_coco_records_follow_the_exif_rotation_and_count_their_pixels():
+    from segcore.coco import CocoAnnotation, CocoImage
+    from segcore.record import make_coco_record
+
+    square = np.array([2.0, 2.0, 10.0, 2.0, 10.0, 8.0, 2.0, 8.0])
+    annotation = CocoAnnotation(1, 3, False, (square,))
+    settings = ClassMaskSettings("classes", 4)
+    for height, width, rotated in ((24, 16, False), (16, 24, True)):
+        image = CocoImage("k.jpg", 1, height, width, (annotation,))
+        record = make_coco_record("k", _rotated_jpeg(), image, settings, fill=0)
+        assert (record.height, record.width, record.image_transcoded) == (height, width, rotated)
+        stats = record.class_stats
+        assert stats.pixels[3] > 0 and sum(stats.pixels) == height * width
+        assert stats.ignored_pixels == 0 and stats.images == (1, 0, 0, 1)
+
+
+def test_a_bad_image_is_its_reason_before_a_bad_mask():
+    from segcore.record import make_class_record
+
+    with pytest.raises(RejectError) as caught:
+        make_class_record("k", b"not a jpeg", b"", "k.png", VOC)
+    assert caught.value.reason == Reason.IMAGE_UNREADABLE

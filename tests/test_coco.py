@@ -15,8 +15,11 @@ import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
+from segcore.class_masks import ClassMaskSettings
 from segcore.coco import (
     draw_order,
+    image_from_payload,
+    image_payload,
     rasterize,
     read_coco,
     read_coco_file,
@@ -203,6 +206,45 @@ def test_records_travel_by_pickle(tmp_path):
     np.testing.assert_array_equal(
         rasterize(copy, H, W, settings, 0), rasterize(image, H, W, settings, 0)
     )
+
+
+@pytest.mark.parametrize("name", ["a/000001.jpg", "000002.jpg", "000003.jpg"])
+def test_records_travel_as_json_lines_unchanged(tmp_path, name):
+    """The staged line parses back to a record that rasterises to the same mask: polygons
+    (float64 through shortest repr), compressed and uncompressed RLE, crowds, no annotations."""
+    dataset = read_coco_file(_write(tmp_path, _annotations_file()))
+    image = dataset.images[name]
+    line = image_payload(image)
+    assert "\n" not in line and line.isascii()
+    copy = image_from_payload(line)
+    assert (copy.file_name, copy.image_id, copy.height, copy.width) == (
+        name,
+        *[getattr(image, field) for field in ("image_id", "height", "width")],
+    )
+    assert len(copy.annotations) == len(image.annotations)
+    for theirs, ours in zip(copy.annotations, image.annotations, strict=True):
+        for polygon, original in zip(theirs.polygons, ours.polygons, strict=True):
+            assert polygon.dtype == np.float64 and np.array_equal(polygon, original)
+    settings = dataset.settings()
+    np.testing.assert_array_equal(
+        rasterize(copy, H, W, settings, 255), rasterize(image, H, W, settings, 255)
+    )
+
+
+def test_a_problem_travels_with_its_record(tmp_path):
+    data = _annotations_file()
+    data["annotations"].append({"id": 99, "image_id": 2, "category_id": 5, "segmentation": []})
+    image = read_coco_file(_write(tmp_path, data)).images["000002.jpg"]
+    with pytest.raises(RejectError, match="annotation 99"):
+        rasterize(
+            image_from_payload(image_payload(image)), H, W, ClassMaskSettings("classes", 4), 0
+        )
+
+
+@pytest.mark.parametrize("line", ["", "{}", "[1]", '{"file_name": "a.jpg"}', "not json"])
+def test_a_line_it_did_not_write_is_a_value_error(line):
+    with pytest.raises(ValueError, match="not a staged COCO image record"):
+        image_from_payload(line)
 
 
 def test_the_real_image_size_decides_and_must_agree(tmp_path):

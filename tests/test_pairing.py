@@ -1,8 +1,11 @@
+import pytest
+
 from segcore.pairing import (
     Layout,
     Pair,
     Role,
     SourceFile,
+    coco_entry,
     image_key,
     is_hidden,
     mask_key,
@@ -76,3 +79,41 @@ def test_resolve_pair_outcomes():
     twice = resolve_pair("k", [_file("k.png"), _file("k.jpg")], [_file("k.mat")])
     assert twice.reason == Reason.DUPLICATE_KEY
     assert "k.jpg, k.png" in twice.detail
+
+
+# --- COCO image records as the mask side ----------------------------------------------------
+
+
+def test_coco_records_are_keyed_like_images_and_odd_names_rejected():
+    key, entry = coco_entry("/a/coco.json", "/img/", 7, "sub/0001.JPG")
+    assert key == "sub/0001" and entry.image_path == "/img/sub/0001.JPG"
+    assert entry.size == 0 and entry.regular and "coco.json image 7" in entry.name
+    odd = coco_entry("/a/coco.json", "/img/", 8, "clip.gif")
+    assert isinstance(odd, Reject) and odd.reason == Reason.UNRECOGNIZED_FILE
+    assert odd.key == "/a/coco.json#clip.gif" and odd.mask == "/a/coco.json"
+
+
+def test_a_coco_record_pairs_only_with_the_file_it_names():
+    _, entry = coco_entry("/a/coco.json", "/img/", 7, "k.jpg")
+    pair = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [entry], "/a/coco.json")
+    assert isinstance(pair, Pair) and pair.mask is entry
+    other = resolve_pair("k", [SourceFile("/img/k.png", 5)], [entry], "/a/coco.json")
+    assert other.reason == Reason.MISSING_IMAGE
+    assert "k.jpg" in other.detail and "folder has k.png" in other.detail
+    alone = resolve_pair("k", [], [entry], "/a/coco.json")
+    assert alone.reason == Reason.MISSING_IMAGE and alone.mask == "/a/coco.json"
+    unlisted = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [], "/a/coco.json")
+    assert unlisted.reason == Reason.MISSING_MASK and "coco.json" in unlisted.detail
+    _, twin = coco_entry("/a/coco.json", "/img/", 8, "k.png")
+    both = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [entry, twin], "/a/coco.json")
+    assert both.reason == Reason.DUPLICATE_KEY and "image 8 (k.png)" in both.detail
+
+
+def test_coco_layout_lists_only_the_image_folder():
+    layout = Layout("/img/", None, "/img/coco.json")
+    assert layout.roots() == (("/img/", Role.IMAGE),) and not layout.one_folder
+    assert layout.inputs == ("/img/", "/img/coco.json")
+    assert layout.is_input_file("/img/coco.json") and not layout.is_input_file("/img/a.jpg")
+    for mask_dir, annotations in ((None, None), ("/m/", "/c.json")):
+        with pytest.raises(ValueError):
+            Layout("/img/", mask_dir, annotations)

@@ -2,11 +2,13 @@
 
 Shard mode renders what training will see: records go through the reader's own
 `make_dataset` (same decoder, mask thresholded at 128), so a mask that looks right here is
-right for the model. `--rejects` mode renders the original files named in rejects.jsonl,
-decoding whatever part of them Pillow still can, so a person can judge a reject reason; an
-output without metadata.json (a refused or unfinished run) shows its newest run's staged
-rejects, since that is when they matter most. The sheet is written outside the dataset
-directory (a published output), under a name no earlier sheet has: never over another one.
+right for the model. A class-id output (metadata.json has `classes`) shows the stored ids in
+colour (the run's colormap, else Pascal VOC's palette) with a legend of the classes shown.
+`--rejects` mode renders the original files named in rejects.jsonl, decoding whatever part
+of them Pillow still can, so a person can judge a reject reason; an output without
+metadata.json (a refused or unfinished run) shows its newest run's staged rejects, since
+that is when they matter most. The sheet is written outside the dataset directory (a
+published output), under a name no earlier sheet has: never over another one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFile, ImageFont
 
 from beam_pipeline.errors import UsageError
+from segcore import features
 from segcore.image_codec import MAX_PIXELS
 from segcore.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 
@@ -44,6 +47,12 @@ TINT = (255, 0, 200)  # overlay colour: magenta stands out on skin, sky and foli
 TINT_ALPHA = 0.5
 OUTLINE = (255, 235, 0)  # mask boundary on the overlay: yellow shows where the tint is faint
 TEXT = (20, 20, 20)
+IGNORE_COLOUR = (224, 224, 192)  # the ignore index: Pascal VOC's boundary colour
+CLASS_ALPHA = 0.5  # class colours over the image, on the overlay
+LEGEND_ITEM_WIDTH = 170  # swatch and name of one class
+LEGEND_ROW_HEIGHT = 18
+LEGEND_SWATCH = 12
+MAX_LEGEND_ITEMS = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +61,7 @@ class Entry:
 
     key: str
     image: np.ndarray | None  # uint8 [H, W, 3]
-    mask: np.ndarray | None  # uint8 [H, W], 0..255 for display
+    mask: np.ndarray | None  # uint8 [H, W], 0..255 for display; [H, W, 3]: class colours
     caption: tuple[str, str]
     image_problem: str = "no image"  # grey-tile labels, when image or mask is None
     mask_problem: str = "no mask"
@@ -63,6 +72,7 @@ class Sheet:
     image: Image.Image
     keys: list[str]
     tile_size: tuple[int, int]  # (width, height) of each tile
+    legend: tuple[tuple[str, tuple[int, int, int]], ...] = ()  # (label, colour) shown
 
     def tile_box(self, index: int, column: int) -> tuple[int, int, int, int]:
         """(left, top, right, bottom) of entry `index`'s tile: 0 image, 1 mask, 2 overlay."""
@@ -73,14 +83,25 @@ def _cell_size(tile: tuple[int, int]) -> tuple[int, int]:
     return 3 * tile[0] + 2 * TILE_GAP, tile[1] + CAPTION_HEIGHT
 
 
-def sheet_size(count: int, tile: tuple[int, int]) -> tuple[int, int]:
-    """(width, height) in pixels of a sheet of `count` entries with tiles of size `tile`."""
+def sheet_size(count: int, tile: tuple[int, int], legend_items: int = 0) -> tuple[int, int]:
+    """(width, height) in pixels of a sheet of `count` entries with tiles of size `tile`, and
+    a legend of `legend_items` classes below them."""
     columns = max(1, min(count, COLUMNS))
     rows = max(1, math.ceil(count / COLUMNS))
     cell_width, cell_height = _cell_size(tile)
     width = 2 * MARGIN + columns * cell_width + (columns - 1) * CELL_GAP
     height = TITLE_HEIGHT + 2 * MARGIN + rows * cell_height + (rows - 1) * CELL_GAP
+    if legend_items:
+        height += CELL_GAP + _legend_rows(legend_items, width) * LEGEND_ROW_HEIGHT
     return width, height
+
+
+def _legend_columns(width: int) -> int:
+    return max(1, (width - 2 * MARGIN) // LEGEND_ITEM_WIDTH)
+
+
+def _legend_rows(items: int, width: int) -> int:
+    return math.ceil(items / _legend_columns(width))
 
 
 def _tile_box(index: int, column: int, tile: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -119,15 +140,18 @@ def _tile_size(entries: Sequence[Entry]) -> tuple[int, int]:
     return min(max(width, TILE_HEIGHT // 4), 2 * TILE_HEIGHT), TILE_HEIGHT
 
 
-def _scaled(pixels: Image.Image, box: tuple[int, int, int, int]) -> Image.Image:
+def _scaled(
+    pixels: Image.Image, box: tuple[int, int, int, int], *, mask: bool = False
+) -> Image.Image:
     """`pixels` resized to fit `box` with its aspect ratio kept.
 
-    Masks (mode L) use NEAREST so the tile shows hard stored edges, not a blur.
+    Masks use NEAREST so the tile shows hard stored edges (and only real class colours),
+    not a blur.
     """
     width, height = box[2] - box[0], box[3] - box[1]
     scale = min(width / pixels.width, height / pixels.height)
     size = (max(1, round(pixels.width * scale)), max(1, round(pixels.height * scale)))
-    return pixels.resize(size, Image.NEAREST if pixels.mode == "L" else Image.BILINEAR)
+    return pixels.resize(size, Image.NEAREST if mask else Image.BILINEAR)
 
 
 def _overlay(image: Image.Image, mask: Image.Image) -> Image.Image:
@@ -164,10 +188,15 @@ def _paste(sheet: Image.Image, pixels: Image.Image, box: tuple[int, int, int, in
     sheet.paste(pixels.convert("RGB"), (left, top))
 
 
-def render(entries: Sequence[Entry], title: str) -> Sheet:
-    """Lay entries out COLUMNS to a row, each as image | mask | overlay plus a caption."""
+def render(
+    entries: Sequence[Entry],
+    title: str,
+    legend: Sequence[tuple[str, tuple[int, int, int]]] = (),
+) -> Sheet:
+    """Lay entries out COLUMNS to a row, each as image | mask | overlay plus a caption, and
+    the legend (label, colour) of class colours below them."""
     tile = _tile_size(entries)
-    sheet = Image.new("RGB", sheet_size(len(entries), tile), BACKGROUND)
+    sheet = Image.new("RGB", sheet_size(len(entries), tile, len(legend)), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
     title_font, caption_font = _font(15), _font(13)
     draw.text(
@@ -186,11 +215,15 @@ def render(entries: Sequence[Entry], title: str) -> Sheet:
         else:
             _grey_tile(sheet, boxes[0], entry.image_problem)
         if entry.mask is not None:
-            mask = _scaled(Image.fromarray(entry.mask, "L"), boxes[1])
+            mode = "RGB" if entry.mask.ndim == 3 else "L"
+            mask = _scaled(Image.fromarray(entry.mask, mode), boxes[1], mask=True)
             _paste(sheet, mask, boxes[1])
         else:
             _grey_tile(sheet, boxes[1], entry.mask_problem)
-        if image is not None and mask is not None:
+        if image is not None and mask is not None and mask.mode == "RGB":
+            colours = mask.resize(image.size, Image.NEAREST)
+            _paste(sheet, Image.blend(image.convert("RGB"), colours, CLASS_ALPHA), boxes[2])
+        elif image is not None and mask is not None:
             _paste(sheet, _overlay(image, mask), boxes[2])
         else:
             _grey_tile(sheet, boxes[2], "no overlay")
@@ -201,7 +234,26 @@ def render(entries: Sequence[Entry], title: str) -> Sheet:
                 fill=TEXT,
                 font=caption_font,
             )
-    return Sheet(sheet, [entry.key for entry in entries], tile)
+    _draw_legend(sheet, legend, caption_font)
+    return Sheet(sheet, [entry.key for entry in entries], tile, tuple(legend))
+
+
+def _draw_legend(sheet: Image.Image, legend, font) -> None:
+    """Swatch and label of each class, in rows under the entries."""
+    if not legend:
+        return
+    draw = ImageDraw.Draw(sheet)
+    columns = _legend_columns(sheet.width)
+    top = sheet.height - MARGIN - _legend_rows(len(legend), sheet.width) * LEGEND_ROW_HEIGHT
+    for index, (label, colour) in enumerate(legend):
+        row, column = divmod(index, columns)
+        left = MARGIN + column * LEGEND_ITEM_WIDTH
+        y = top + row * LEGEND_ROW_HEIGHT
+        draw.rectangle(
+            (left, y, left + LEGEND_SWATCH, y + LEGEND_SWATCH), fill=colour, outline=TEXT
+        )
+        text = _fit_text(draw, label, font, LEGEND_ITEM_WIDTH - LEGEND_SWATCH - 10)
+        draw.text((left + LEGEND_SWATCH + 5, y - 1), text, fill=TEXT, font=font)
 
 
 def _require_dir(directory: str) -> None:
@@ -223,6 +275,16 @@ def _load_metadata(directory: str) -> dict:
         raise UsageError(f"metadata.json of {directory} is not valid JSON ({error})") from None
 
 
+def _split_total(metadata: dict, directory: str, split: str) -> int:
+    splits = metadata.get("splits", {})
+    if split not in splits:
+        raise UsageError(f"--split {split!r} not in {directory}; it has {sorted(splits)}")
+    total = splits[split].get("num_examples", 0)
+    if not total:
+        raise UsageError(f"--split {split!r} of {directory} has no examples")
+    return total
+
+
 def shard_entries(directory: str, split: str, count: int) -> tuple[list[Entry], int]:
     """The first `count` examples of `split` exactly as the training reader yields them."""
     import tensorflow as tf
@@ -230,12 +292,7 @@ def shard_entries(directory: str, split: str, count: int) -> tuple[list[Entry], 
     from shard_reader.dataset import make_dataset
 
     metadata = _load_metadata(directory)
-    splits = metadata.get("splits", {})
-    if split not in splits:
-        raise UsageError(f"--split {split!r} not in {directory}; it has {sorted(splits)}")
-    total = splits[split].get("num_examples", 0)
-    if not total:
-        raise UsageError(f"--split {split!r} of {directory} has no examples")
+    total = _split_total(metadata, directory, split)
     dataset = make_dataset(directory, split, batch_size=1, training=False, with_keys=True)
     entries = []
     try:
@@ -253,6 +310,73 @@ def shard_entries(directory: str, split: str, count: int) -> tuple[list[Entry], 
             f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
         ) from None
     return entries, total
+
+
+def class_palette(classes: dict) -> np.ndarray:
+    """[size, 3] uint8 colour of every stored value: the colormap's, else Pascal VOC's
+    palette (distinct random colours past 256 ids); the ignore index in VOC's boundary
+    colour."""
+    from beam_pipeline.commands.sample_data import voc_palette
+
+    count, ignore = classes["num_classes"], classes["ignore_index"]
+    size = max(count, ignore + 1, 256)
+    colours = np.random.default_rng(0).integers(0, 256, size=(size, 3)).astype(np.uint8)
+    colours[:256] = np.asarray(voc_palette(), dtype=np.uint8).reshape(256, 3)
+    if classes.get("colormap"):
+        colours[:count] = np.asarray(classes["colormap"], dtype=np.uint8)
+    colours[ignore] = IGNORE_COLOUR
+    return colours
+
+
+def class_entries(
+    directory: str, metadata: dict, split: str, count: int
+) -> tuple[list[Entry], int, list[tuple[str, tuple[int, int, int]]]]:
+    """The first `count` records of `split` with their stored class ids in colour, the split's
+    size, and the legend of the classes they show.
+
+    Read straight from the shards (the reader's class-id path is not there yet): JPEG image,
+    PNG class ids decoded by segcore, exactly as stored.
+    """
+    import tensorflow as tf
+
+    from segcore.class_masks import decode_class_mask
+    from shard_reader.decoding import FEATURE_SPEC
+
+    total = _split_total(metadata, directory, split)
+    classes = metadata["classes"]
+    num_classes = classes["num_classes"]
+    names = classes.get("names") or [f"class {index}" for index in range(num_classes)]
+    colours = class_palette(classes)
+    base = directory.rstrip("/")
+    files = [f"{base}/{shard['file']}" for shard in metadata["splits"][split]["shards"]]
+    entries, shown = [], set()
+    try:
+        for record in tf.data.TFRecordDataset(files).take(count):
+            parsed = tf.io.parse_single_example(record, FEATURE_SPEC)
+            key = parsed[features.KEY].numpy().decode("utf-8", "replace")
+            pixels = tf.io.decode_jpeg(parsed[features.IMAGE], channels=3).numpy()
+            ids = decode_class_mask(parsed[features.MASK].numpy())
+            present = np.unique(ids).tolist()
+            shown.update(present)
+            labelled = [names[c] for c in present if c < num_classes]
+            caption = (key, f"{len(labelled)} classes: {', '.join(labelled)}")
+            entries.append(Entry(key, pixels, colours[ids], caption))
+    except (tf.errors.OpError, ValueError) as error:
+        raise UsageError(
+            f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
+        ) from None
+    legend = [(_legend_label(c, classes), tuple(colours[c].tolist())) for c in sorted(shown)]
+    if len(legend) > MAX_LEGEND_ITEMS:
+        more = len(legend) - MAX_LEGEND_ITEMS + 1
+        legend = [*legend[: MAX_LEGEND_ITEMS - 1], (f"... {more} more", BACKGROUND)]
+    return entries, total, legend
+
+
+def _legend_label(value: int, classes: dict) -> str:
+    if value >= classes["num_classes"]:
+        return f"{value} (ignored)"
+    names = classes.get("names")
+    return f"{value} {names[value]}" if names else f"class {value}"
 
 
 @contextlib.contextmanager
@@ -304,9 +428,14 @@ def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | N
 
 
 def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
-    """uint8 0..255 of a reject's mask file, whatever its values were (they may be why)."""
+    """uint8 0..255 of a reject's mask file, whatever its values were (they may be why).
+
+    A COCO entry's mask is the whole annotations file (possibly GBs): never read here.
+    """
     from segcore.mask_codec import load_mask
 
+    if path and path.lower().endswith(".json"):
+        return None, "COCO annotations"
     data, problem = _read(path, "mask")
     if data is None:
         return None, problem
@@ -455,12 +584,21 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
             f"{directory} | rejects{origin}: {len(entries)} of {total}, from the original "
             "files (partly decoded; grey = unreadable) | image, mask, overlay"
         )
-    else:
-        entries, total = shard_entries(directory, split, count)
+        return render(entries, title)
+    metadata = _load_metadata(directory)
+    if "classes" in metadata:
+        entries, total, legend = class_entries(directory, metadata, split, count)
+        colours = "the run's colormap" if metadata["classes"].get("colormap") else "VOC's palette"
         title = (
-            f"{directory} | {split}: {len(entries)} of {total} examples as training reads "
-            "them (mask thresholded at 128) | image, mask, overlay"
+            f"{directory} | {split}: {len(entries)} of {total} examples, class ids as stored, "
+            f"coloured by {colours} | image, classes, overlay"
         )
+        return render(entries, title, legend)
+    entries, total = shard_entries(directory, split, count)
+    title = (
+        f"{directory} | {split}: {len(entries)} of {total} examples as training reads "
+        "them (mask thresholded at 128) | image, mask, overlay"
+    )
     return render(entries, title)
 
 

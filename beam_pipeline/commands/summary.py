@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from segcore.splits import num_shards_note
 
+SHOWN_CLASSES = 3  # rarest and most frequent classes per split
+SHOWN_ABSENT = 8
+
 if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
@@ -34,6 +37,8 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
             f"  {shards} shards, {run['bytes_written'] / 1e6:.1f} MB written in "
             f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
         )
+    if "classes" in metadata:
+        lines.extend(classes_lines(metadata["classes"]))
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
         lines.append(f"  {note}")
@@ -42,3 +47,39 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     return "\n".join(lines)
+
+
+def classes_lines(classes: dict[str, Any]) -> list[str]:
+    """Per split: the most frequent and rarest classes by pixels, and the absent ones."""
+    from segcore.class_stats import ClassStats, absent_classes, rarest_and_most_frequent
+
+    count = classes["num_classes"]
+    names = classes.get("names") or [f"class {index}" for index in range(count)]
+    lines = [f"  classes: {count}, ignore index {classes['ignore_index']}"]
+    for split, data in classes["splits"].items():
+        stats = ClassStats.from_json(data)
+        labelled = sum(stats.pixels)
+        if not labelled:
+            continue
+        rarest, frequent = rarest_and_most_frequent(stats, SHOWN_CLASSES)
+        frequent_text = _shares(frequent, stats, names, labelled)
+        rarest_text = _shares(rarest, stats, names, labelled)
+        lines.append(f"  {split:<12}most frequent: {frequent_text}; rarest: {rarest_text}")
+        absent = absent_classes(stats)
+        if absent:
+            shown = ", ".join(names[c] for c in absent[:SHOWN_ABSENT])
+            more = f", ... ({len(absent)} in all)" if len(absent) > SHOWN_ABSENT else ""
+            lines.append(f"  {'':<12}absent: {shown}{more}")
+    orphans = (classes.get("coco") or {}).get("orphan_annotations")
+    if orphans:
+        example = classes["coco"].get("orphan_example_id")
+        lines.append(
+            f"  COCO: {orphans:,} annotations name no image of the file (e.g. id {example}): "
+            "not drawn"
+        )
+    return lines
+
+
+def _shares(ids: list[int], stats, names: list[str], labelled: int) -> str:
+    """`name 12 %, ...`: two significant digits, so a rare class never shows as 0.0 %."""
+    return ", ".join(f"{names[c]} {stats.pixels[c] / labelled * 100:.2g} %" for c in ids)

@@ -16,7 +16,7 @@ from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
 from beam_pipeline.runtime import output_protocol, storage
-from segcore import metadata, record_index, tfds_info
+from segcore import features, metadata, record_index, tfds_info
 from segcore.dataset_info import DatasetInfo
 from segcore.naming import REJECTS_FILE, SPLITS, index_name, key_table_name, parse_shard_name
 from segcore.rejects import Reason, Reject
@@ -31,6 +31,8 @@ _VERSIONED_PACKAGES = (
     "scipy",
     "h5py",
     "numpy",
+    "pycocotools",
+    "ijson",
 )
 
 
@@ -108,6 +110,8 @@ def commit(
         key_tables=key_tables,
     )
     info["num_discovered"] = discovered
+    if settings.classes.is_classes:
+        _add_classes(info, shards, settings)
     info["run"] = {"run_id": settings.run_id}
     if settings.started_at is not None:
         wall = max(time.time() - settings.started_at, 1e-6)
@@ -168,6 +172,36 @@ def _stage_key_table(
             digest.update(rows)
             size += len(rows)
     return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _add_classes(
+    info: dict[str, Any], shards: list[WrittenShard], settings: CommitSettings
+) -> None:
+    """metadata.json's `classes` section: the shards' class statistics summed per split, and
+    what the stored mask holds."""
+    from segcore.class_stats import ClassStats, classes_section, sum_stats
+
+    classes = settings.classes
+    stats = {
+        split: sum_stats(
+            (
+                ClassStats.from_json(shard.class_stats)
+                for shard in shards
+                if shard.spec.split == split
+            ),
+            classes.num_classes,
+        )
+        for split in SPLITS
+    }
+    info["classes"] = classes_section(classes, stats, coco=settings.coco)
+    info["features"] = {
+        **info["features"],
+        features.MASK: {
+            **info["features"][features.MASK],
+            "description": f"single-channel {classes.bit_depth}-bit PNG of class ids "
+            f"0..{classes.num_classes - 1}, {classes.ignore_index} = ignore",
+        },
+    }
 
 
 class CommitOutput(beam.PTransform):

@@ -1,17 +1,28 @@
 """One frozen settings object per stage of the job, made once by the run plan.
 
 Kept free of Beam imports: the launcher builds these while a writer pool warms up beside it.
+Kept free of numpy and Pillow too (segcore.class_masks is imported when a settings object is
+made, not when this module is): `segprep --help` imports it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.pairing import Entries, Layout
 from segcore.splits import SplitFractions
+
+if TYPE_CHECKING:
+    from segcore.class_masks import ClassMaskSettings
+
+
+def _binary_masks() -> ClassMaskSettings:
+    from segcore.class_masks import ClassMaskSettings
+
+    return ClassMaskSettings()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +36,20 @@ class PlanningSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class CocoSettings:
+    """A COCO run: where the job finds each image's annotations.
+
+    The launcher reads the annotations file once and stages one JSON line per image record
+    (`staged`, in the run's staging folder); the job reads that file in parallel and joins
+    the lines to the pairs by key. The job graph carries these two paths, never annotations.
+    """
+
+    annotations: str  # the user's COCO file (rejects.jsonl names it)
+    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/coco_staging.py)
+    fill: int  # the value of pixels no annotation covers: 0 or the ignore index
+
+
+@dataclasses.dataclass(frozen=True)
 class ShardWriterSettings:
     """What writing a shard needs; resolved by the run plan, nothing left to guess here."""
 
@@ -35,6 +60,8 @@ class ShardWriterSettings:
     pool: str | None = None  # key of this run's local writer pool; None: write in this process
     progress_dir: str | None = None  # local folder for progress count files; None: no progress
     limits: InputLimits = DEFAULT_LIMITS
+    classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
+    coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +73,8 @@ class CommitSettings:
     max_reject_fraction: float = 1.0
     started_at: float | None = None  # epoch seconds when the run was planned
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
+    classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
+    coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,3 +86,4 @@ class JobSettings:
     planning: PlanningSettings
     writing: ShardWriterSettings
     commit: CommitSettings
+    coco: CocoSettings | None = None

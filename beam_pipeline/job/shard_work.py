@@ -16,16 +16,19 @@ import hashlib
 import os
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
 from segcore import record_index
+from segcore.class_stats import ClassStats, sum_stats
+from segcore.coco import image_from_payload
 from segcore.naming import INDEX_DIR, KEY_TABLE_SUFFIX
-from segcore.pairing import Pair, SourceFile
-from segcore.record import Record, make_record
+from segcore.pairing import CocoEntry, Pair, SourceFile
+from segcore.record import Record, make_class_record, make_coco_record, make_record
 from segcore.rejects import Reason, Reject, RejectError
 from segcore.splits import ShardSpec
 
@@ -46,6 +49,8 @@ class WrittenShard:
     transcoded_images: int
     index_bytes: int = 0  # the staged record index (index/<name>.idx), see segcore/record_index
     index_sha256: str = ""
+    # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
+    class_stats: Mapping[str, Any] | None = None
 
 
 def write_shard(
@@ -61,6 +66,9 @@ def write_shard(
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
     written: list[tuple[str, int]] = []  # (key, serialized length): the record index
+    classes = settings.classes
+    # A running sum, not a list: a record's stats hold num_classes counts (up to 65,535).
+    stats = ClassStats.empty(classes.num_classes) if classes.is_classes else None
     transcoded = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
@@ -79,14 +87,24 @@ def write_shard(
                 written.append((pair.key, len(record.serialized)))
                 transcoded += record.image_transcoded
                 shapes.add((record.height, record.width))
+                if stats is not None:
+                    stats = sum_stats((stats, record.class_stats), classes.num_classes)
         progress.flush()
         size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    index = _stage_index(settings.staging_dir, spec, written)
+    index_bytes, index_sha256 = _stage_index(settings.staging_dir, spec, written)
     shard = WrittenShard(
-        spec, len(written), size, digest, tuple(sorted(shapes)), transcoded, *index
+        spec,
+        len(written),
+        size,
+        digest,
+        tuple(sorted(shapes)),
+        transcoded,
+        index_bytes,
+        index_sha256,
+        None if stats is None else stats.to_json(),
     )
     return shard, tuple(rejects)
 
@@ -154,7 +172,26 @@ def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | Rej
     limits = settings.limits
     try:
         image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
+        if isinstance(pair.mask, CocoEntry):
+            return make_coco_record(
+                pair.key,
+                image_bytes,
+                image_from_payload(pair.mask.payload),
+                settings.classes,
+                fill=settings.coco_fill,
+                limits=limits,
+            )
         mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
+        if settings.classes.is_classes:
+            return make_class_record(
+                pair.key,
+                image_bytes,
+                mask_bytes,
+                pair.mask.path,
+                settings.classes,
+                mask_key=settings.mask_key,
+                limits=limits,
+            )
         return make_record(
             pair.key,
             image_bytes,

@@ -106,11 +106,12 @@ def check_dataflow(layout: Layout, output_dir: str, beam: argparse.Namespace) ->
     temp_location, and the workers need segprep itself: a custom SDK container
     (--sdk_container_image, see deploy/) or a package built from --setup_file.
     """
-    folders = (
-        [("--data_dir", layout.image_dir)]
-        if layout.one_folder
-        else [("--image_dir", layout.image_dir), ("--mask_dir", layout.mask_dir)]
-    )
+    if layout.one_folder:
+        folders = [("--data_dir", layout.image_dir)]
+    elif layout.mask_dir is None:  # a COCO file is read by the launcher: it may be local
+        folders = [("--image_dir", layout.image_dir)]
+    else:
+        folders = [("--image_dir", layout.image_dir), ("--mask_dir", layout.mask_dir)]
     problems = [_gcs_problem(flag, path) for flag, path in (*folders, ("--output_dir", output_dir))]
     problems += [
         f"{flag} is missing" for flag in ("--project", "--region") if not getattr(beam, flag[2:])

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from beam_pipeline.launch.masks import stage_coco
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from segcore.naming import METADATA_FILE
@@ -43,12 +44,14 @@ def execute(plan: RunPlan) -> PrepareResult:
     if plan.dry_run:
         return PrepareResult({}, {}, 0.0, submission=cloud.dry_run(plan), plan=plan)
     if plan.runner.template:  # only writes a job description; its runs lock for themselves
+        _stage_inputs(plan)  # so a COCO template carries one run's annotations: it runs once
         return _run_job(plan)
     lock = output_protocol.RunLock(plan.output_dir, plan.run_id, remote=not plan.runner.local)
     with lock:
         output_protocol.clean_unfinished(_recheck(plan))
         output_protocol.make_staging_dir(plan.output_dir, plan.run_id)
         try:
+            _stage_inputs(plan)
             result = _run_job(plan)
         except BaseException:
             output_protocol.discard_staged(plan.output_dir, plan.run_id)
@@ -56,6 +59,12 @@ def execute(plan: RunPlan) -> PrepareResult:
         if result.submission is not None and plan.runner.submit_only:
             lock.detach()  # the job's commit releases it
         return result
+
+
+def _stage_inputs(plan: RunPlan) -> None:
+    """What the job reads from the run's staging folder: a COCO file's image records."""
+    if plan.job.coco is not None:
+        stage_coco(plan.masks.coco, plan.job.coco.staged)
 
 
 def _recheck(plan: RunPlan) -> output_protocol.OutputState:

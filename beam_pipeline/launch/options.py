@@ -12,7 +12,14 @@ from __future__ import annotations
 import argparse
 import math
 
-from segcore.features import MASK_FORMATS
+from segcore.features import (
+    COCO_UNLABELED,
+    DEFAULT_COCO_UNLABELED,
+    DEFAULT_IGNORE_INDEX,
+    DEFAULT_MASK_TYPE,
+    MASK_FORMATS,
+    MASK_TYPES,
+)
 
 DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launch/plan.py
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
@@ -21,7 +28,9 @@ DEFAULT_VALIDATION_SIZE = 0.1
 DEFAULT_SHARD_SIZE_MB = 100.0
 DEFAULT_THREADS_PER_SHARD = 0  # one per core, or one per writer process
 DEFAULT_WRITER_PROCESSES = 0  # one per core
-DEFAULT_MASK_FORMAT = "jpeg"
+# --mask_format follows --mask_type: the blog's JPEG for binary masks; class ids need PNG,
+# since JPEG would change them at every edge (refused for classes).
+DEFAULT_MASK_FORMAT = {"binary": "jpeg", "classes": "png"}
 # Half the dataset broken is almost always a wrong folder or flag, not a dirty download.
 DEFAULT_MAX_REJECT_FRACTION = 0.5
 DEFAULT_SAMPLE_COUNT = 60  # segprep sample-data
@@ -52,6 +61,13 @@ def count_or_auto(text: str) -> int:
     value = _number(text, int)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (auto) or more, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
 
 
@@ -86,7 +102,10 @@ BEAM_FLAGS_NOTE = (
 
 
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
-    inputs = parser.add_argument_group("inputs (either --data_dir, or --image_dir and --mask_dir)")
+    inputs = parser.add_argument_group(
+        "inputs (either --data_dir, or --image_dir and --mask_dir, or --image_dir and "
+        "--coco_annotations)"
+    )
     inputs.add_argument("--image_dir", help="folder (local or gs://) of KEY.jpg|.jpeg|.png")
     inputs.add_argument(
         "--mask_dir", help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
@@ -94,6 +113,53 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     inputs.add_argument(
         "--data_dir",
         help="one folder holding both: KEY.jpg|.jpeg|.png beside KEY_mask.mat|.png (or KEY.mat)",
+    )
+    inputs.add_argument(
+        "--coco_annotations",
+        metavar="FILE",
+        help="COCO instances or stuff JSON (local or gs://), in place of --mask_dir: each "
+        "image's annotations are rasterised into a class-id mask (needs --mask_type classes); "
+        "its file_names are relative to --image_dir",
+    )
+    classes = parser.add_argument_group(
+        "mask types (docs/classes.md): binary 0/1 masks, or class-id masks"
+    )
+    classes.add_argument(
+        "--mask_type",
+        choices=MASK_TYPES,
+        default=DEFAULT_MASK_TYPE,
+        help="binary: 0/1 or 0/255 masks stored as 0/255; classes: class ids 0..N-1 plus the "
+        "ignore index, stored losslessly as PNG, with class statistics in metadata.json",
+    )
+    classes.add_argument(
+        "--num_classes",
+        type=positive_int,
+        metavar="N",
+        help="classes: ids 0..N-1; or taken from --class_names, --colormap or the COCO "
+        "categories (any two given must agree)",
+    )
+    classes.add_argument(
+        "--ignore_index",
+        type=non_negative_int,
+        help=f"classes: the mask value no loss counts (VOC boundaries), at least N; default "
+        f"{DEFAULT_IGNORE_INDEX}",
+    )
+    classes.add_argument(
+        "--class_names",
+        metavar="FILE",
+        help="classes: names in class-id order, one per line or a JSON list",
+    )
+    classes.add_argument(
+        "--colormap",
+        metavar="FILE",
+        help="classes: JSON {name: [r, g, b], ...} in class-id order; RGB masks are read "
+        "through it and palette masks checked against it",
+    )
+    classes.add_argument(
+        "--coco_unlabeled",
+        choices=COCO_UNLABELED,
+        help=f"COCO pixels no annotation covers: class 0 'background' (categories get ids "
+        f"1..K), or the ignore index (COCO-Stuff); default {DEFAULT_COCO_UNLABELED}",
     )
     parser.add_argument(
         "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
@@ -120,8 +186,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mask_format",
         choices=MASK_FORMATS,
-        default=DEFAULT_MASK_FORMAT,
-        help="how masks are stored",
+        help=f"how masks are stored; default {DEFAULT_MASK_FORMAT['binary']} for binary masks, "
+        f"{DEFAULT_MASK_FORMAT['classes']} for classes (JPEG is refused for class ids)",
     )
     parser.add_argument(
         "--mask_key",

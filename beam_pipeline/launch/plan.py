@@ -19,12 +19,13 @@ from typing import Any
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import (
+    CocoSettings,
     CommitSettings,
     JobSettings,
     PlanningSettings,
     ShardWriterSettings,
 )
-from beam_pipeline.launch import cloud, preflight
+from beam_pipeline.launch import cloud, masks, preflight
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_RUNNER,
@@ -72,6 +73,7 @@ class RunPlan:
     writer_processes: int
     progress: bool
     job: JobSettings
+    masks: masks.MaskPlan
 
     def pipeline_options(self):
         """A fresh PipelineOptions of this plan (Beam mutates the ones it is given)."""
@@ -105,6 +107,7 @@ class RunPlan:
             "threads_per_shard": self.job.writing.threads,
             "min_total_shards": planning.min_total_shards,
             "progress": self.progress,
+            "masks": self.masks.describe(),
         }
         if self.listing is not None:
             entries = self.listing.entries
@@ -143,27 +146,36 @@ def make_plan(argv: list[str]) -> RunPlan:
     parser = build_parser()
     _raise_usage_errors(parser)
     args, rest = parser.parse_known_args(argv)
+    masks.check_mask_flags(args)
     layout = _layout(args)
     output_dir = storage.normalize_dir(args.output_dir)
-    if _may_use_writer_pool(args, (layout.image_dir, layout.mask_dir, output_dir)):
+    folders = tuple(folder for folder in (layout.image_dir, layout.mask_dir) if folder)
+    paths = (*folders, output_dir)  # what the writers read and write
+    if _may_use_writer_pool(args, paths):
         writer_pool.warm_up()  # before Beam's parser loads Beam: TensorFlow imports beside it
     beam = _parse_beam_flags(rest, parser)
     runner = _runner(beam, args)
     overrides = _beam_overrides(beam, args, runner)
-    paths = (layout.image_dir, layout.mask_dir, output_dir)
     if runner.dataflow:
         cloud.check_dataflow(layout, output_dir, beam)
     elif not runner.local and any(storage.is_local(path) for path in paths):
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
-    if not args.dry_run and not all(storage.is_local(path) for path in paths):
+    remote_data = any(not storage.is_local(path) for path in paths)
+    # Class-name, colormap and COCO files are read while planning, dry run or not.
+    remote_files = any(
+        path is not None and not storage.is_local(path)
+        for path in (args.class_names, args.colormap, args.coco_annotations)
+    )
+    if (remote_data and not args.dry_run) or remote_files:
         cloud.check_credentials()
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    listing = _inputs(args, layout)
+    mask_plan = masks.plan_masks(args)
+    listing = _inputs(args, layout, mask_plan)
     output = _output(args, output_dir)
 
     processes = _writer_processes(args, runner, paths)
@@ -182,11 +194,13 @@ def make_plan(argv: list[str]) -> RunPlan:
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
-        mask_format=args.mask_format,
+        mask_format=mask_plan.mask_format,
         mask_key=args.mask_key,
         threads=threads,
         pool=run_id if processes > 1 else None,
         progress_dir=os.path.join(staging, "progress") if progress else None,
+        classes=mask_plan.classes,
+        coco_fill=mask_plan.coco_fill,
     )
     started_at = time.time()
     parameters = {
@@ -197,8 +211,9 @@ def make_plan(argv: list[str]) -> RunPlan:
         "validation_size": fractions.validation,
         "num_shards": args.num_shards,
         "shard_size_mb": shard_size,
-        "mask_format": args.mask_format,
+        "mask_format": mask_plan.mask_format,
         "mask_key": args.mask_key,
+        **mask_plan.parameters(args),
         "max_reject_fraction": args.max_reject_fraction,
         "threads_per_shard": threads,
         "writer_processes": processes,
@@ -207,12 +222,21 @@ def make_plan(argv: list[str]) -> RunPlan:
     commit = CommitSettings(
         output_dir,
         run_id,
-        args.mask_format,
+        mask_plan.mask_format,
         parameters,
         args.max_reject_fraction,
         started_at,
         release_lock=not runner.local and not runner.template,
+        classes=mask_plan.classes,
+        coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
     )
+    coco = None
+    if mask_plan.coco is not None:
+        coco = CocoSettings(
+            mask_plan.annotations,
+            storage.join(staging, masks.STAGED_COCO_FILE),
+            mask_plan.coco_fill,
+        )
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -227,18 +251,29 @@ def make_plan(argv: list[str]) -> RunPlan:
         output=output,
         writer_processes=processes,
         progress=progress,
-        job=JobSettings(layout, listing.entries if listing else None, planning, writing, commit),
+        job=JobSettings(
+            layout, listing.entries if listing else None, planning, writing, commit, coco
+        ),
+        masks=mask_plan,
     )
 
 
-def _inputs(args: argparse.Namespace, layout: Layout) -> LocalListing | None:
+def _inputs(
+    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan
+) -> LocalListing | None:
     """Local inputs are listed and paired here, once; gs:// ones are only checked for files
     (the job lists them). A dry run reads what exists and needs nothing to exist."""
     flags = _flags(args)
+    folders = [folder for folder in (layout.image_dir, layout.mask_dir) if folder]
     listing = None
-    if storage.is_local(layout.image_dir) and storage.is_local(layout.mask_dir):
+    if all(storage.is_local(folder) for folder in folders):
         if not args.dry_run or os.path.isdir(layout.image_dir):
-            listing = list_local(layout, *flags)
+            coco = (
+                ()
+                if mask_plan.coco is None
+                else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
+            )
+            listing = list_local(layout, *flags, coco=coco)
             preflight.check_listing(layout, listing, flags)
     elif not args.dry_run:
         preflight.check_remote_inputs(layout, flags)
@@ -263,9 +298,11 @@ def _run_id() -> str:
 
 
 def _flags(args: argparse.Namespace) -> tuple[str, str]:
-    if args.data_dir is not None:
-        return "--data_dir", "--data_dir"
-    return "--image_dir", "--mask_dir"
+    """The flags that named the image and the mask side, for messages."""
+    image = "--data_dir" if args.data_dir is not None else "--image_dir"
+    if args.coco_annotations is not None:
+        return image, "--coco_annotations"
+    return image, "--data_dir" if args.data_dir is not None else "--mask_dir"
 
 
 def _raise_usage_errors(parser: argparse.ArgumentParser) -> None:
@@ -309,6 +346,13 @@ def _suggestion(name: str, options: list[str]) -> str:
 
 
 def _layout(args: argparse.Namespace) -> Layout:
+    if args.coco_annotations is not None:
+        if (args.data_dir is None) == (args.image_dir is None):
+            raise UsageError(
+                "--coco_annotations goes with --image_dir (or --data_dir), one of them"
+            )
+        folder = storage.normalize_dir(args.image_dir or args.data_dir)
+        return Layout(folder, None, masks.normalize_file(args.coco_annotations))
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")

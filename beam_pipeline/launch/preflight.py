@@ -13,6 +13,16 @@ from segcore.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, bas
 def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str]) -> None:
     """Local inputs: files exist, and at least one image has its mask."""
     image_flag, mask_flag = flags
+    if layout.annotations is not None:
+        if listing.files == 0:
+            raise UsageError(f"{image_flag} {layout.image_dir} holds no files: check the path")
+        if not listing.entries.pairs:
+            raise UsageError(
+                f"no image in {image_flag} {layout.image_dir} is named by {mask_flag} "
+                f"{layout.annotations}: its images' file_name must be the image's path "
+                "relative to that folder (e.g. 000000397133.jpg)"
+            )
+        return
     if listing.files == 0:
         raise UsageError(
             f"{image_flag} {layout.image_dir}"
@@ -43,8 +53,10 @@ def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str])
 
 
 def check_remote_inputs(layout: Layout, flags: tuple[str, str]) -> None:
-    """gs:// inputs: both folders hold something (one cheap listing call each)."""
+    """gs:// inputs: the folders hold something (one cheap listing call each)."""
     for flag, path in zip(flags, (layout.image_dir, layout.mask_dir), strict=True):
+        if path is None:  # masks from a COCO file, read by the launcher already
+            continue
         if not storage.has_files(path):
             raise UsageError(f"{flag} {path} has no files: check the path")
 

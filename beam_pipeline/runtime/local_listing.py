@@ -11,9 +11,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
-from segcore.pairing import Entries, Layout, Role, SourceFile, file_reject, pair_files, unrecognized
+from segcore.pairing import (
+    CocoEntry,
+    Entries,
+    Layout,
+    Role,
+    SourceFile,
+    file_reject,
+    pair_files,
+    unrecognized,
+)
 from segcore.rejects import Reason, Reject
 
 
@@ -27,11 +37,21 @@ class LocalListing:
 
 
 def list_local(
-    layout: Layout, image_flag: str = "--image_dir", mask_flag: str = "--mask_dir"
+    layout: Layout,
+    image_flag: str = "--image_dir",
+    mask_flag: str = "--mask_dir",
+    *,
+    coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
 ) -> LocalListing:
-    """Walk the folder(s) of `layout` and pair what they hold."""
-    keyed: list[tuple[Role, str, SourceFile]] = []
+    """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
+    image records (launch/masks.py) are the masks."""
+    keyed: list[tuple[Role, str, SourceFile | CocoEntry]] = []
     rejects: list[Reject] = []
+    for outcome in coco:
+        if isinstance(outcome, Reject):
+            rejects.append(outcome)
+        else:
+            keyed.append((Role.MASK, *outcome))
     hidden = files = 0
     for root, role in layout.roots():
         flag = mask_flag if role is Role.MASK else image_flag
@@ -40,6 +60,8 @@ def list_local(
         for path, relative, source in _walk(root, flag):
             if source is None:
                 hidden += 1
+                continue
+            if layout.is_input_file(path):
                 continue
             files += 1
             if not _is_utf8(relative):
@@ -53,7 +75,7 @@ def list_local(
                 rejects.append(unrecognized(path, role))
                 continue
             keyed.append((*classified, source))
-    return LocalListing(pair_files(keyed, rejects), hidden, files)
+    return LocalListing(pair_files(keyed, rejects, layout.annotations), hidden, files)
 
 
 def _is_utf8(name: str) -> bool:

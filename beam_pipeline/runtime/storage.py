@@ -147,6 +147,21 @@ def upload_file(local_path: str, remote_path: str) -> None:
             target.write(chunk)
 
 
+def download_file(remote_path: str, local_path: str) -> None:
+    """Copy a gs:// object to a local file in chunks (never whole in memory)."""
+    try:
+        with (
+            _filesystems().open(remote_path, compression_type=_uncompressed()) as source,
+            open(local_path, "wb") as target,
+        ):
+            while chunk := source.read(_CHUNK):
+                target.write(chunk)
+    except Exception as error:
+        if _is_not_found(error):
+            raise FileNotFoundError(remote_path) from error
+        raise
+
+
 def rename(sources: list[str], targets: list[str]) -> None:
     """Rename files within one file system (local: atomic replace; gs://: copy + delete)."""
     if sources and is_local(sources[0]):

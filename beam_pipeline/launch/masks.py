@@ -1,0 +1,218 @@
+"""The mask side of a run plan: mask type, class settings, stored format, COCO annotations.
+
+Every class-mask flag is checked here, once, into one frozen ClassMaskSettings that the shard
+writers and the commit share. A COCO file is read here too, by the launcher alone (streamed,
+segcore/coco.py); the job never opens it: `stage_coco` writes each image record as one JSON
+line into the run's staging folder, and the job reads that file in parallel (job/listing.py).
+Every mistake is a one-line UsageError (exit 2) before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from beam_pipeline.errors import UsageError
+from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
+from beam_pipeline.runtime import storage
+from segcore.features import DEFAULT_COCO_UNLABELED
+from segcore.pairing import CocoEntry, coco_entry
+from segcore.rejects import Reject
+
+if TYPE_CHECKING:
+    from segcore.class_masks import ClassMaskSettings
+    from segcore.coco import CocoDataset
+
+CLASS_FLAGS = (
+    "num_classes",
+    "ignore_index",
+    "class_names",
+    "colormap",
+    "coco_annotations",
+    "coco_unlabeled",
+)
+FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
+STAGED_COCO_FILE = "coco_images.jsonl"  # in the run's staging folder
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskPlan:
+    """The mask side of a run, resolved once: what the writers, the commit and the launcher
+    (COCO staging) need."""
+
+    classes: ClassMaskSettings
+    mask_format: str
+    coco: CocoDataset | None = None  # launcher only: staged for the job, never pickled into it
+    annotations: str | None = None  # the COCO file, normalised (absolute or gs://)
+
+    @property
+    def coco_fill(self) -> int | None:
+        """The value of pixels no annotation covers, for a COCO run."""
+        return None if self.coco is None else self.coco.fill_value(self.classes.ignore_index)
+
+    def parameters(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The mask flags as resolved, for metadata.json's parameters."""
+        classes = self.classes
+        return {
+            "mask_type": classes.mask_type,
+            "num_classes": classes.num_classes,
+            "ignore_index": classes.ignore_index if classes.is_classes else None,
+            "class_names": args.class_names,
+            "colormap": args.colormap,
+            "coco_annotations": self.annotations,
+            "coco_unlabeled": None if self.coco is None else self.coco.unlabeled,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """For the dry run's plan."""
+        described: dict[str, Any] = {
+            "mask_type": self.classes.mask_type,
+            "mask_format": self.mask_format,
+        }
+        if self.classes.is_classes:
+            described["num_classes"] = self.classes.num_classes
+            described["ignore_index"] = self.classes.ignore_index
+        if self.coco is not None:
+            described["coco"] = {
+                "images": len(self.coco.images),
+                "annotations": self.coco.num_annotations,
+                "orphan_annotations": self.coco.orphan_annotations,
+            }
+        return described
+
+
+def check_mask_flags(args: argparse.Namespace) -> None:
+    """The checks that need no file: combinations of flags that cannot work."""
+    given = [f"--{name}" for name in CLASS_FLAGS if getattr(args, name) is not None]
+    if args.mask_type != "classes":
+        if given:
+            raise UsageError(f"{given[0]} needs --mask_type classes")
+        return
+    if args.mask_format == "jpeg":
+        raise UsageError(
+            "--mask_format jpeg would change class ids at every edge: class masks are stored "
+            f"as {DEFAULT_MASK_FORMAT['classes']} (the default with --mask_type classes)"
+        )
+    coco = args.coco_annotations is not None
+    if args.coco_unlabeled is not None and not coco:
+        raise UsageError("--coco_unlabeled needs --coco_annotations")
+    if coco:
+        for flag in ("mask_dir", "mask_key", "class_names"):
+            if getattr(args, flag) is not None:
+                raise UsageError(
+                    f"--{flag} does not apply with --coco_annotations, which gives the masks "
+                    "and names the classes (its categories)"
+                )
+    elif args.num_classes is None and args.class_names is None and args.colormap is None:
+        raise UsageError(
+            "--mask_type classes needs the classes: --num_classes N, --class_names FILE, "
+            "--colormap FILE or --coco_annotations FILE"
+        )
+
+
+def plan_masks(args: argparse.Namespace) -> MaskPlan:
+    """Read the class-name, colormap and COCO files, and resolve the class settings (after
+    `check_mask_flags`)."""
+    from segcore.class_masks import class_mask_settings, parse_class_names, parse_colormap
+
+    mask_format = args.mask_format or DEFAULT_MASK_FORMAT[args.mask_type]
+    if args.mask_type != "classes":
+        return MaskPlan(class_mask_settings(args.mask_type), mask_format)
+    try:
+        names = colormap = coco = annotations = None
+        if args.class_names is not None:
+            source = f"--class_names {args.class_names}"
+            names = parse_class_names(_read_flag_file(source, args.class_names), source)
+        if args.colormap is not None:
+            source = f"--colormap {args.colormap}"
+            colormap = parse_colormap(_read_flag_file(source, args.colormap), source)
+        if args.coco_annotations is not None:
+            annotations = normalize_file(args.coco_annotations)
+            coco = read_annotations(annotations, args.coco_unlabeled or DEFAULT_COCO_UNLABELED)
+            names = coco.class_names
+        classes = class_mask_settings(
+            "classes",
+            num_classes=args.num_classes,
+            ignore_index=args.ignore_index,
+            class_names=names,
+            colormap=colormap,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return MaskPlan(classes, mask_format, coco, annotations)
+
+
+def normalize_file(path: str) -> str:
+    """Absolute local path or gs:// path of a file flag."""
+    return os.path.abspath(path) if storage.is_local(path) else path
+
+
+def _read_flag_file(source: str, path: str) -> bytes:
+    try:
+        return storage.read_bounded(path, FLAG_FILE_LIMIT)
+    except FileNotFoundError:
+        raise UsageError(f"{source}: no such file") from None
+    except OSError as error:
+        raise UsageError(f"{source}: {error.strerror or error}") from None
+
+
+def read_annotations(path: str, unlabeled: str) -> CocoDataset:
+    """The COCO file, streamed by the launcher; a gs:// file is copied to a local temporary
+    file first (one download for read_coco's three passes), removed afterwards."""
+    from segcore.coco import read_coco
+
+    source = f"--coco_annotations {path}"
+    if storage.is_local(path):
+        if not os.path.isfile(path):
+            raise UsageError(f"{source}: no such file")
+        return _read(read_coco, path, source, unlabeled)
+    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
+        local = os.path.join(folder, "annotations.json")
+        try:
+            storage.download_file(path, local)
+        except FileNotFoundError:
+            raise UsageError(f"{source}: no such file") from None
+        return _read(read_coco, local, source, unlabeled)
+
+
+def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
+    try:
+        return read_coco(lambda: open(path, "rb"), source, unlabeled=unlabeled)
+    except OSError as error:
+        raise UsageError(f"{source}: {error.strerror or error}") from None
+
+
+def coco_entries(
+    dataset: CocoDataset, annotations: str, image_dir: str
+) -> list[tuple[str, CocoEntry] | Reject]:
+    """Every image record of the file, keyed for the pairing rule (segcore/pairing.py)."""
+    return [
+        coco_entry(annotations, image_dir, image.image_id, file_name)
+        for file_name, image in dataset.images.items()
+    ]
+
+
+def stage_coco(dataset: CocoDataset, staged: str) -> None:
+    """Write one JSON line per image record (segcore.coco.image_payload) to `staged`.
+
+    Written one line at a time: the launcher holds the compact records it read, nothing more.
+    A gs:// staging folder gets a finished local file, uploaded whole.
+    """
+    from segcore.coco import image_payload
+
+    def write(path: str) -> None:
+        with open(path, "w", encoding="ascii") as handle:
+            for image in dataset.images.values():
+                handle.write(image_payload(image) + "\n")
+
+    if storage.is_local(staged):
+        os.makedirs(os.path.dirname(staged), exist_ok=True)  # a template run has no folder yet
+        write(staged)
+        return
+    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
+        local = os.path.join(folder, STAGED_COCO_FILE)
+        write(local)
+        storage.upload_file(local, staged)
