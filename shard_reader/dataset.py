@@ -179,8 +179,13 @@ def make_dataset(
     shuffle_seed = None if seed is None else seed + 1
     if cache_plan is None:
         if training and shuffle_buffer > 1:
+            if part <= shuffle_buffer:
+                # The buffer takes in the whole part before its first output anyway: keeping
+                # those serialized records costs no more memory, and spares every later
+                # epoch re-reading the part before its first batch can start.
+                records = records.cache()
             records = records.shuffle(
-                shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True
+                min(shuffle_buffer, part), seed=shuffle_seed, reshuffle_each_iteration=True
             )
         dataset = _batch(records, decode, batch_size, drop_remainder, augment, dtype, deterministic)
     else:

@@ -23,6 +23,8 @@ from segcore import features
 Decoded = tuple[tf.Tensor, ...]  # (image, mask) or (image, mask, key)
 Size = tuple[int, int]
 
+# For uint8 grey levels, level >> 7 is 1 exactly when level >= 128 (features.MASK_THRESHOLD).
+THRESHOLD_SHIFT = 7
 # libjpeg scales the IDCT by 1/2, 1/4 or 1/8 (tf.io.decode_jpeg `ratio`); 1 is full size.
 DCT_RATIOS = (1, 2, 4, 8)
 
@@ -99,7 +101,8 @@ def _threshold(grey: tf.Tensor) -> tf.Tensor:
     the same rule on integers (127.5 < 128).
     """
     if grey.dtype == tf.uint8:
-        return tf.cast(grey >= features.MASK_THRESHOLD, tf.uint8)
+        # One pass instead of a compare and a cast (TF's casts are scalar loops).
+        return tf.bitwise.right_shift(grey, tf.constant(THRESHOLD_SHIFT, tf.uint8))
     return tf.cast(grey >= features.MASK_FOREGROUND / 2, tf.uint8)
 
 

@@ -83,16 +83,38 @@ def test_cached_epochs_are_exact_reshuffled_and_come_from_the_cache(copy, cache)
     assert displacement > total / 8
 
 
-def test_without_cache_the_deleted_shards_are_missed(copy):
-    """The control for the test above: the uncached reader does go back to the shards."""
+@pytest.mark.parametrize("training", [True, False])
+def test_without_cache_a_large_part_goes_back_to_the_shards(copy, training):
+    """The control for the test above: a part larger than the shuffle buffer is re-read."""
+    total = split_metadata(copy, "train")["num_examples"]
     steps = shard_reader.steps_per_epoch(copy, "train", BATCH)
-    iterator = shard_reader.make_dataset(copy, "train", BATCH, repeat=True).as_numpy_iterator()
+    dataset = shard_reader.make_dataset(
+        copy, "train", BATCH, repeat=True, training=training, shuffle_buffer=total // 2
+    )
+    iterator = dataset.as_numpy_iterator()
     for _ in range(steps):
         next(iterator)
     delete_shards(copy)
     with pytest.raises(tf.errors.NotFoundError):
         for _ in range(steps):
             next(iterator)
+
+
+def test_a_part_within_the_shuffle_buffer_is_read_from_the_shards_once(copy):
+    """The buffer holds the whole part anyway, so its serialized records are kept; epochs
+    stay exact and reshuffled."""
+    total = split_metadata(copy, "train")["num_examples"]
+    steps = shard_reader.steps_per_epoch(copy, "train", BATCH)
+    dataset = shard_reader.make_dataset(
+        copy, "train", BATCH, repeat=True, with_keys=True, shuffle_buffer=total
+    )
+    iterator = dataset.as_numpy_iterator()
+    epochs = [[key.decode() for _ in range(steps) for key in next(iterator)[-1]]]
+    delete_shards(copy)
+    epochs += [[key.decode() for _ in range(steps) for key in next(iterator)[-1]] for _ in "ab"]
+    for keys in epochs:
+        assert len(keys) == total and set(keys) == set(epochs[0])
+    assert len({tuple(keys) for keys in epochs}) == 3
 
 
 def test_a_cache_directory_serves_a_new_dataset_object(copy, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import shard_reader
+from segcore.features import MASK_THRESHOLD
 from segcore.naming import METADATA_FILE, shard_name
 from shard_reader.decoding import dct_ratio
 from tests.conftest import job_args
@@ -232,3 +233,18 @@ def test_a_record_of_another_size_than_metadata_says_fails_loudly(data_dir, tmp_
     with pytest.raises(tf.errors.InvalidArgumentError, match="image_shape"):
         for _ in dataset:
             pass
+
+
+@pytest.mark.parametrize("image_size", [None, (16, 16)])
+def test_every_grey_level_is_thresholded_at_128(image_size):
+    """A PNG mask holding each level 0..255 once: the decoder's cut must sit at 128."""
+    from segcore.example import build_example
+    from shard_reader.decoding import make_decoder
+
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16, 1)
+    image = tf.io.encode_jpeg(tf.zeros([16, 16, 3], tf.uint8)).numpy()
+    mask = tf.io.encode_png(levels).numpy()
+    record = build_example("k", image, mask, 16, 16)
+    decoded = make_decoder("png", (16, 16), image_size=image_size)(tf.constant(record))[1]
+    assert decoded.dtype == tf.uint8
+    np.testing.assert_array_equal(decoded.numpy(), levels >= MASK_THRESHOLD)
