@@ -19,6 +19,7 @@ Layout of the pipeline, and why:
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -50,6 +51,8 @@ FILE_CACHE_SHUFFLE_BYTES = 512 * 2**20
 FILE_CACHE_SHUFFLE_UNKNOWN_SIZE = 64
 # Part of every cache directory name: bump when what a cache file holds changes.
 CACHE_FORMAT = 1
+# File name prefix of tf.data's cache files inside one cache directory.
+CACHE_PREFIX = "examples"
 # A decoded example: 3 bytes of image and 1 of mask per pixel, both uint8.
 BYTES_PER_PIXEL = 4
 
@@ -61,6 +64,14 @@ log = logging.getLogger(__name__)
 
 class MemoryCacheError(ValueError):
     """cache="memory" was asked for a part too large for the host's available memory."""
+
+
+class CacheBusyError(RuntimeError):
+    """Another live process is filling the same cache directory."""
+
+
+# Cache directories this process fills, with the descriptor of the flock it holds on each.
+_CLAIMED: dict[str, int] = {}
 
 
 def _pipeline(input_context: tf.distribute.InputContext | None) -> tuple[int, int]:
@@ -287,7 +298,34 @@ def _plan_cache(
         )
     directory = os.path.join(path, _cache_name(data_dir, split, pipeline, size, with_keys))
     os.makedirs(directory, exist_ok=True)
-    return _CachePlan(os.path.join(directory, "examples"))
+    prefix = os.path.join(directory, CACHE_PREFIX)
+    if not os.path.exists(f"{prefix}.index"):  # not filled yet: this process will fill it
+        _claim(directory)
+    return _CachePlan(prefix)
+
+
+def _claim(directory: str) -> None:
+    """Make this process the one filler of a cache directory, for the rest of its life.
+
+    tf.data guards a filling cache with a lock file that a killed process leaves behind,
+    after which every run fails. An flock dies with its process, so holding one tells a
+    live filler (refuse) from a dead one (its leftovers are removed).
+    """
+    if directory in _CLAIMED:
+        return
+    handle = os.open(os.path.join(directory, "filler.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise CacheBusyError(
+            f"cache directory {directory} is claimed by another running process that fills it; "
+            "wait for its first epoch to end, or give this one another cache directory"
+        ) from None
+    _CLAIMED[directory] = handle
+    for name in os.listdir(directory):
+        if name.startswith(CACHE_PREFIX) and (".lockfile" in name or ".tempstate" in name):
+            os.remove(os.path.join(directory, name))
 
 
 def _memory_refusal(split: str, part: int, size: Size | None) -> str | None:

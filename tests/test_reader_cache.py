@@ -6,6 +6,9 @@ import collections
 import hashlib
 import json
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -314,3 +317,52 @@ def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
         directory, "train", 2, cache="memory", image_size=(16, 16), with_keys=True
     )
     assert len(read_keys(dataset)) == 3
+
+
+FILLER = """
+import sys, time
+import shard_reader
+dataset = shard_reader.make_dataset(sys.argv[1], "train", 2, training=False, cache=sys.argv[2])
+iterator = iter(dataset)
+next(iterator)
+print("filling", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_filler_does_not_block_the_cache_but_a_live_one_does(data_dir, tmp_path):
+    directory = tmp_path / "cache"
+    child = subprocess.Popen(
+        [sys.executable, "-c", FILLER, str(data_dir), str(directory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "filling"
+        (cache_dir,) = directory.iterdir()
+        assert any(name.name.endswith(".lockfile") for name in cache_dir.iterdir())
+        with pytest.raises(reader_dataset.CacheBusyError, match="another running process"):
+            shard_reader.make_dataset(data_dir, "train", BATCH, cache=directory)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    # The dead filler left tf.data's lock file behind; this process takes the cache over.
+    assert any(name.name.endswith(".lockfile") for name in cache_dir.iterdir())
+
+    def batches(cache_setting):
+        return list(
+            shard_reader.make_dataset(
+                data_dir, "train", 2, training=False, cache=cache_setting
+            ).as_numpy_iterator()
+        )
+
+    cached = batches(directory)
+    assert (cache_dir / "examples.index").exists()
+    assert not any(name.name.endswith(".lockfile") for name in cache_dir.iterdir())
+    reference = batches(None)
+    assert len(cached) == len(reference)
+    for (image, mask), (image_ref, mask_ref) in zip(cached, reference, strict=True):
+        np.testing.assert_array_equal(image, image_ref)
+        np.testing.assert_array_equal(mask, mask_ref)
+    assert len(list(directory.iterdir())) == 1, "the same settings share one cache"
