@@ -263,9 +263,15 @@ def test_the_estimate_counts_only_this_pipelines_part(data_dir, monkeypatch):
 
 @pytest.mark.parametrize(
     ("setting", "message"),
-    [("gs://bucket/cache", "local directory"), ("https://host/x", "local directory")],
+    [
+        ("gs://bucket/cache", "local directory"),
+        ("https://host/x", "local directory"),
+        ("", "local directory"),
+        (True, "local directory"),
+        (b"/tmp/bytes", "local directory"),
+    ],
 )
-def test_remote_cache_locations_are_refused(data_dir, setting, message):
+def test_remote_or_malformed_cache_locations_are_refused(data_dir, setting, message):
     with pytest.raises(ValueError, match=message):
         shard_reader.make_dataset(data_dir, "train", BATCH, cache=setting)
 
