@@ -345,7 +345,8 @@ def main() -> None:
     load_after = os.getloadavg()
     print(
         f"\n{datetime.date.today().isoformat()}, {machine()}; batch {BATCH}; "
-        f"TF_CPU_ALLOCATOR_USE_BFC={args.allocator} for every contender (one process); "
+        f"TF_CPU_ALLOCATOR_USE_BFC={args.allocator} for every contender (one process), "
+        f"TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')}; "
         f"median of {trials} interleaved trials; {time.perf_counter() - started:.0f} s; "
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n"
     )

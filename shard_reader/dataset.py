@@ -5,9 +5,10 @@ Layout of the pipeline, and why:
   segments of shards (sharding.plan_segments)  -> shuffled shard order per epoch
   parallel interleave of TFRecordDataset readers  (CRC-checked; counts checked vs metadata)
   without cache:
+    [a part that fits the shuffle buffer: its serialized records kept after one pass]
     shuffle of *serialized* records               (~100 KB each: cheap to hold, per example)
     parallel map: parse, decode to uint8, threshold the mask (fused with batch by tf.data)
-  with cache (decoded pixels kept from the first epoch on):
+  with cache= (decoded pixels kept from the first epoch on):
     parallel map: parse, decode to uint8, threshold the mask
     cache of the decoded uint8 examples          (this input pipeline's part only)
     shuffle of decoded examples                   (in memory: references into the cache)
@@ -19,7 +20,6 @@ Layout of the pipeline, and why:
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
@@ -317,6 +317,8 @@ def _claim(directory: str) -> None:
     """
     if directory in _CLAIMED:
         return
+    import fcntl  # POSIX only, and only needed by cache directories
+
     handle = os.open(os.path.join(directory, "filler.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
