@@ -4,20 +4,33 @@ Layout of the pipeline, and why:
 
   segments of shards (sharding.plan_segments)  -> shuffled shard order per epoch
   parallel interleave of TFRecordDataset readers  (CRC-checked; counts checked vs metadata)
-  shuffle of *serialized* records                 (~100 KB each: cheap to hold, per example)
-  parallel map: parse, decode to uint8, threshold the mask (fused with batch by tf.data)
+  without cache:
+    [a part that fits the shuffle buffer: its serialized records kept after one pass]
+    shuffle of *serialized* records               (~100 KB each: cheap to hold, per example)
+    parallel map: parse, decode to uint8, threshold the mask (fused with batch by tf.data)
+  with cache= (decoded pixels kept from the first epoch on):
+    parallel map: parse, decode to uint8, threshold the mask
+    cache of the decoded uint8 examples          (this input pipeline's part only)
+    shuffle of decoded examples                   (in memory: references into the cache)
+  augment, per example, fresh every epoch
   batch, then one float32 conversion per batch    (float32 is 4x the bytes: make it once)
   repeat (after batch: every epoch is one exact pass), prefetch
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
+import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
+from segcore.naming import METADATA_FILE
 from shard_reader import sharding
-from shard_reader.decoding import OUTPUT_DTYPES, convert, make_decoder
+from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -26,7 +39,39 @@ DEFAULT_SHUFFLE_BUFFER = 1024
 # Shards read at once; reading is cheap next to decoding, this only mixes shards.
 MAX_OPEN_SHARDS = 8
 
+CACHE_MEMORY = "memory"
+CACHE_AUTO = "auto"
+# cache="memory" is refused when the decoded part would take more than this share of the
+# memory the kernel reports as available: training itself needs the rest.
+MEMORY_CACHE_FRACTION = 0.5
+# Decoded examples read back from a cache file are new buffers, so the shuffle after a file
+# cache holds at most this many bytes of them (an 800x600 example is 1.9 MB: ~270).
+FILE_CACHE_SHUFFLE_BYTES = 512 * 2**20
+# Shuffle buffer after a file cache when the split's size is unknown (mixed sizes).
+FILE_CACHE_SHUFFLE_UNKNOWN_SIZE = 64
+# Part of every cache directory name: bump when what a cache file holds changes.
+CACHE_FORMAT = 1
+# File name prefix of tf.data's cache files inside one cache directory.
+CACHE_PREFIX = "examples"
+# A decoded example: 3 bytes of image and 1 of mask per pixel, both uint8.
+BYTES_PER_PIXEL = 4
+
 Augment = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+CacheSetting = str | os.PathLike | None
+
+log = logging.getLogger(__name__)
+
+
+class MemoryCacheError(ValueError):
+    """cache="memory" was asked for a part too large for the host's available memory."""
+
+
+class CacheBusyError(RuntimeError):
+    """Another live process is filling the same cache directory."""
+
+
+# Cache directories this process fills, with the descriptor of the flock it holds on each.
+_CLAIMED: dict[str, int] = {}
 
 
 def _pipeline(input_context: tf.distribute.InputContext | None) -> tuple[int, int]:
@@ -84,16 +129,21 @@ def make_dataset(
     augment: Augment | None = None,
     with_keys: bool = False,
     dtype: tf.DType = tf.float32,
+    cache: CacheSetting = None,
+    image_size: Size | None = None,
 ) -> tf.data.Dataset:
     """Batches of (image, mask) or (image, mask, key) from one split of a segprep output.
 
     image: float32 [B,H,W,3] in 0..255; mask: float32 [B,H,W,1], exactly 0 or 1; key: string
-    [B]. H and W are static when metadata.json says every record of the split has one size.
-    Errors are never skipped: a corrupt shard or a count that disagrees with metadata.json
-    raises (DataLossError, FailedPreconditionError) instead of silently shortening the epoch.
+    [B]. H and W are static when metadata.json says every record of the split has one size,
+    or when `image_size` gives it. Errors are never skipped: a corrupt shard or a count that
+    disagrees with metadata.json raises (DataLossError, FailedPreconditionError) instead of
+    silently shortening the epoch.
 
     training: shuffle per example each epoch (shard order and a buffer of `shuffle_buffer`
-        serialized records); off, records come in shard order.
+        serialized records); off, records come in shard order. When this pipeline's part
+        fits in the buffer, its serialized records are kept after the first pass (the buffer
+        held them all anyway), so later epochs start without re-reading the shards.
     seed: makes the shuffle reproducible; with it (or without training) the order is
         deterministic unless `deterministic=False` says otherwise.
     repeat: repeat after batching, so each epoch of `steps_per_epoch` batches is one exact
@@ -101,31 +151,65 @@ def make_dataset(
     input_context: read only this input pipeline's part; the parts are disjoint, tile the
         split and differ by at most one record (see shard_reader.sharding).
     augment: `f(image, mask) -> (image, mask)` on one example (as above, in `dtype`), applied
-        to both together so they stay aligned; runs in the parallel map, in TF ops only.
+        to both together so they stay aligned; runs in the parallel map, in TF ops only,
+        afresh every epoch (also with a cache, which holds the pixels before it).
     dtype: tf.uint8 yields image 0..255 and mask 0/1 as uint8: a quarter of the bytes, for
-        models that cast on the accelerator (float32 conversion is ~20% of the decode cost).
+        models that cast on the accelerator (TensorFlow's uint8->float32 cast is a scalar
+        loop: at 800x600 it costs about half as much CPU as decoding).
+    cache: None (decode every epoch), "memory", a local directory, or "auto". The first pass
+        keeps this input pipeline's decoded, thresholded uint8 examples (before shuffle,
+        augment and float conversion); later passes read them back and still reshuffle per
+        example: from memory over the whole part, from a directory within a window of
+        FILE_CACHE_SHUFFLE_BYTES of decoded examples over the order of the first pass.
+        "memory" is refused (MemoryCacheError) when records x height x width x 4 bytes
+        exceeds MEMORY_CACHE_FRACTION of MemAvailable (/proc/meminfo); "auto" is "memory"
+        when it fits and None otherwise. A directory holds one cache per split, part,
+        image_size and metadata.json content, so a rewritten dataset gets a fresh one.
+    image_size: (height, width) of the images and masks returned. JPEGs are decoded at
+        1/2, 1/4 or 1/8 scale when that still covers the target (libjpeg's scaled IDCT; the
+        entropy decoding of every coefficient remains) and area-resized the rest of the way;
+        masks are scaled the same way and thresholded at half, so they stay exactly 0/1 and
+        match the image. Mixed-size splits pick the scale per record and then batch.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     dtype = tf.as_dtype(dtype)
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
+    image_size = _check_image_size(image_size)
     info = load_split(data_dir, split)
-    if info.image_shape is None and augment is None and batch_size > 1:
+    if info.image_shape is None and image_size is None and augment is None and batch_size > 1:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "
-            "pass an augment= that resizes or crops to one size, or batch_size=1"
+            "pass image_size=, an augment= that resizes or crops to one size, or batch_size=1"
         )
+    pipeline = _pipeline(input_context)
+    part = sharding.part_sizes(info.num_examples, pipeline[0])[pipeline[1]]
+    size = image_size or info.image_shape
+    cache_plan = _plan_cache(cache, data_dir, split, pipeline, part, size, with_keys)
     if deterministic is None:
         deterministic = not training or seed is not None
-    records = _records(info, _pipeline(input_context), training, seed, deterministic)
-    if training and shuffle_buffer > 1:
-        records = records.shuffle(
-            shuffle_buffer, seed=None if seed is None else seed + 1, reshuffle_each_iteration=True
-        )
-    dataset = _decode_and_batch(
-        records, info, batch_size, drop_remainder, augment, with_keys, deterministic, dtype
-    )
+    records = _records(info, pipeline, training, seed, deterministic)
+    decode = make_decoder(info.mask_format, info.image_shape, with_keys, image_size)
+    shuffle_seed = None if seed is None else seed + 1
+    if cache_plan is None:
+        if training and shuffle_buffer > 1:
+            if part <= shuffle_buffer:
+                # The buffer takes in the whole part before its first output anyway: keeping
+                # those serialized records costs no more memory, and spares every later
+                # epoch re-reading the part before its first batch can start.
+                records = records.cache()
+            records = records.shuffle(
+                min(shuffle_buffer, part), seed=shuffle_seed, reshuffle_each_iteration=True
+            )
+        dataset = _batch(records, decode, batch_size, drop_remainder, augment, dtype, deterministic)
+    else:
+        examples = records.map(decode, AUTOTUNE, deterministic=deterministic)
+        examples = examples.cache(cache_plan.filename)
+        if training and shuffle_buffer > 1:
+            buffer = cache_plan.shuffle_buffer(shuffle_buffer, part, size)
+            examples = examples.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
+        dataset = _batch(examples, None, batch_size, drop_remainder, augment, dtype, deterministic)
     if repeat:
         dataset = dataset.repeat()
     options = tf.data.Options()
@@ -133,6 +217,165 @@ def make_dataset(
         # Already sharded above: tf.distribute must not shard a second time.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.prefetch(AUTOTUNE).with_options(options)
+
+
+def _check_image_size(image_size: Size | None) -> Size | None:
+    if image_size is None:
+        return None
+    try:
+        height, width = (int(side) for side in image_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
+    if height < 1 or width < 1 or (height, width) != tuple(image_size):
+        raise ValueError(f"image_size must be two positive integers, got {image_size!r}")
+    return height, width
+
+
+def available_memory() -> tuple[int, str] | None:
+    """(bytes, where the figure comes from) of memory the host can still give, if known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name == "MemAvailable":
+                    return int(value.split()[0]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages, "available physical pages (sysconf SC_AVPHYS_PAGES)"
+
+
+@dataclasses.dataclass(frozen=True)
+class _CachePlan:
+    filename: str  # "" keeps the cache in memory (tf.data's convention)
+
+    @property
+    def in_memory(self) -> bool:
+        return not self.filename
+
+    def shuffle_buffer(self, requested: int, part: int, size: Size | None) -> int:
+        """Examples the shuffle after the cache holds.
+
+        In memory they are references to the cached tensors, so the whole part costs
+        nothing and each epoch is a full reshuffle. From a file they are fresh copies, so
+        the buffer is bounded in bytes.
+        """
+        if self.in_memory:
+            return part
+        if size is None:
+            bound = FILE_CACHE_SHUFFLE_UNKNOWN_SIZE
+        else:
+            bound = max(2, FILE_CACHE_SHUFFLE_BYTES // (size[0] * size[1] * BYTES_PER_PIXEL))
+        return max(1, min(requested, part, bound))
+
+
+def _plan_cache(
+    cache: CacheSetting,
+    data_dir: str,
+    split: str,
+    pipeline: tuple[int, int],
+    part: int,
+    size: Size | None,
+    with_keys: bool,
+) -> _CachePlan | None:
+    """Where this pipeline's decoded part goes, after checking it fits there."""
+    if cache is None:
+        return None
+    if cache in (CACHE_MEMORY, CACHE_AUTO):
+        refusal = _memory_refusal(split, part, size)
+        if refusal is None:
+            return _CachePlan("")
+        if cache == CACHE_AUTO:
+            log.info("cache='auto' keeps no cache: %s", refusal)
+            return None
+        raise MemoryCacheError(
+            f"{refusal}; pass image_size= for smaller pixels, cache=<local directory> to "
+            "cache on disk, or cache=None"
+        )
+    path = os.fspath(cache) if isinstance(cache, str | os.PathLike) else None
+    if not isinstance(path, str) or not path or "://" in path:
+        raise ValueError(
+            f"cache must be None, 'memory', 'auto' or a local directory, got {cache!r}"
+        )
+    directory = os.path.join(path, _cache_name(data_dir, split, pipeline, size, with_keys))
+    os.makedirs(directory, exist_ok=True)
+    prefix = os.path.join(directory, CACHE_PREFIX)
+    if not os.path.exists(f"{prefix}.index"):  # not filled yet: this process will fill it
+        _claim(directory)
+    return _CachePlan(prefix)
+
+
+def _claim(directory: str) -> None:
+    """Make this process the one filler of a cache directory, for the rest of its life.
+
+    tf.data guards a filling cache with a lock file that a killed process leaves behind,
+    after which every run fails. An flock dies with its process, so holding one tells a
+    live filler (refuse) from a dead one (its leftovers are removed).
+    """
+    if directory in _CLAIMED:
+        return
+    import fcntl  # POSIX only, and only needed by cache directories
+
+    handle = os.open(os.path.join(directory, "filler.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise CacheBusyError(
+            f"cache directory {directory} is claimed by another running process that fills it; "
+            "wait for its first epoch to end, or give this one another cache directory"
+        ) from None
+    _CLAIMED[directory] = handle
+    for name in os.listdir(directory):
+        if name.startswith(CACHE_PREFIX) and (".lockfile" in name or ".tempstate" in name):
+            os.remove(os.path.join(directory, name))
+
+
+def _memory_refusal(split: str, part: int, size: Size | None) -> str | None:
+    """Why the decoded part must not be cached in memory, or None when it may."""
+    if size is None:
+        return (
+            f"cannot size a memory cache for split {split!r}: its records differ in size "
+            "(metadata image_shape is null) and no image_size= is given"
+        )
+    estimate = part * size[0] * size[1] * BYTES_PER_PIXEL
+    available = available_memory()
+    if available is None:
+        return "cannot tell how much memory this host has available for a memory cache"
+    free, source = available
+    limit = int(free * MEMORY_CACHE_FRACTION)
+    if estimate <= limit:
+        return None
+    gib = 2**30
+    return (
+        f"a memory cache of split {split!r} would hold {estimate / gib:.2f} GiB of decoded "
+        f"pixels ({part} records x {size[0]}x{size[1]} x {BYTES_PER_PIXEL} bytes), more than "
+        f"{MEMORY_CACHE_FRACTION:.0%} of the {free / gib:.2f} GiB {source} "
+        f"({limit / gib:.2f} GiB)"
+    )
+
+
+def _cache_name(
+    data_dir: str, split: str, pipeline: tuple[int, int], size: Size | None, with_keys: bool
+) -> str:
+    """Directory name of one cache: readable fields, then a digest of everything it depends on.
+
+    metadata.json lists every shard with its sha256, so its bytes identify the data: a
+    dataset rewritten in place gets a new cache instead of serving stale pixels.
+    """
+    with tf.io.gfile.GFile(f"{str(data_dir).rstrip('/')}/{METADATA_FILE}", "rb") as handle:
+        metadata = handle.read()
+    num_pipelines, pipeline_id = pipeline
+    identity = json.dumps(
+        [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True
+    )
+    digest = hashlib.sha256(metadata + identity.encode()).hexdigest()[:16]
+    shape = "x".join(map(str, size)) if size else "mixed"
+    keys = "-keys" if with_keys else ""
+    return f"{split}-part{pipeline_id}of{num_pipelines}-{shape}{keys}-{digest}"
 
 
 def _records(
@@ -169,39 +412,31 @@ def _records(
     )
 
 
-def _decode_and_batch(
-    records: tf.data.Dataset,
-    info: SplitInfo,
+def _batch(
+    examples: tf.data.Dataset,
+    decode: Callable[[tf.Tensor], tuple[tf.Tensor, ...]] | None,
     batch_size: int,
     drop_remainder: bool,
     augment: Augment | None,
-    with_keys: bool,
-    deterministic: bool,
     dtype: tf.DType,
+    deterministic: bool,
 ) -> tf.data.Dataset:
-    decode = make_decoder(info.mask_format, info.image_shape, with_keys)
+    """Serialized records (with `decode`) or decoded examples -> batches in `dtype`."""
 
-    def pack(image, mask, key):
-        return (image, mask, key) if with_keys else (image, mask)
+    def per_example(*element):
+        if decode is not None:
+            element = decode(*element)
+        if augment is None:
+            return element
+        image, mask, *key = element
+        return (*augment(*convert(image, mask, dtype)), *key)
 
-    if augment is None:
+    def finish(image, mask, *key):
+        return (*convert(image, mask, dtype), *key)
 
-        def decode_record(serialized):
-            return pack(*decode(serialized))
-
-        def finish(image, mask, *key):
-            return (*convert(image, mask, dtype), *key)
-
-        dataset = records.map(decode_record, AUTOTUNE, deterministic=deterministic)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        if dtype == tf.uint8:
-            return dataset
-        return dataset.map(finish, AUTOTUNE, deterministic=deterministic)
-
-    def decode_augment(serialized):
-        image, mask, key = decode(serialized)
-        image, mask = augment(*convert(image, mask, dtype))
-        return pack(image, mask, key)
-
-    dataset = records.map(decode_augment, AUTOTUNE, deterministic=deterministic)
-    return dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if decode is not None or augment is not None:
+        examples = examples.map(per_example, AUTOTUNE, deterministic=deterministic)
+    dataset = examples.batch(batch_size, drop_remainder=drop_remainder)
+    if augment is not None or dtype == tf.uint8:
+        return dataset
+    return dataset.map(finish, AUTOTUNE, deterministic=deterministic)

@@ -2,6 +2,14 @@
 
 Decoding stops at uint8 on purpose: float32 pixels are four times the bytes, so they are
 made once per batch (`convert`) instead of per record and then copied again by `batch`.
+
+With a target `image_size`, JPEGs are decoded at reduced resolution by libjpeg's scaled
+IDCT (`decode_jpeg(ratio=2|4|8)`: the largest ratio whose output still covers the target),
+and the rest of the way by area averaging. The mask goes through the same two steps, then
+is thresholded at half: a pixel is foreground when at least half of the source area it
+covers is, the pixel the image shows at that spot. Nearest-neighbour would be cheaper but
+samples one source pixel per output pixel: it shifts boundaries by up to half a block and
+drops thin parts, so the mask would disagree with the averaged image along every edge.
 """
 
 from __future__ import annotations
@@ -12,8 +20,13 @@ import tensorflow as tf
 
 from segcore import features
 
-Decoded = tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]
+Decoded = tuple[tf.Tensor, ...]  # (image, mask) or (image, mask, key)
+Size = tuple[int, int]
 
+# For uint8 grey levels, level >> 7 is 1 exactly when level >= 128 (features.MASK_THRESHOLD).
+THRESHOLD_SHIFT = 7
+# libjpeg scales the IDCT by 1/2, 1/4 or 1/8 (tf.io.decode_jpeg `ratio`); 1 is full size.
+DCT_RATIOS = (1, 2, 4, 8)
 
 # The whole record schema, for tools that check every feature (segprep verify, inspect).
 FEATURE_SPEC = {
@@ -31,36 +44,158 @@ def feature_spec(with_keys: bool) -> dict[str, tf.io.FixedLenFeature]:
     return {name: FEATURE_SPEC[name] for name in names}
 
 
+def scaled_size(size: Size, ratio: int) -> Size:
+    """What libjpeg's scaled IDCT yields for a `size` image: each side rounded up."""
+    return (-(-size[0] // ratio), -(-size[1] // ratio))
+
+
+def dct_ratio(stored: Size, target: Size) -> int:
+    """The largest DCT ratio whose decoded size still covers `target` on both sides."""
+
+    def covers(ratio: int) -> bool:
+        height, width = scaled_size(stored, ratio)
+        return height >= target[0] and width >= target[1]
+
+    fitting = [ratio for ratio in DCT_RATIOS if covers(ratio)]
+    return max(fitting, default=1)
+
+
 def make_decoder(
-    mask_format: str, image_shape: tuple[int, int] | None, with_keys: bool = False
+    mask_format: str,
+    image_shape: Size | None,
+    with_keys: bool = False,
+    image_size: Size | None = None,
 ) -> Callable[[tf.Tensor], Decoded]:
-    """serialized -> (image uint8 [H,W,3], mask uint8 [H,W,1] of 0 or 1, key or None).
+    """serialized -> (image uint8 [H,W,3], mask uint8 [H,W,1] of 0 or 1[, key]).
 
     The mask is thresholded at 128 (the writer checked that JPEG masks survive exactly this)
     right after decoding, while it is in cache and a quarter of its float32 size. With a
     uniform `image_shape` the shapes are static and checked against the pixels, so a record
-    that disagrees with metadata.json fails loudly instead of breaking a batch later.
+    that disagrees with metadata.json fails loudly instead of breaking a batch later. With
+    `image_size` (height, width) both come out at that size, shapes static.
     """
     if mask_format not in features.MASK_FORMATS:
         raise ValueError(f"unknown mask format {mask_format!r}")
-    decode_mask = tf.io.decode_png if mask_format == "png" else tf.io.decode_jpeg
     spec = feature_spec(with_keys)
+    if image_size is None:
+        pixels = _full_size(mask_format, image_shape)
+    elif image_shape is None:
+        pixels = _resized_any_size(mask_format, image_size)
+    else:
+        pixels = _resized(mask_format, image_shape, image_size)
 
     def decode(serialized: tf.Tensor) -> Decoded:
         parsed = tf.io.parse_single_example(serialized, spec)
-        image = tf.io.decode_jpeg(parsed[features.IMAGE], channels=3)
-        mask = decode_mask(parsed[features.MASK], channels=1)
-        if image_shape is not None:
-            image = tf.ensure_shape(image, [*image_shape, 3])
-            mask = tf.ensure_shape(mask, [*image_shape, 1])
-        else:
-            tf.debugging.assert_equal(
-                tf.shape(image)[:2], tf.shape(mask)[:2], message="image and mask sizes differ"
-            )
-        mask = tf.cast(mask >= features.MASK_THRESHOLD, tf.uint8)
-        return image, mask, parsed[features.KEY] if with_keys else None
+        image, grey = pixels(parsed[features.IMAGE], parsed[features.MASK])
+        mask = _threshold(grey)
+        return (image, mask, parsed[features.KEY]) if with_keys else (image, mask)
 
     return decode
+
+
+def _threshold(grey: tf.Tensor) -> tf.Tensor:
+    """0/1 uint8 mask from grey levels 0..255.
+
+    Decoded levels are integers, and >= 128 is the threshold the writer verified; averaged
+    (area-resized) levels count a pixel at least half covered by foreground as foreground,
+    the same rule on integers (127.5 < 128).
+    """
+    if grey.dtype == tf.uint8:
+        # One pass instead of a compare and a cast (TF's casts are scalar loops).
+        return tf.bitwise.right_shift(grey, tf.constant(THRESHOLD_SHIFT, tf.uint8))
+    return tf.cast(grey >= features.MASK_FOREGROUND / 2, tf.uint8)
+
+
+Pixels = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+
+
+def _decode_mask(mask_format: str, data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
+    """Grey mask [h,w,1] (0..255); PNG has no scaled decoding, so it comes at full size."""
+    if mask_format == "png":
+        return tf.io.decode_png(data, channels=1)
+    return tf.io.decode_jpeg(data, channels=1, ratio=ratio)
+
+
+def _full_size(mask_format: str, image_shape: Size | None) -> Pixels:
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        image = tf.io.decode_jpeg(image_data, channels=3)
+        grey = _decode_mask(mask_format, mask_data)
+        if image_shape is not None:
+            return tf.ensure_shape(image, [*image_shape, 3]), tf.ensure_shape(
+                grey, [*image_shape, 1]
+            )
+        tf.debugging.assert_equal(
+            tf.shape(image)[:2], tf.shape(grey)[:2], message="image and mask sizes differ"
+        )
+        return image, grey
+
+    return pixels
+
+
+def _area(pixels: tf.Tensor, size: Size) -> tf.Tensor:
+    """Area-averaged float32 pixels at `size` (each output pixel: the mean of what it covers)."""
+    return tf.image.resize(pixels, size, method=tf.image.ResizeMethod.AREA)
+
+
+def _to_uint8(image: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.round(image), tf.uint8)
+
+
+def _resized(mask_format: str, image_shape: Size, image_size: Size) -> Pixels:
+    """Uniform stored size: the DCT ratio and every intermediate shape are known up front."""
+    ratio = dct_ratio(image_shape, image_size)
+    decoded = scaled_size(image_shape, ratio)
+    mask_ratio = 1 if mask_format == "png" else ratio
+    mask_decoded = scaled_size(image_shape, mask_ratio)
+
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # Scaled decoding only checks the size to within the ratio: read the header too.
+        tf.debugging.assert_equal(
+            tf.io.extract_jpeg_shape(image_data)[:2],
+            tf.constant(image_shape, tf.int32),
+            message="image size differs from metadata.json image_shape",
+        )
+        image = tf.ensure_shape(
+            tf.io.decode_jpeg(image_data, channels=3, ratio=ratio), [*decoded, 3]
+        )
+        grey = _decode_mask(mask_format, mask_data, mask_ratio)
+        grey = tf.ensure_shape(grey, [*mask_decoded, 1])
+        if decoded != image_size:
+            image = _to_uint8(_area(image, image_size))
+        if mask_decoded != image_size:
+            grey = _area(grey, image_size)
+        return image, grey
+
+    return pixels
+
+
+def _resized_any_size(mask_format: str, image_size: Size) -> Pixels:
+    """Sizes vary per record: the ratio is picked per record from the JPEG header."""
+
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        stored = tf.io.extract_jpeg_shape(image_data)[:2]
+        # Ratios that fit form a prefix of DCT_RATIOS (output shrinks as the ratio grows).
+        fits = [
+            tf.reduce_all(-(-stored // ratio) >= tf.constant(image_size, tf.int32))
+            for ratio in DCT_RATIOS[1:]
+        ]
+        index = tf.add_n([tf.cast(fit, tf.int32) for fit in fits])
+
+        def by_ratio(decode: Callable[[int], tf.Tensor]) -> tf.Tensor:
+            return tf.switch_case(index, [lambda r=r: decode(r) for r in DCT_RATIOS])
+
+        image = by_ratio(lambda r: tf.io.decode_jpeg(image_data, channels=3, ratio=r))
+        if mask_format == "png":
+            grey = tf.io.decode_png(mask_data, channels=1)
+            mask_stored = tf.shape(grey)[:2]
+        else:
+            grey = by_ratio(lambda r: tf.io.decode_jpeg(mask_data, channels=1, ratio=r))
+            mask_stored = tf.io.extract_jpeg_shape(mask_data)[:2]
+        tf.debugging.assert_equal(stored, mask_stored, message="image and mask sizes differ")
+        image = tf.ensure_shape(_to_uint8(_area(image, image_size)), [*image_size, 3])
+        return image, tf.ensure_shape(_area(grey, image_size), [*image_size, 1])
+
+    return pixels
 
 
 OUTPUT_DTYPES = (tf.float32, tf.uint8)
