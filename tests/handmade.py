@@ -54,7 +54,10 @@ def write_output(
                 "image_shapes": sorted(list(size) for size in set(sizes)),
             }
         )
-    metadata = build_metadata(entries, [], mask_format=mask_format, parameters={}, versions={})
+    versions = {"segprep": "handmade"}  # what marks a metadata.json as segprep's
+    metadata = build_metadata(
+        entries, [], mask_format=mask_format, parameters={}, versions=versions
+    )
     (directory / METADATA_FILE).write_bytes(dumps(metadata))
     (directory / "rejects.jsonl").write_bytes(b"")
     if index:

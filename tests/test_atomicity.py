@@ -69,7 +69,7 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
 
 def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_path):
     staging = tmp_path / "staging"
-    staging.mkdir()
+    (staging / "index").mkdir(parents=True)  # what make_staging_dir makes
     settings = ShardWriterSettings(storage.normalize_dir(str(staging)))
     spec = ShardSpec("train", 0, 1)
     pairs = [
@@ -85,4 +85,9 @@ def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_pa
     second, _ = write_shard(settings, spec, pairs)  # the retry
     assert first == second and first.num_examples == 3
     assert (staging / spec.name).read_bytes() == data
-    assert sorted(p.name for p in staging.iterdir()) == [spec.name]  # no stray partial files
+    # No stray partial files: the shard, and its index and key rows.
+    assert sorted(p.name for p in staging.iterdir()) == ["index", spec.name]
+    assert sorted(p.name for p in (staging / "index").iterdir()) == [
+        f"{spec.name}.idx",
+        f"{spec.name}.keys.jsonl",
+    ]

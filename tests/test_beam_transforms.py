@@ -14,7 +14,7 @@ from beam_pipeline.job.commit import AccountingError, CommitOutput
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.job.planning import PlanShards, _SeedKeys
 from beam_pipeline.job.settings import CommitSettings, PlanningSettings, ShardWriterSettings
-from beam_pipeline.job.shard_work import WrittenShard
+from beam_pipeline.job.shard_work import WrittenShard, stage_index
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
@@ -139,7 +139,7 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         )
 
     staging = normalize_dir(str(tmp_path / "staging"))
-    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "index").mkdir(parents=True)  # what make_staging_dir makes
     spec = ShardSpec("train", 0, 2)
     empty = ShardSpec("train", 1, 2)
     with _pipeline() as p:
@@ -153,16 +153,18 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
         assert_that(reasons, equal_to([("bad", "image_unreadable")]), label="rejects")
-    # Staged under their final names, nothing else (no partial files left behind).
+    # Staged under their final names, with their indexes; no partial files left behind.
     assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == [
+        "index",
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
+    assert len(list((tmp_path / "staging" / "index").iterdir())) == 4  # .idx + key rows
     assert (tmp_path / "staging" / "train-00001-of-00002.tfrecord").stat().st_size == 0
 
 
 def _result(name: str, n: int) -> WrittenShard:
-    return WrittenShard(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0)
+    return WrittenShard(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0, 5, "cd" * 32)
 
 
 def _staged_run(tmp_path, run_id: str = "run1") -> str:
@@ -171,6 +173,7 @@ def _staged_run(tmp_path, run_id: str = "run1") -> str:
     (tmp_path / "out" / ".segprep" / "runs" / run_id / "train-00000-of-00001.tfrecord").write_bytes(
         b"0123456789"
     )
+    stage_index(staged, ShardSpec("train", 0, 1), [(f"k{n}", 2) for n in range(5)])
     assert staged.endswith(f"/.segprep/runs/{run_id}/")
     return out
 
@@ -204,7 +207,16 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
     assert not (tmp_path / "out" / ".segprep" / "runs" / "run1").exists()
     manifest = json.loads((tmp_path / "out" / ".segprep" / "manifest.json").read_text())
     assert manifest["state"] == "committed"
-    assert manifest["files"] == ["metadata.json", "rejects.jsonl", "train-00000-of-00001.tfrecord"]
+    assert manifest["files"] == [
+        "dataset_info.json",
+        "features.json",
+        "index/train-00000-of-00001.tfrecord.idx",
+        "index/train.keys.jsonl",
+        "index/validation.keys.jsonl",
+        "metadata.json",
+        "rejects.jsonl",
+        "train-00000-of-00001.tfrecord",
+    ]
 
 
 def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):

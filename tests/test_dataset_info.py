@@ -26,18 +26,18 @@ def raw(indexed) -> dict:
     return json.loads((indexed / METADATA_FILE).read_text())
 
 
-def test_round_trip_keeps_every_field(raw, prepared):
+def test_round_trip_keeps_every_field(raw, unindexed):
     assert DatasetInfo.from_json(raw).to_json() == raw
-    unindexed = json.loads((prepared[0] / METADATA_FILE).read_text())
-    info = DatasetInfo.from_json(unindexed)
-    assert info.to_json() == unindexed and not info.has_index
+    old = json.loads((unindexed / METADATA_FILE).read_text())
+    info = DatasetInfo.from_json(old)
+    assert info.to_json() == old and not info.has_index
 
 
 def test_typed_view(raw):
     info = DatasetInfo.from_json(raw)
     train = info.split("train")
     assert train.num_examples == sum(shard.num_examples for shard in train.shards) > 0
-    assert train.num_shards == 3 and train.image_shape == (160, 120)
+    assert train.num_shards == 2 and train.image_shape == (160, 120)
     assert train.key_table.file == "index/train.keys.jsonl"
     assert train.shards[0].index.file == f"index/{train.shards[0].file}.idx"
     assert info.extra["num_discovered"] == 60
@@ -73,7 +73,7 @@ def _damaged(raw: dict, change) -> dict:
         (lambda d: d["splits"]["train"].update(image_shape=[0, 5]), "image_shape"),
         (
             lambda d: d["splits"]["train"]["shards"][0]["index"].update(file="../../x.idx"),
-            "expected 'index/train-00000-of-00003.tfrecord.idx'",
+            "expected 'index/train-00000-of-00002.tfrecord.idx'",
         ),
         (
             lambda d: d["splits"]["train"]["key_table"].update(file="/etc/passwd"),
@@ -144,8 +144,8 @@ def test_invalid_json_is_a_metadata_error(tmp_path):
 def test_reader_view_is_unchanged(indexed):
     info = shard_reader.load_split(indexed, "train")
     assert isinstance(info, shard_reader.SplitInfo)
-    assert info.files[0] == f"{indexed}/train-00000-of-00003.tfrecord"
-    assert sum(info.shard_sizes) == info.num_examples and len(info.files) == 3
+    assert info.files[0] == f"{indexed}/train-00000-of-00002.tfrecord"
+    assert sum(info.shard_sizes) == info.num_examples and len(info.files) == 2
     assert info.mask_format == "jpeg" and info.image_shape == (160, 120)
 
 

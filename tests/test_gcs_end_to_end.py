@@ -19,6 +19,7 @@ import pytest
 import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
+from segcore.dataset_info import DatasetInfo
 from segcore.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
@@ -64,10 +65,11 @@ def test_output_is_published_in_the_bucket_and_nothing_else(gcs, job):  # noqa: 
     assert shards, files
     # No staged or temporary object is left behind: shards, the two reports, the manifest;
     # the run's lock is released.
-    assert sorted(files) == sorted([*shards, METADATA_FILE, REJECTS_FILE, MANIFEST_FILE])
+    listed = DatasetInfo.from_json(json.loads(gcs.read(f"prepared/{METADATA_FILE}")))
+    published = sorted([*listed.listed_files(), METADATA_FILE, REJECTS_FILE])
+    assert sorted(files) == sorted([*published, MANIFEST_FILE])
     manifest = json.loads(gcs.read(f"prepared/{MANIFEST_FILE}"))
-    assert manifest["state"] == "committed"
-    assert sorted(manifest["files"]) == sorted([*shards, METADATA_FILE, REJECTS_FILE])
+    assert manifest["state"] == "committed" and sorted(manifest["files"]) == published
     metadata = json.loads(gcs.read(f"prepared/{METADATA_FILE}"))
     assert metadata == job.metadata
     listed = {shard["file"] for split in metadata["splits"].values() for shard in split["shards"]}

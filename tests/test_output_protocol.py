@@ -112,7 +112,8 @@ def test_a_commit_cut_short_is_cleaned_of_exactly_what_its_manifest_lists(
     published = sorted(p.name for p in out.iterdir() if p.name != ".segprep")
     assert published == sorted(p.name for p in clean_dir.iterdir() if p.name != ".segprep")
     manifest = json.loads((out / ".segprep" / "manifest.json").read_text())
-    assert manifest["state"] == "committed" and sorted(manifest["files"]) == published
+    assert manifest["state"] == "committed"
+    assert sorted({name.split("/")[0] for name in manifest["files"]}) == published
 
 
 @pytest.mark.parametrize("flag", [[], ["--overwrite"]])

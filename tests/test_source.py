@@ -183,9 +183,9 @@ def test_a_stale_index_is_refused(damaged):
         RecordSource(damaged, "train", verify_index=False)
 
 
-def test_no_index_says_how_to_add_it(prepared):
+def test_no_index_says_how_to_add_it(unindexed):
     with pytest.raises(IndexMissingError, match="segprep index"):
-        RecordSource(prepared[0], "train")
+        RecordSource(unindexed, "train")
 
 
 def test_remote_paths_are_refused_plainly():

@@ -49,7 +49,7 @@ def test_builder_from_directory_reads_every_split(indexed):
     builder = tfds.builder_from_directory(str(indexed))
     source = RecordSource(indexed, "train")
     assert builder.info.splits["train"].num_examples == len(source)
-    assert builder.info.splits["train"].num_shards == 3
+    assert builder.info.splits["train"].num_shards == 2
     examples = list(builder.as_dataset(split="train", shuffle_files=False).as_numpy_iterator())
     assert len(examples) == len(source)
     for example in examples:

@@ -100,11 +100,19 @@ def test_writer_processes_and_the_runner_process_write_the_same_output(sample_da
     shards = sum(split["num_shards"] for split in pooled.metadata["splits"].values())
     assert shards >= MIN_SHARDS
     assert pooled.counters == inline.counters and pooled.counters["shards_written"] >= 2
-    names = sorted(path.name for path in (tmp_path / "1").iterdir())
-    assert names == sorted(path.name for path in (tmp_path / "2").iterdir())
-    for name in names:
-        if name not in ("metadata.json", ".segprep"):  # run parameters, timings and run id
-            assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+    files = _published(tmp_path / "1")
+    assert files == _published(tmp_path / "2")
+    for name in files - {"metadata.json"}:  # metadata.json holds the run id and timings
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+
+
+def _published(out) -> set[str]:
+    """Every published file, by its path under `out` (segprep's own .segprep/ aside)."""
+    return {
+        str(path.relative_to(out))
+        for path in out.rglob("*")
+        if path.is_file() and ".segprep" not in path.relative_to(out).parts
+    }
 
 
 def test_beams_multi_process_mode_is_refused(tmp_path):

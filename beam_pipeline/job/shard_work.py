@@ -94,7 +94,7 @@ def write_shard(
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    index_bytes, index_sha256 = _stage_index(settings.staging_dir, spec, written)
+    index_bytes, index_sha256 = stage_index(settings.staging_dir, spec, written)
     shard = WrittenShard(
         spec,
         len(written),
@@ -109,7 +109,7 @@ def write_shard(
     return shard, tuple(rejects)
 
 
-def _stage_index(staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]]):
+def stage_index(staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]]):
     """Stage the shard's record index and key rows beside it; (index bytes, sha256).
 
     The commit renames the index with its shard and joins the key rows into the split's key
