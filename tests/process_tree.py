@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +94,43 @@ def kill_and_check(process: subprocess.Popen, sig: int, grace: float = 5.0) -> d
 def interrupt_group(process: subprocess.Popen) -> None:
     """Ctrl-C at a terminal: SIGINT to the whole foreground process group."""
     os.killpg(process.pid, signal.SIGINT)
+
+
+def tree_pss(root: int) -> int:
+    """Proportional set size, in bytes, of a process and its live descendants: pages shared
+    between forked processes count once in total (RSS would count them once per process)."""
+    total = 0
+    for pid in [root, *descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total * 1024
+
+
+def run_measured(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, int]:
+    """Run a command to its end; (result, peak PSS of its process tree, sampled every 20 ms).
+
+    Sampled rather than read from getrusage: a forked child's ru_maxrss starts at its
+    parent's size (pytest's, here), and writer processes are not our children to wait for.
+    """
+    timeout = kwargs.pop("timeout", 600)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_pss(process.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate(timeout=timeout)
+    done.set()
+    sampler.join()
+    return subprocess.CompletedProcess(command, process.returncode, out, err), peak
