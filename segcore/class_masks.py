@@ -18,12 +18,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from segcore.features import DEFAULT_IGNORE_INDEX, DEFAULT_MASK_TYPE, MASK_TYPES
+from segcore.features import (
+    DEFAULT_IGNORE_INDEX,
+    DEFAULT_MASK_TYPE,
+    MASK_TYPES,
+    MAX_CLASS_ID,
+    class_png_bit_depth,
+)
 from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.mask_codec import load_mask
 from segcore.rejects import Reason, RejectError
 
-MAX_CLASS_ID = 65535  # the largest id a 16-bit PNG holds
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
 
@@ -68,7 +73,7 @@ class ClassMaskSettings:
     @property
     def bit_depth(self) -> int:
         """8 when every stored value (ids and the ignore index) fits in a byte, else 16."""
-        return 8 if self.ignore_index <= 255 else 16
+        return class_png_bit_depth(self.ignore_index)
 
     @property
     def dtype(self) -> np.dtype:
