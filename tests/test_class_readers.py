@@ -350,3 +350,18 @@ def test_class_readers_and_weights_work_without_tensorflow(outputs):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_tfds_reads_the_stored_ids(output):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    builder = tfds.builder_from_directory(str(output.directory))
+    stored = np.uint8 if mask_dtype(output) == np.uint8 else np.uint16  # never scaled to 8 bits
+    for split, keys in output.splits.items():
+        seen = []
+        for example in builder.as_dataset(split=split):
+            key = example["key"].numpy().decode()
+            mask = example["mask"].numpy()
+            assert mask.dtype == stored
+            np.testing.assert_array_equal(mask[..., 0], output.expected[key], err_msg=key)
+            seen.append(key)
+        assert sorted(seen) == sorted(keys)
