@@ -5,9 +5,11 @@ weights equal median-frequency balancing over a direct count of the source masks
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -365,3 +367,20 @@ def test_tfds_reads_the_stored_ids(output):
             np.testing.assert_array_equal(mask[..., 0], output.expected[key], err_msg=key)
             seen.append(key)
         assert sorted(seen) == sorted(keys)
+
+
+CLASS_DOC = Path(__file__).resolve().parent.parent / "docs" / "classes.md"
+SNIPPETS = re.findall(r"```python\n(.*?)```", CLASS_DOC.read_text(encoding="utf-8"), re.S)
+
+
+@pytest.mark.parametrize("number", range(len(SNIPPETS)))
+def test_the_class_doc_snippets_run(output, tmp_path, number):
+    assert len(SNIPPETS) == 2 and all('"build/classes"' in snippet for snippet in SNIPPETS)
+    script = tmp_path / "snippet.py"
+    script.write_text(SNIPPETS[number].replace('"build/classes"', repr(str(output.directory))))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    dtype = "uint8" if mask_dtype(output) == np.uint8 else "int32"
+    assert dtype in done.stdout and "nan" not in done.stdout, done.stdout
