@@ -224,10 +224,6 @@ class DatasetInfo:
     classes: ClassesInfo | None = None  # a `--mask_type classes` output; None: binary masks
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
 
-    @property
-    def mask_type(self) -> str:
-        return "binary" if self.classes is None else "classes"
-
     def split(self, name: str) -> SplitInfo:
         if name not in self.splits:
             raise ValueError(f"unknown split {name!r}; this dataset has {sorted(self.splits)}")

@@ -347,8 +347,10 @@ def decode_example(
             f"{where}: image {image.shape[:2]} and mask {gray.shape[:2]} differ"
         )
     if classes is not None:
-        mask = gray if out is None else out[1]
-        if out is not None:
+        if out is None:
+            mask = gray
+        else:
+            mask = out[1]
             mask[...] = gray
     elif out is None:
         mask = (gray >= features.MASK_THRESHOLD).view(np.uint8)
@@ -368,7 +370,7 @@ def _class_ids(data: bytes, classes: ClassesInfo) -> np.ndarray:
             f"class mask is {image.format} {image.mode}, not the {classes.png_bit_depth}-bit "
             "grey PNG metadata.json says"
         )
-    return np.asarray(image).astype(classes.mask_dtype, copy=False)[..., None]
+    return np.array(image, dtype=classes.mask_dtype)[..., None]  # a copy: writable
 
 
 def nearest_rows(stored: int, target: int) -> np.ndarray:

@@ -384,3 +384,8 @@ def test_the_class_doc_snippets_run(output, tmp_path, number):
     assert done.returncode == 0, done.stderr[-3000:]
     dtype = "uint8" if mask_dtype(output) == np.uint8 else "int32"
     assert dtype in done.stdout and "nan" not in done.stdout, done.stdout
+
+
+def test_record_source_masks_are_writable_arrays(output):
+    item = RecordSource(output.directory, "train")[0]
+    item["mask"][0, 0, 0] = 1  # the caller's own copy, as 0/1 masks are
