@@ -12,18 +12,23 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from PIL import Image
 
-from segcore.features import DEFAULT_IGNORE_INDEX, DEFAULT_MASK_TYPE, MASK_TYPES
+from segcore.features import (
+    DEFAULT_IGNORE_INDEX,
+    DEFAULT_MASK_TYPE,
+    MASK_TYPES,
+    MAX_CLASS_ID,
+    class_png_bit_depth,
+)
+from segcore.image_codec import MASK_REASONS, open_image
 from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.mask_codec import load_mask
 from segcore.rejects import Reason, RejectError
 
-MAX_CLASS_ID = 65535  # the largest id a 16-bit PNG holds
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
 
@@ -68,7 +73,7 @@ class ClassMaskSettings:
     @property
     def bit_depth(self) -> int:
         """8 when every stored value (ids and the ignore index) fits in a byte, else 16."""
-        return 8 if self.ignore_index <= 255 else 16
+        return class_png_bit_depth(self.ignore_index)
 
     @property
     def dtype(self) -> np.dtype:
@@ -226,7 +231,7 @@ def _image_ids(
     mask_key: str | None,
     limits: InputLimits,
 ) -> np.ndarray:
-    image = _open_image(data, limits.pixels)
+    image = open_image(data, limits.pixels, MASK_REASONS, _refuse_jpeg)
     reader = _MODES.get(image.mode)
     if reader is None:
         raise RejectError(
@@ -246,35 +251,14 @@ _SOURCES: dict[
 }
 
 
-def _open_image(data: bytes, max_pixels: int) -> Image.Image:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if width * height > max_pixels:
-                raise RejectError(
-                    Reason.MASK_TOO_LARGE,
-                    f"{width}x{height} exceeds {max_pixels:,} pixels (decompression bomb guard)",
-                )
-            if image.format in ("JPEG", "MPO"):
-                raise RejectError(
-                    Reason.MASK_VALUES,
-                    "JPEG label map: lossy compression changes class ids at every edge; "
-                    "store class masks as PNG",
-                )
-            image.load()
-    except RejectError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise RejectError(Reason.MASK_TOO_LARGE, str(error)) from error
-    except Image.UnidentifiedImageError as error:  # its text holds an object address
+def _refuse_jpeg(image: Image.Image) -> None:
+    """Refused from the header, before decoding: JPEG label maps cannot be exact."""
+    if image.format in ("JPEG", "MPO"):
         raise RejectError(
-            Reason.MASK_UNREADABLE, "not an image format Pillow can decode (or a corrupt header)"
-        ) from error
-    except (OSError, ValueError, SyntaxError, EOFError) as error:
-        raise RejectError(Reason.MASK_UNREADABLE, f"unreadable mask image: {error}") from error
-    return image
+            Reason.MASK_VALUES,
+            "JPEG label map: lossy compression changes class ids at every edge; "
+            "store class masks as PNG",
+        )
 
 
 def _as_stored(image: Image.Image, settings: ClassMaskSettings) -> np.ndarray:

@@ -19,7 +19,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from segcore.features import MASK_FORMATS
+import numpy as np
+
+from segcore.class_stats import ClassStats, median_frequency_weights
+from segcore.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from segcore.naming import (
     METADATA_FILE,
     TFDS_FILES,
@@ -104,12 +107,121 @@ class SplitInfo:
         return data
 
 
+RGB = tuple[int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassesInfo:
+    """metadata.json's `classes` section (segcore.class_stats.classes_section): what the
+    stored mask values of a `--mask_type classes` output mean, and their counts per split."""
+
+    num_classes: int
+    ignore_index: int
+    png_bit_depth: int  # of the stored single-channel PNGs: 8 or 16
+    names: tuple[str, ...] | None = None
+    colormap: tuple[RGB, ...] | None = None
+    stats: Mapping[str, ClassStats] = dataclasses.field(default_factory=dict)  # per split
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # coco, ...
+
+    @property
+    def mask_dtype(self) -> np.dtype:
+        """The dtype readers return class ids in: uint8 for 8-bit PNGs, else int32.
+
+        Not uint16 for 16-bit PNGs: TensorFlow's losses, one_hot and gather take int32 or
+        int64 class ids and few of its kernels take uint16 (nor do torch's); int32 holds
+        every id and the ignore index as they are.
+        """
+        return np.dtype(np.uint8 if self.png_bit_depth == 8 else np.int32)
+
+    def split_stats(self, split: str) -> ClassStats:
+        if split not in self.stats:
+            raise ValueError(f"no class statistics for split {split!r}; have {sorted(self.stats)}")
+        return self.stats[split]
+
+    def weights(self, split: str = "train") -> np.ndarray:
+        """Median-frequency class weights [num_classes] of `split` (float64; formula in
+        segcore.class_stats.median_frequency_weights)."""
+        return median_frequency_weights(self.split_stats(split))
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            num_classes=self.num_classes,
+            ids=list(range(self.num_classes)),
+            names=None if self.names is None else list(self.names),
+            ignore_index=self.ignore_index,
+            colormap=None if self.colormap is None else [list(c) for c in self.colormap],
+            png_bit_depth=self.png_bit_depth,
+            splits={split: stats.to_json() for split, stats in self.stats.items()},
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> ClassesInfo:
+        """Parse and check a `classes` section: a reader that trusted a wrong bit depth or
+        ignore index would misread every mask, so any inconsistency is a MetadataError."""
+        where = "metadata.json classes"
+        if not isinstance(data, dict):
+            raise MetadataError(f"{where}: not an object")
+        n, ignore, depth = (data.get(k) for k in ("num_classes", "ignore_index", "png_bit_depth"))
+        if not (_is_count(n) and 2 <= n <= MAX_CLASS_ID):
+            raise MetadataError(f"{where}: num_classes {n!r} is not from 2 to {MAX_CLASS_ID}")
+        if not (_is_count(ignore) and n <= ignore <= MAX_CLASS_ID):
+            raise MetadataError(
+                f"{where}: ignore_index {ignore!r} is not from num_classes {n} to {MAX_CLASS_ID}"
+            )
+        if depth != class_png_bit_depth(ignore):
+            raise MetadataError(
+                f"{where}: png_bit_depth {depth!r}, but ignore_index {ignore} is stored in "
+                f"{class_png_bit_depth(ignore)}-bit PNGs"
+            )
+        if data.get("ids", list(range(n))) != list(range(n)):
+            raise MetadataError(f"{where}: ids are not 0..{n - 1}")
+        names = data.get("names")
+        if names is not None and not (
+            isinstance(names, list) and len(names) == n and all(isinstance(x, str) for x in names)
+        ):
+            raise MetadataError(f"{where}: names is not a list of {n} strings")
+        colormap = data.get("colormap")
+        if colormap is not None and not (
+            isinstance(colormap, list)
+            and len(colormap) == n
+            and all(isinstance(c, list) and len(c) == 3 for c in colormap)
+            and all(type(v) is int and 0 <= v <= 255 for c in colormap for v in c)
+        ):
+            raise MetadataError(f"{where}: colormap is not a list of {n} [r, g, b]")
+        splits = data.get("splits", {})
+        if not isinstance(splits, dict):
+            raise MetadataError(f"{where}: splits is not an object")
+        stats = {}
+        for split, entry in splits.items():
+            try:
+                stats[split] = ClassStats.from_json(entry)
+            except ValueError as error:
+                raise MetadataError(f"{where}: split {split!r}: {error}") from None
+            if stats[split].num_classes != n:
+                raise MetadataError(
+                    f"{where}: split {split!r} counts {stats[split].num_classes} classes, not {n}"
+                )
+        known = ("num_classes", "ids", "names", "ignore_index", "colormap", "png_bit_depth")
+        return cls(
+            num_classes=n,
+            ignore_index=ignore,
+            png_bit_depth=depth,
+            names=None if names is None else tuple(names),
+            colormap=None if colormap is None else tuple((c[0], c[1], c[2]) for c in colormap),
+            stats=stats,
+            extra={k: v for k, v in data.items() if k not in (*known, "splits")},
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     format_version: int
     mask_format: str
     splits: Mapping[str, SplitInfo]
     tfds_files: tuple[FileRef, ...] = ()
+    classes: ClassesInfo | None = None  # a `--mask_type classes` output; None: binary masks
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
 
     def split(self, name: str) -> SplitInfo:
@@ -140,6 +252,8 @@ class DatasetInfo:
         )
         if self.tfds_files:
             data["tfds_files"] = [ref.to_json() for ref in self.tfds_files]
+        if self.classes is not None:
+            data["classes"] = self.classes.to_json()
         return data
 
     @classmethod
@@ -168,12 +282,18 @@ class DatasetInfo:
         for ref in tfds_files:
             if ref.file not in TFDS_FILES:
                 raise MetadataError(f"tfds_files lists {ref.file!r}, not one of {TFDS_FILES}")
-        known = ("format_version", "mask_format", "splits", "tfds_files")
+        classes = None
+        if data.get("classes") is not None:
+            classes = ClassesInfo.from_json(data["classes"])
+            if mask_format != "png":
+                raise MetadataError(f"class-id masks stored as {mask_format}: only png is lossless")
+        known = ("format_version", "mask_format", "splits", "tfds_files", "classes")
         return cls(
             format_version=version,
             mask_format=mask_format,
             splits={name: _split(name, entry) for name, entry in splits.items()},
             tfds_files=tfds_files,
+            classes=classes,
             extra={key: value for key, value in data.items() if key not in known},
         )
 

@@ -23,9 +23,18 @@ MASK_FORMATS = ("jpeg", "png")
 MASK_TYPES = ("binary", "classes")
 DEFAULT_MASK_TYPE = "binary"
 DEFAULT_IGNORE_INDEX = 255  # Pascal VOC, Cityscapes trainIds, ADE20K (reduced), mmseg
+MAX_CLASS_ID = 65535  # the largest id a 16-bit PNG holds
 # COCO pixels no annotation covers: class 0 "background", or the ignore index (COCO-Stuff).
 COCO_UNLABELED = ("background", "ignore")
 DEFAULT_COCO_UNLABELED = "background"
 # Stored mask pixel values: background 0, foreground 255; readers threshold at 128.
 MASK_FOREGROUND = 255
 MASK_THRESHOLD = 128
+
+
+def class_png_bit_depth(ignore_index: int) -> int:
+    """Bit depth of stored class-id PNGs: 8 when every value (ids < ignore index) fits a byte.
+
+    Writer and readers both derive it from here, so metadata.json cannot claim another.
+    """
+    return 8 if ignore_index <= 255 else 16

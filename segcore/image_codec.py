@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -34,10 +35,36 @@ class ValidImage:
         return (self.width, self.height) if self.orientation in _QUARTER_TURNS else None
 
 
-def _open_fully(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """Decode every pixel: Pillow's verify() would miss a truncated file."""
-    if not data:
-        raise RejectError(Reason.IMAGE_EMPTY, "file is empty (0 bytes)")
+@dataclasses.dataclass(frozen=True)
+class OpenReasons:
+    """The reject reasons (and the noun in details) of one kind of file `open_image` opens."""
+
+    too_large: Reason
+    unreadable: Reason
+    truncated: Reason
+    noun: str  # "image", "mask image"
+
+
+IMAGE_REASONS = OpenReasons(
+    Reason.IMAGE_TOO_LARGE, Reason.IMAGE_UNREADABLE, Reason.IMAGE_TRUNCATED, "image"
+)
+MASK_REASONS = OpenReasons(
+    Reason.MASK_TOO_LARGE, Reason.MASK_UNREADABLE, Reason.MASK_UNREADABLE, "mask image"
+)
+
+
+def open_image(
+    data: bytes,
+    max_pixels: int,
+    reasons: OpenReasons,
+    check_header: Callable[[Image.Image], None] | None = None,
+) -> Image.Image:
+    """Decode every pixel of `data` with Pillow (its verify() would miss a truncated file),
+    behind the decompression-bomb guard: the size in the header is checked against
+    `max_pixels` before any pixel buffer is allocated, and Pillow's own bomb warning is an
+    error. `check_header` may refuse the file (RejectError) from its header alone. Every
+    failure is a RejectError with the codes of `reasons`.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -45,26 +72,35 @@ def _open_fully(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
             width, height = image.size
             if width * height > max_pixels:
                 raise RejectError(
-                    Reason.IMAGE_TOO_LARGE,
-                    f"{width}x{height} exceeds {max_pixels} pixels (decompression bomb guard)",
+                    reasons.too_large,
+                    f"{width}x{height} exceeds {max_pixels:,} pixels (decompression bomb guard)",
                 )
+            if check_header is not None:
+                check_header(image)
             image.load()
     except RejectError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise RejectError(Reason.IMAGE_TOO_LARGE, str(error)) from error
-    except Image.UnidentifiedImageError as error:
+        raise RejectError(reasons.too_large, str(error)) from error
+    except Image.UnidentifiedImageError as error:  # its text holds an object address
         raise RejectError(
-            Reason.IMAGE_UNREADABLE, "not an image format Pillow can decode (or a corrupt header)"
+            reasons.unreadable, "not an image format Pillow can decode (or a corrupt header)"
         ) from error
     except OSError as error:
         message = str(error)
         if "truncated" in message.lower() or "broken data stream" in message:
-            raise RejectError(Reason.IMAGE_TRUNCATED, message) from error
-        raise RejectError(Reason.IMAGE_UNREADABLE, message) from error
+            raise RejectError(reasons.truncated, message) from error
+        raise RejectError(reasons.unreadable, f"unreadable {reasons.noun}: {message}") from error
     except (ValueError, SyntaxError, EOFError) as error:
-        raise RejectError(Reason.IMAGE_UNREADABLE, f"{type(error).__name__}: {error}") from error
+        detail = f"unreadable {reasons.noun}: {type(error).__name__}: {error}"
+        raise RejectError(reasons.unreadable, detail) from error
     return image
+
+
+def _open_fully(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    if not data:
+        raise RejectError(Reason.IMAGE_EMPTY, "file is empty (0 bytes)")
+    return open_image(data, max_pixels, IMAGE_REASONS)
 
 
 def validate_image(data: bytes, max_pixels: int = MAX_PIXELS) -> ValidImage:

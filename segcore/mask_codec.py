@@ -13,6 +13,7 @@ import scipy.io.matlab
 from PIL import Image
 
 from segcore.features import MASK_FOREGROUND, MASK_THRESHOLD
+from segcore.image_codec import MASK_REASONS, open_image
 from segcore.limits import DEFAULT_LIMITS, InputLimits
 from segcore.rejects import Reason, RejectError
 
@@ -227,19 +228,7 @@ def _is_numeric(array: np.ndarray) -> bool:
 
 
 def _load_image_mask(data: bytes, limits: InputLimits) -> np.ndarray:
-    try:
-        image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        if width * height > limits.pixels:
-            raise RejectError(
-                Reason.MASK_TOO_LARGE,
-                f"{width}x{height} exceeds {limits.pixels:,} pixels (decompression bomb guard)",
-            )
-        image.load()
-    except RejectError:
-        raise
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as error:
-        raise RejectError(Reason.MASK_UNREADABLE, f"unreadable mask image: {error}") from error
+    image = open_image(data, limits.pixels, MASK_REASONS)
     if image.mode == "P":
         return np.asarray(image)  # palette index = class id
     array = np.asarray(image)

@@ -5,7 +5,8 @@ mapping), written from metadata.json alone, so neither TFDS nor TensorFlow is ne
 make them. The shards keep their names: each split's `filepathTemplate` spells
 `{split}-{index:05d}-of-{count:05d}.tfrecord` in TFDS's template language. The features
 describe the records as they are: TFDS decodes `image` (JPEG) to uint8 HxWx3 and `mask`
-to uint8 HxWx1 with its stored values 0/255 (not the 0/1 that shard_reader yields).
+to uint8 HxWx1 with its stored values 0/255 (not the 0/1 that shard_reader yields), or to
+the stored class ids: uint8, uint16 for 16-bit PNGs (declared uint8, TFDS would scale them).
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ TFDS_VERSION = "1.0.0"
 _FEATURES = "tensorflow_datasets.core.features"
 
 
-def _image(channels: int, encoding: str, shape: tuple[int, int] | None) -> dict[str, Any]:
+def _image(
+    channels: int, encoding: str, shape: tuple[int, int] | None, dtype: str = "uint8"
+) -> dict[str, Any]:
     height, width = shape if shape else (-1, -1)
     return {
         "pythonClassName": f"{_FEATURES}.image_feature.Image",
         "image": {
             "shape": {"dimensions": [str(height), str(width), str(channels)]},
-            "dtype": "uint8",
+            "dtype": dtype,
             "encodingFormat": encoding,
         },
     }
@@ -45,12 +48,14 @@ def features_json(info: DatasetInfo) -> dict[str, Any]:
     """TFDS FeaturesDict of segcore.features; static H and W when every split agrees."""
     shapes = {split.image_shape for split in info.splits.values() if split.num_examples}
     shape = shapes.pop() if len(shapes) == 1 else None
+    sixteen = info.classes is not None and info.classes.png_bit_depth == 16
+    mask_dtype = "uint16" if sixteen else "uint8"
     return {
         "pythonClassName": f"{_FEATURES}.features_dict.FeaturesDict",
         "featuresDict": {
             "features": {
                 features.IMAGE: _image(3, "jpeg", shape),
-                features.MASK: _image(1, info.mask_format, shape),
+                features.MASK: _image(1, info.mask_format, shape, mask_dtype),
                 features.KEY: {"pythonClassName": f"{_FEATURES}.text_feature.Text", "text": {}},
                 features.HEIGHT: _scalar_int64(),
                 features.WIDTH: _scalar_int64(),

@@ -1,8 +1,8 @@
 """Readers of segprep shards. Never imports apache_beam; imports TensorFlow only when asked.
 
 `make_dataset` and `steps_per_epoch` (tf.data, shard_reader.dataset) load TensorFlow on first
-use; `shard_reader.source.RecordSource` (random access), `shard_reader.torch` and
-`shard_reader.grain` work without TensorFlow installed.
+use; `shard_reader.source.RecordSource` (random access), `shard_reader.torch`,
+`shard_reader.grain`, `class_weights` and `load_classes` work without TensorFlow installed.
 
 Importing this package turns on TensorFlow's BFC allocator for CPU memory unless the
 environment already chose (TF_CPU_ALLOCATOR_USE_BFC): a float32 batch of 800x600 images
@@ -21,9 +21,12 @@ from typing import Any
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 from shard_reader.metadata import (  # noqa: E402 - after the allocator choice, on purpose
+    ClassesInfo,
     IncompleteOutputError,
     MetadataError,
     SplitInfo,
+    class_weights,
+    load_classes,
     load_metadata,
     load_split,
 )
@@ -38,10 +41,13 @@ _LAZY = {
 
 __all__ = [
     "DEFAULT_SHUFFLE_BUFFER",
+    "ClassesInfo",
     "IncompleteOutputError",
     "MetadataError",
     "RecordSource",
     "SplitInfo",
+    "class_weights",
+    "load_classes",
     "load_metadata",
     "load_split",
     "make_dataset",

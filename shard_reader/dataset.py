@@ -7,13 +7,14 @@ Layout of the pipeline, and why:
   without cache:
     [a part that fits the shuffle buffer: its serialized records kept after one pass]
     shuffle of *serialized* records               (~100 KB each: cheap to hold, per example)
-    parallel map: parse, decode to uint8, threshold the mask (fused with batch by tf.data)
+    parallel map: parse, decode to uint8, threshold a binary mask (fused with batch by tf.data)
   with cache= (decoded pixels kept from the first epoch on):
-    parallel map: parse, decode to uint8, threshold the mask
-    cache of the decoded uint8 examples          (this input pipeline's part only)
+    parallel map: parse, decode to uint8, threshold a binary mask
+    cache of the decoded examples                 (this input pipeline's part only)
     shuffle of decoded examples                   (in memory: references into the cache)
   augment, per example, fresh every epoch
-  batch, then one float32 conversion per batch    (float32 is 4x the bytes: make it once)
+  batch, then one float32 conversion per batch    (float32 is 4x the bytes: make it once;
+                                                   class ids stay integers)
   repeat (after batch: every epoch is one exact pass), prefetch
 """
 
@@ -53,8 +54,9 @@ FILE_CACHE_SHUFFLE_UNKNOWN_SIZE = 64
 CACHE_FORMAT = 1
 # File name prefix of tf.data's cache files inside one cache directory.
 CACHE_PREFIX = "examples"
-# A decoded example: 3 bytes of image and 1 of mask per pixel, both uint8.
-BYTES_PER_PIXEL = 4
+# A decoded example's image: 3 uint8 bytes per pixel; its mask adds its own dtype's size
+# (1 for 0/1 masks and 8-bit class ids, 4 for int32 class ids).
+IMAGE_BYTES_PER_PIXEL = 3
 
 Augment = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 CacheSetting = str | os.PathLike | None
@@ -135,10 +137,12 @@ def make_dataset(
     """Batches of (image, mask) or (image, mask, key) from one split of a segprep output.
 
     image: float32 [B,H,W,3] in 0..255; mask: float32 [B,H,W,1], exactly 0 or 1; key: string
-    [B]. H and W are static when metadata.json says every record of the split has one size,
-    or when `image_size` gives it. Errors are never skipped: a corrupt shard or a count that
-    disagrees with metadata.json raises (DataLossError, FailedPreconditionError) instead of
-    silently shortening the epoch.
+    [B]. For an output with class-id masks (metadata.json `classes`), mask is the stored
+    class ids and ignore index, never thresholded, in uint8 (int32 when stored as 16-bit
+    PNGs, ids above 255) whatever `dtype` is. H and W are static when metadata.json says
+    every record of the split has one size, or when `image_size` gives it. Errors are never
+    skipped: a corrupt shard or a count that disagrees with metadata.json raises
+    (DataLossError, FailedPreconditionError) instead of silently shortening the epoch.
 
     training: shuffle per example each epoch (shard order and a buffer of `shuffle_buffer`
         serialized records); off, records come in shard order. When this pipeline's part
@@ -155,21 +159,25 @@ def make_dataset(
         afresh every epoch (also with a cache, which holds the pixels before it).
     dtype: tf.uint8 yields image 0..255 and mask 0/1 as uint8: a quarter of the bytes, for
         models that cast on the accelerator (TensorFlow's uint8->float32 cast is a scalar
-        loop: at 800x600 it costs about half as much CPU as decoding).
+        loop: at 800x600 it costs about half as much CPU as decoding). Class ids keep their
+        integer dtype either way.
     cache: None (decode every epoch), "memory", a local directory, or "auto". The first pass
-        keeps this input pipeline's decoded, thresholded uint8 examples (before shuffle,
-        augment and float conversion); later passes read them back and still reshuffle per
-        example: from memory over the whole part, from a directory within a window of
-        FILE_CACHE_SHUFFLE_BYTES of decoded examples over the order of the first pass.
-        "memory" is refused (MemoryCacheError) when records x height x width x 4 bytes
-        exceeds MEMORY_CACHE_FRACTION of MemAvailable (/proc/meminfo); "auto" is "memory"
-        when it fits and None otherwise. A directory holds one cache per split, part,
-        image_size and metadata.json content, so a rewritten dataset gets a fresh one.
+        keeps this input pipeline's decoded examples (uint8 image, thresholded mask or class
+        ids; before shuffle, augment and float conversion); later passes read them back and
+        still reshuffle per example: from memory over the whole part, from a directory within
+        a window of FILE_CACHE_SHUFFLE_BYTES of decoded examples over the order of the first
+        pass. "memory" is refused (MemoryCacheError) when records x height x width x (3 +
+        mask bytes: 1, or 4 for int32 class ids) exceeds MEMORY_CACHE_FRACTION of
+        MemAvailable (/proc/meminfo); "auto" is "memory" when it fits and None otherwise.
+        A directory holds one cache per split, part, image_size and metadata.json content,
+        so a rewritten dataset gets a fresh one.
     image_size: (height, width) of the images and masks returned. JPEGs are decoded at
         1/2, 1/4 or 1/8 scale when that still covers the target (libjpeg's scaled IDCT; the
         entropy decoding of every coefficient remains) and area-resized the rest of the way;
-        masks are scaled the same way and thresholded at half, so they stay exactly 0/1 and
-        match the image. Mixed-size splits pick the scale per record and then batch.
+        binary masks are scaled the same way and thresholded at half, so they stay exactly
+        0/1 and match the image; class-id masks are resized by nearest neighbour only, so
+        every id returned is one the stored mask holds. Mixed-size splits pick the scale per
+        record and then batch.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -186,11 +194,15 @@ def make_dataset(
     pipeline = _pipeline(input_context)
     part = sharding.part_sizes(info.num_examples, pipeline[0])[pipeline[1]]
     size = image_size or info.image_shape
-    cache_plan = _plan_cache(cache, data_dir, split, pipeline, part, size, with_keys)
+    pixel_bytes = IMAGE_BYTES_PER_PIXEL + _mask_bytes(info)
+    cache_plan = _plan_cache(cache, data_dir, split, pipeline, part, size, with_keys, pixel_bytes)
     if deterministic is None:
         deterministic = not training or seed is not None
     records = _records(info, pipeline, training, seed, deterministic)
-    decode = make_decoder(info.mask_format, info.image_shape, with_keys, image_size)
+    decode = make_decoder(
+        info.mask_format, info.image_shape, with_keys, image_size, classes=info.classes
+    )
+    class_ids = info.classes is not None
     shuffle_seed = None if seed is None else seed + 1
     if cache_plan is None:
         if training and shuffle_buffer > 1:
@@ -202,14 +214,18 @@ def make_dataset(
             records = records.shuffle(
                 min(shuffle_buffer, part), seed=shuffle_seed, reshuffle_each_iteration=True
             )
-        dataset = _batch(records, decode, batch_size, drop_remainder, augment, dtype, deterministic)
+        dataset = _batch(
+            records, decode, batch_size, drop_remainder, augment, dtype, deterministic, class_ids
+        )
     else:
         examples = records.map(decode, AUTOTUNE, deterministic=deterministic)
         examples = examples.cache(cache_plan.filename)
         if training and shuffle_buffer > 1:
             buffer = cache_plan.shuffle_buffer(shuffle_buffer, part, size)
             examples = examples.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
-        dataset = _batch(examples, None, batch_size, drop_remainder, augment, dtype, deterministic)
+        dataset = _batch(
+            examples, None, batch_size, drop_remainder, augment, dtype, deterministic, class_ids
+        )
     if repeat:
         dataset = dataset.repeat()
     options = tf.data.Options()
@@ -248,9 +264,15 @@ def available_memory() -> tuple[int, str] | None:
     return pages, "available physical pages (sysconf SC_AVPHYS_PAGES)"
 
 
+def _mask_bytes(info: SplitInfo) -> int:
+    """Bytes per pixel of a decoded mask: 1 for 0/1 masks, else the class ids' dtype's."""
+    return 1 if info.classes is None else info.classes.mask_dtype.itemsize
+
+
 @dataclasses.dataclass(frozen=True)
 class _CachePlan:
     filename: str  # "" keeps the cache in memory (tf.data's convention)
+    pixel_bytes: int  # of one decoded example, image and mask
 
     @property
     def in_memory(self) -> bool:
@@ -268,7 +290,7 @@ class _CachePlan:
         if size is None:
             bound = FILE_CACHE_SHUFFLE_UNKNOWN_SIZE
         else:
-            bound = max(2, FILE_CACHE_SHUFFLE_BYTES // (size[0] * size[1] * BYTES_PER_PIXEL))
+            bound = max(2, FILE_CACHE_SHUFFLE_BYTES // (size[0] * size[1] * self.pixel_bytes))
         return max(1, min(requested, part, bound))
 
 
@@ -280,14 +302,15 @@ def _plan_cache(
     part: int,
     size: Size | None,
     with_keys: bool,
+    pixel_bytes: int,
 ) -> _CachePlan | None:
     """Where this pipeline's decoded part goes, after checking it fits there."""
     if cache is None:
         return None
     if cache in (CACHE_MEMORY, CACHE_AUTO):
-        refusal = _memory_refusal(split, part, size)
+        refusal = _memory_refusal(split, part, size, pixel_bytes)
         if refusal is None:
-            return _CachePlan("")
+            return _CachePlan("", pixel_bytes)
         if cache == CACHE_AUTO:
             log.info("cache='auto' keeps no cache: %s", refusal)
             return None
@@ -305,7 +328,7 @@ def _plan_cache(
     prefix = os.path.join(directory, CACHE_PREFIX)
     if not os.path.exists(f"{prefix}.index"):  # not filled yet: this process will fill it
         _claim(directory)
-    return _CachePlan(prefix)
+    return _CachePlan(prefix, pixel_bytes)
 
 
 def _claim(directory: str) -> None:
@@ -334,14 +357,14 @@ def _claim(directory: str) -> None:
             os.remove(os.path.join(directory, name))
 
 
-def _memory_refusal(split: str, part: int, size: Size | None) -> str | None:
+def _memory_refusal(split: str, part: int, size: Size | None, pixel_bytes: int) -> str | None:
     """Why the decoded part must not be cached in memory, or None when it may."""
     if size is None:
         return (
             f"cannot size a memory cache for split {split!r}: its records differ in size "
             "(metadata image_shape is null) and no image_size= is given"
         )
-    estimate = part * size[0] * size[1] * BYTES_PER_PIXEL
+    estimate = part * size[0] * size[1] * pixel_bytes
     available = available_memory()
     if available is None:
         return "cannot tell how much memory this host has available for a memory cache"
@@ -352,7 +375,7 @@ def _memory_refusal(split: str, part: int, size: Size | None) -> str | None:
     gib = 2**30
     return (
         f"a memory cache of split {split!r} would hold {estimate / gib:.2f} GiB of decoded "
-        f"pixels ({part} records x {size[0]}x{size[1]} x {BYTES_PER_PIXEL} bytes), more than "
+        f"pixels ({part} records x {size[0]}x{size[1]} x {pixel_bytes} bytes), more than "
         f"{MEMORY_CACHE_FRACTION:.0%} of the {free / gib:.2f} GiB {source} "
         f"({limit / gib:.2f} GiB)"
     )
@@ -420,6 +443,7 @@ def _batch(
     augment: Augment | None,
     dtype: tf.DType,
     deterministic: bool,
+    class_ids: bool,
 ) -> tf.data.Dataset:
     """Serialized records (with `decode`) or decoded examples -> batches in `dtype`."""
 
@@ -429,10 +453,10 @@ def _batch(
         if augment is None:
             return element
         image, mask, *key = element
-        return (*augment(*convert(image, mask, dtype)), *key)
+        return (*augment(*convert(image, mask, dtype, class_ids)), *key)
 
     def finish(image, mask, *key):
-        return (*convert(image, mask, dtype), *key)
+        return (*convert(image, mask, dtype, class_ids), *key)
 
     if decode is not None or augment is not None:
         examples = examples.map(per_example, AUTOTUNE, deterministic=deterministic)

@@ -5,11 +5,15 @@ made once per batch (`convert`) instead of per record and then copied again by `
 
 With a target `image_size`, JPEGs are decoded at reduced resolution by libjpeg's scaled
 IDCT (`decode_jpeg(ratio=2|4|8)`: the largest ratio whose output still covers the target),
-and the rest of the way by area averaging. The mask goes through the same two steps, then
-is thresholded at half: a pixel is foreground when at least half of the source area it
+and the rest of the way by area averaging. A binary mask goes through the same two steps,
+then is thresholded at half: a pixel is foreground when at least half of the source area it
 covers is, the pixel the image shows at that spot. Nearest-neighbour would be cheaper but
 samples one source pixel per output pixel: it shifts boundaries by up to half a block and
 drops thin parts, so the mask would disagree with the averaged image along every edge.
+
+Class-id masks (metadata.json `classes`) are the exception: an average of two class ids is
+a third, unrelated class, so they are resized by nearest neighbour only, and never
+thresholded. They come out as uint8, or int32 when stored as 16-bit PNGs (ids above 255).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from segcore import features
+from segcore.dataset_info import ClassesInfo
 
 Decoded = tuple[tf.Tensor, ...]  # (image, mask) or (image, mask, key)
 Size = tuple[int, int]
@@ -65,30 +70,34 @@ def make_decoder(
     image_shape: Size | None,
     with_keys: bool = False,
     image_size: Size | None = None,
+    classes: ClassesInfo | None = None,
 ) -> Callable[[tf.Tensor], Decoded]:
-    """serialized -> (image uint8 [H,W,3], mask uint8 [H,W,1] of 0 or 1[, key]).
+    """serialized -> (image uint8 [H,W,3], mask [H,W,1][, key]).
 
-    The mask is thresholded at 128 (the writer checked that JPEG masks survive exactly this)
-    right after decoding, while it is in cache and a quarter of its float32 size. With a
-    uniform `image_shape` the shapes are static and checked against the pixels, so a record
-    that disagrees with metadata.json fails loudly instead of breaking a batch later. With
-    `image_size` (height, width) both come out at that size, shapes static.
+    A binary mask is uint8 0 or 1, thresholded at 128 (the writer checked that JPEG masks
+    survive exactly this) right after decoding, while it is in cache and a quarter of its
+    float32 size. With `classes`, the mask is the stored class ids (and ignore index) in
+    `classes.mask_dtype`. With a uniform `image_shape` the shapes are static and checked
+    against the pixels, so a record that disagrees with metadata.json fails loudly instead of
+    breaking a batch later. With `image_size` (height, width) both come out at that size,
+    shapes static.
     """
     if mask_format not in features.MASK_FORMATS:
         raise ValueError(f"unknown mask format {mask_format!r}")
+    mask = _BinaryMask(mask_format) if classes is None else _ClassMask(classes)
     spec = feature_spec(with_keys)
     if image_size is None:
-        pixels = _full_size(mask_format, image_shape)
+        pixels = _full_size(mask, image_shape)
     elif image_shape is None:
-        pixels = _resized_any_size(mask_format, image_size)
+        pixels = _resized_any_size(mask, image_size)
     else:
-        pixels = _resized(mask_format, image_shape, image_size)
+        pixels = _resized(mask, image_shape, image_size)
 
     def decode(serialized: tf.Tensor) -> Decoded:
         parsed = tf.io.parse_single_example(serialized, spec)
-        image, grey = pixels(parsed[features.IMAGE], parsed[features.MASK])
-        mask = _threshold(grey)
-        return (image, mask, parsed[features.KEY]) if with_keys else (image, mask)
+        image, mask_pixels = pixels(parsed[features.IMAGE], parsed[features.MASK])
+        values = mask.finish(mask_pixels)
+        return (image, values, parsed[features.KEY]) if with_keys else (image, values)
 
     return decode
 
@@ -109,25 +118,81 @@ def _threshold(grey: tf.Tensor) -> tf.Tensor:
 Pixels = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 
 
-def _decode_mask(mask_format: str, data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
-    """Grey mask [h,w,1] (0..255); PNG has no scaled decoding, so it comes at full size."""
-    if mask_format == "png":
-        return tf.io.decode_png(data, channels=1)
-    return tf.io.decode_jpeg(data, channels=1, ratio=ratio)
+class _BinaryMask:
+    """0/255 grey masks: decoded (JPEG at the image's DCT scale), area-resized, thresholded."""
+
+    def __init__(self, mask_format: str) -> None:
+        self.mask_format = mask_format
+        self.scales = mask_format == "jpeg"  # libjpeg's scaled IDCT applies
+
+    def decode(self, data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
+        """Grey mask [h,w,1] (0..255); PNG has no scaled decoding, so it comes at full size."""
+        if self.mask_format == "png":
+            return tf.io.decode_png(data, channels=1)
+        return tf.io.decode_jpeg(data, channels=1, ratio=ratio)
+
+    def resize(self, grey: tf.Tensor, size: Size) -> tf.Tensor:
+        return _area(grey, size)
+
+    def finish(self, grey: tf.Tensor) -> tf.Tensor:
+        return _threshold(grey)
 
 
-def _full_size(mask_format: str, image_shape: Size | None) -> Pixels:
+# Bytes 12..15 of a PNG are its first chunk's type, always IHDR; bytes 24 and 25 are the
+# image's bit depth and colour type (0: grey).
+_PNG_IHDR = (12, 4, b"IHDR")
+_PNG_DEPTH_AND_TYPE = (24, 2)
+_PNG_GREY = 0
+
+
+class _ClassMask:
+    """Class-id PNGs: decoded at the bit depth metadata.json gives, resized by nearest
+    neighbour, never thresholded; 16-bit ids widened to int32."""
+
+    scales = False  # PNG: always decoded at full size
+
+    def __init__(self, classes: ClassesInfo) -> None:
+        self.depth = classes.png_bit_depth
+        self.dtype = tf.as_dtype(classes.mask_dtype)
+
+    def decode(self, data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
+        """Ids [h,w,1]. decode_png(dtype=...) rescales a PNG of another bit depth instead of
+        failing (an 8-bit id 3 would read as 771), so the header is checked first."""
+        start, length, chunk = _PNG_IHDR
+        header = tf.strings.join(
+            [tf.strings.substr(data, start, length), tf.strings.substr(data, *_PNG_DEPTH_AND_TYPE)]
+        )
+        tf.debugging.assert_equal(
+            header,
+            tf.constant(chunk + bytes([self.depth, _PNG_GREY])),
+            message=f"class mask is not a {self.depth}-bit grey PNG, as metadata.json says",
+        )
+        ids = tf.io.decode_png(data, channels=1, dtype=tf.uint8 if self.depth == 8 else tf.uint16)
+        return ids if ids.dtype == self.dtype else tf.cast(ids, self.dtype)
+
+    def resize(self, ids: tf.Tensor, size: Size) -> tf.Tensor:
+        # Nearest keeps the dtype and yields only ids the mask holds (half-pixel centres).
+        return tf.image.resize(ids, size, method=tf.image.ResizeMethod.NEAREST_NEIGHBOR)
+
+    def finish(self, ids: tf.Tensor) -> tf.Tensor:
+        return ids
+
+
+_Mask = _BinaryMask | _ClassMask
+
+
+def _full_size(mask: _Mask, image_shape: Size | None) -> Pixels:
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         image = tf.io.decode_jpeg(image_data, channels=3)
-        grey = _decode_mask(mask_format, mask_data)
+        mask_pixels = mask.decode(mask_data)
         if image_shape is not None:
             return tf.ensure_shape(image, [*image_shape, 3]), tf.ensure_shape(
-                grey, [*image_shape, 1]
+                mask_pixels, [*image_shape, 1]
             )
         tf.debugging.assert_equal(
-            tf.shape(image)[:2], tf.shape(grey)[:2], message="image and mask sizes differ"
+            tf.shape(image)[:2], tf.shape(mask_pixels)[:2], message="image and mask sizes differ"
         )
-        return image, grey
+        return image, mask_pixels
 
     return pixels
 
@@ -141,11 +206,11 @@ def _to_uint8(image: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.round(image), tf.uint8)
 
 
-def _resized(mask_format: str, image_shape: Size, image_size: Size) -> Pixels:
+def _resized(mask: _Mask, image_shape: Size, image_size: Size) -> Pixels:
     """Uniform stored size: the DCT ratio and every intermediate shape are known up front."""
     ratio = dct_ratio(image_shape, image_size)
     decoded = scaled_size(image_shape, ratio)
-    mask_ratio = 1 if mask_format == "png" else ratio
+    mask_ratio = ratio if mask.scales else 1
     mask_decoded = scaled_size(image_shape, mask_ratio)
 
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -158,18 +223,18 @@ def _resized(mask_format: str, image_shape: Size, image_size: Size) -> Pixels:
         image = tf.ensure_shape(
             tf.io.decode_jpeg(image_data, channels=3, ratio=ratio), [*decoded, 3]
         )
-        grey = _decode_mask(mask_format, mask_data, mask_ratio)
-        grey = tf.ensure_shape(grey, [*mask_decoded, 1])
+        mask_pixels = mask.decode(mask_data, mask_ratio)
+        mask_pixels = tf.ensure_shape(mask_pixels, [*mask_decoded, 1])
         if decoded != image_size:
             image = _to_uint8(_area(image, image_size))
         if mask_decoded != image_size:
-            grey = _area(grey, image_size)
-        return image, grey
+            mask_pixels = mask.resize(mask_pixels, image_size)
+        return image, mask_pixels
 
     return pixels
 
 
-def _resized_any_size(mask_format: str, image_size: Size) -> Pixels:
+def _resized_any_size(mask: _Mask, image_size: Size) -> Pixels:
     """Sizes vary per record: the ratio is picked per record from the JPEG header."""
 
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -185,15 +250,15 @@ def _resized_any_size(mask_format: str, image_size: Size) -> Pixels:
             return tf.switch_case(index, [lambda r=r: decode(r) for r in DCT_RATIOS])
 
         image = by_ratio(lambda r: tf.io.decode_jpeg(image_data, channels=3, ratio=r))
-        if mask_format == "png":
-            grey = tf.io.decode_png(mask_data, channels=1)
-            mask_stored = tf.shape(grey)[:2]
-        else:
-            grey = by_ratio(lambda r: tf.io.decode_jpeg(mask_data, channels=1, ratio=r))
+        if mask.scales:
+            mask_pixels = by_ratio(lambda r: mask.decode(mask_data, r))
             mask_stored = tf.io.extract_jpeg_shape(mask_data)[:2]
+        else:
+            mask_pixels = mask.decode(mask_data)
+            mask_stored = tf.shape(mask_pixels)[:2]
         tf.debugging.assert_equal(stored, mask_stored, message="image and mask sizes differ")
         image = tf.ensure_shape(_to_uint8(_area(image, image_size)), [*image_size, 3])
-        return image, tf.ensure_shape(_area(grey, image_size), [*image_size, 1])
+        return image, tf.ensure_shape(mask.resize(mask_pixels, image_size), [*image_size, 1])
 
     return pixels
 
@@ -201,8 +266,14 @@ def _resized_any_size(mask_format: str, image_size: Size) -> Pixels:
 OUTPUT_DTYPES = (tf.float32, tf.uint8)
 
 
-def convert(image: tf.Tensor, mask: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decoded uint8 image (0..255) and 0/1 mask -> `dtype`; one record or a whole batch."""
+def convert(
+    image: tf.Tensor, mask: tf.Tensor, dtype: tf.DType, class_ids: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decoded uint8 image (0..255) and mask -> `dtype`; one record or a whole batch.
+
+    A 0/1 mask follows the image's dtype (as it always has); class ids never do: a float
+    id is no valid label for a loss or one_hot, and float32 would be 4x the bytes.
+    """
     if dtype == tf.uint8:
         return image, mask
-    return tf.cast(image, dtype), tf.cast(mask, dtype)
+    return tf.cast(image, dtype), mask if class_ids else tf.cast(mask, dtype)

@@ -3,6 +3,7 @@
     dataset = make_loader("build/output", "train", 8, seed=0, num_epochs=None)
     iterator = iter(dataset)
     batch = next(iterator)           # {"image": uint8 [B,H,W,3], "mask": [B,H,W,1], "key": [B]}
+    # mask: uint8 0/1; class ids (uint8, int32 for 16-bit PNGs) for a class-id output
     state = iterator.get_state()     # Grain's own state; iterator.set_state(state) resumes
 
 shard_reader.source.RecordSource is a Grain random-access data source as it is (len and

@@ -1,4 +1,5 @@
-"""The reader's view of metadata.json (checked by segcore.dataset_info): shard paths and counts.
+"""The reader's view of metadata.json (checked by segcore.dataset_info): shard paths, counts,
+and for class-id outputs what the mask values mean, with class weights from their statistics.
 
 No TensorFlow here: the no-TensorFlow readers (shard_reader.source, .torch, .grain) use it too.
 """
@@ -9,10 +10,21 @@ import dataclasses
 import os
 from typing import Any
 
-from segcore import dataset_info
-from segcore.dataset_info import IncompleteOutputError, MetadataError
+import numpy as np
 
-__all__ = ["IncompleteOutputError", "MetadataError", "SplitInfo", "load_metadata", "load_split"]
+from segcore import dataset_info
+from segcore.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
+
+__all__ = [
+    "ClassesInfo",
+    "IncompleteOutputError",
+    "MetadataError",
+    "SplitInfo",
+    "class_weights",
+    "load_classes",
+    "load_metadata",
+    "load_split",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +36,7 @@ class SplitInfo:
     num_examples: int
     mask_format: str
     image_shape: tuple[int, int] | None  # (height, width) when every record has it
+    classes: ClassesInfo | None = None  # class-id masks; None: binary 0/255 masks
 
 
 def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
@@ -47,4 +60,26 @@ def load_split(data_dir: str | os.PathLike, split: str) -> SplitInfo:
         num_examples=info.num_examples,
         mask_format=metadata.mask_format,
         image_shape=info.image_shape,
+        classes=metadata.classes,
     )
+
+
+def load_classes(data_dir: str | os.PathLike) -> ClassesInfo:
+    """The `classes` section of a `--mask_type classes` output: class count, names, ignore
+    index, stored bit depth, per-split statistics. MetadataError for a binary output."""
+    classes = dataset_info.load(data_dir).classes
+    if classes is None:
+        raise MetadataError(f"{data_dir} holds binary masks: it has no classes section")
+    return classes
+
+
+def class_weights(data_dir: str | os.PathLike, split: str = "train") -> np.ndarray:
+    """Median-frequency class weights [num_classes] (float64) from `split`'s statistics.
+
+        freq(c)   = pixels(c) / image_pixels(c)   (labelled pixels of the images holding c)
+        weight(c) = median(freq over classes present in the split) / freq(c)
+
+    Ignored pixels count nowhere; a class absent from the split gets 0.0 (see
+    segcore.class_stats.median_frequency_weights). Reads metadata.json only, no pixels.
+    """
+    return load_classes(data_dir).weights(split)

@@ -4,11 +4,17 @@
     len(source)          # records in the split
     source[i]            # {"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str}
 
+For an output with class-id masks (metadata.json `classes`), "mask" is the stored class ids
+and ignore index as they are, uint8 from 8-bit PNGs and int32 from 16-bit ones
+(`source.mask_dtype`), as make_dataset returns them.
+
 Record i is found through the record index (segcore/record_index.py; `segprep index DIR`
 builds it for an output that lacks one): one pread of exactly its frame, the frame's two
 CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf (segcore.tf_example),
 then JPEG decoding by simplejpeg with TensorFlow's default DCT, so pixels equal what
 `make_dataset` yields (and it measured 1.5-2x faster than Pillow here), PNG masks by Pillow.
+Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, so they too
+equal make_dataset's.
 
 The source is picklable and fork-safe (file descriptors are opened lazily, per process),
 so PyTorch and Grain worker processes can each hold a copy. Local directories only.
@@ -32,7 +38,7 @@ import simplejpeg
 from PIL import Image
 
 from segcore import dataset_info, features, record_index, tf_example
-from segcore.dataset_info import MetadataError
+from segcore.dataset_info import ClassesInfo, MetadataError
 
 _CRC_MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
@@ -116,6 +122,7 @@ class RecordSource:
             )
         self.mask_format = metadata.mask_format
         self.image_shape = info.image_shape
+        self.classes = metadata.classes  # None: binary masks, returned as 0/1
         self._shards = tuple(self._load_shard(shard, verify_index) for shard in info.shards)
         starts = [0]
         for shard in self._shards:
@@ -150,6 +157,11 @@ class RecordSource:
     def __len__(self) -> int:
         return self._starts[-1]
 
+    @property
+    def mask_dtype(self) -> np.dtype:
+        """uint8 (0/1 masks, 8-bit class ids), or int32 (16-bit class ids)."""
+        return np.dtype(np.uint8) if self.classes is None else self.classes.mask_dtype
+
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, record number in that shard) of record `index` of the split."""
         index = int(index)
@@ -173,7 +185,8 @@ class RecordSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         serialized = self.read_serialized(index)
-        return decode_example(serialized, self.mask_format, f"{self.split} record {index}")
+        where = f"{self.split} record {index}"
+        return decode_example(serialized, self.mask_format, where, classes=self.classes)
 
     def read_into(self, index: int, image: np.ndarray, mask: np.ndarray) -> str:
         """Decode record `index` into `image` (HxWx3) and `mask` (HxWx1); its key.
@@ -183,7 +196,9 @@ class RecordSource:
         """
         serialized = self.read_serialized(index)
         where = f"{self.split} record {index}"
-        return decode_example(serialized, self.mask_format, where, out=(image, mask))["key"]
+        return decode_example(
+            serialized, self.mask_format, where, out=(image, mask), classes=self.classes
+        )["key"]
 
     def read_batch(
         self,
@@ -192,12 +207,13 @@ class RecordSource:
         image_size: tuple[int, int] | None = None,
         out: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> dict[str, Any]:
-        """{"image": uint8 [B,H,W,3], "mask": uint8 [B,H,W,1] of 0/1, "key": [B]} of `indices`.
+        """{"image": uint8 [B,H,W,3], "mask": [B,H,W,1], "key": [B]} of `indices`.
 
         Each record is decoded straight into its row (no stacking copy): into `out` (images,
         masks) when given, such as shared memory, else into new arrays. image_size resizes
         every record to (height, width); without it the split's records must share one size
-        (metadata image_shape), or the batch hold a single record.
+        (metadata image_shape), or the batch hold a single record. The masks are 0/1 uint8,
+        or class ids in `mask_dtype`.
         """
         shape = image_size or self.image_shape
         if shape is None:
@@ -208,7 +224,7 @@ class RecordSource:
         if out is None:
             out = (
                 np.empty((len(indices), *shape, 3), np.uint8),
-                np.empty((len(indices), *shape, 1), np.uint8),
+                np.empty((len(indices), *shape, 1), self.mask_dtype),
             )
         images, masks = out
         keys = []
@@ -216,7 +232,7 @@ class RecordSource:
             if image_size is None:
                 keys.append(self.read_into(index, images[row], masks[row]))
             else:
-                item = resize_example(self[index], image_size)
+                item = resize_example(self[index], image_size, self.classes is not None)
                 images[row], masks[row] = item["image"], item["mask"]
                 keys.append(item["key"])
         return {"image": images, "mask": masks, "key": keys}
@@ -289,9 +305,11 @@ def decode_example(
     mask_format: str,
     where: str = "record",
     out: tuple[np.ndarray, np.ndarray] | None = None,
+    classes: ClassesInfo | None = None,
 ) -> dict[str, Any]:
-    """{"image": uint8 HxWx3, "mask": uint8 HxWx1 of 0/1, "key": str} of one record.
+    """{"image": uint8 HxWx3, "mask": HxWx1, "key": str} of one record.
 
+    The mask is uint8 0/1, or with `classes` the stored class ids in `classes.mask_dtype`.
     With `out` (image, mask) arrays, the pixels are decoded into them (same height and
     width as the record, else CorruptRecordError) and returned as those arrays.
     """
@@ -314,7 +332,9 @@ def decode_example(
             image = simplejpeg.decode_jpeg(
                 image_bytes, colorspace="RGB", fastdct=True, buffer=out[0]
             )
-        if mask_format == "jpeg":
+        if classes is not None:
+            gray = _class_ids(mask_bytes, classes)
+        elif mask_format == "jpeg":
             gray = simplejpeg.decode_jpeg(mask_bytes, colorspace="GRAY", fastdct=True)
         else:
             gray = np.asarray(Image.open(io.BytesIO(mask_bytes)).convert("L"))[..., None]
@@ -326,7 +346,13 @@ def decode_example(
         raise CorruptRecordError(
             f"{where}: image {image.shape[:2]} and mask {gray.shape[:2]} differ"
         )
-    if out is None:
+    if classes is not None:
+        if out is None:
+            mask = gray
+        else:
+            mask = out[1]
+            mask[...] = gray
+    elif out is None:
         mask = (gray >= features.MASK_THRESHOLD).view(np.uint8)
     else:
         mask = out[1]
@@ -334,11 +360,40 @@ def decode_example(
     return {"image": image, "mask": mask, "key": key}
 
 
-def resize_example(item: dict[str, Any], size: tuple[int, int]) -> dict[str, Any]:
-    """`item` at (height, width): the image bilinear, the mask nearest (it stays 0/1)."""
+def _class_ids(data: bytes, classes: ClassesInfo) -> np.ndarray:
+    """Stored ids [h,w,1] in `classes.mask_dtype`, from a grey PNG of the bit depth that
+    metadata.json gives (anything else would be read as other values: refused)."""
+    image = Image.open(io.BytesIO(data))
+    mode = "L" if classes.png_bit_depth == 8 else "I;16"
+    if image.format != "PNG" or image.mode != mode:
+        raise CorruptRecordError(
+            f"class mask is {image.format} {image.mode}, not the {classes.png_bit_depth}-bit "
+            "grey PNG metadata.json says"
+        )
+    return np.array(image, dtype=classes.mask_dtype)[..., None]  # a copy: writable
+
+
+def nearest_rows(stored: int, target: int) -> np.ndarray:
+    """Source row (or column) of each of `target` output rows: tf.image.resize's nearest
+    neighbour with half-pixel centres, floor((i + 0.5) * stored / target), computed in float32
+    as its kernel does, so the ids picked are make_dataset's, to the pixel."""
+    scale = np.float32(stored) / np.float32(target)
+    centres = np.arange(target, dtype=np.float32) + np.float32(0.5)
+    return np.minimum(np.floor(centres * scale).astype(np.int64), stored - 1)
+
+
+def resize_example(
+    item: dict[str, Any], size: tuple[int, int], class_ids: bool = False
+) -> dict[str, Any]:
+    """`item` at (height, width): the image bilinear, the mask nearest, so every value is
+    one the stored mask holds; class ids by make_dataset's rule (`nearest_rows`)."""
     if item["image"].shape[:2] == tuple(size):
         return item
     height, width = size
-    image = Image.fromarray(item["image"]).resize((width, height), Image.BILINEAR)
+    image = np.asarray(Image.fromarray(item["image"]).resize((width, height), Image.BILINEAR))
+    if class_ids:
+        rows = nearest_rows(item["mask"].shape[0], height)
+        columns = nearest_rows(item["mask"].shape[1], width)
+        return {**item, "image": image, "mask": item["mask"][rows][:, columns]}
     mask = Image.fromarray(item["mask"][..., 0]).resize((width, height), Image.NEAREST)
-    return {**item, "image": np.asarray(image), "mask": np.asarray(mask)[..., None]}
+    return {**item, "image": image, "mask": np.asarray(mask)[..., None]}

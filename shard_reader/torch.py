@@ -3,9 +3,13 @@
     loader = make_loader("build/output", "train", 8, rank=rank, world_size=world_size)
     for epoch in range(start_epoch, epochs):
         loader.set_epoch(epoch)
-        for images, masks in loader:        # uint8 [B,3,H,W] and [B,1,H,W] of 0/1
+        for images, masks in loader:        # uint8 [B,3,H,W] and [B,1,H,W] of 0/1 (*)
             ...
         checkpoint = {"loader": loader.state_dict(), ...}
+
+(*) With class-id masks (metadata.json `classes`): [B,1,H,W] class ids as stored, uint8, or
+int32 for 16-bit PNGs (cast to long for torch's cross_entropy; ignore_index from
+shard_reader.load_classes).
 
 Built on torch.utils.data: a map-style dataset over shard_reader.source.RecordSource (one
 pread per record, no TensorFlow) and a batch sampler that walks a permutation of the
@@ -36,6 +40,8 @@ import torch.utils.data
 from shard_reader.source import RecordSource, resize_example, usable_cores
 
 STATE_VERSION = 1
+# RecordSource's mask dtypes: 0/1 and 8-bit class ids, 16-bit class ids widened.
+_TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int32): torch.int32}
 
 
 def epoch_order(num_records: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -76,9 +82,11 @@ class _Ring:
 
     GRACE_SECONDS = 0.05
 
-    def __init__(self, workers: int, slots: int, batch: int, shape: tuple[int, int]) -> None:
+    def __init__(
+        self, workers: int, slots: int, batch: int, shape: tuple[int, int], mask_dtype: np.dtype
+    ) -> None:
         self.images = torch.empty((workers, slots, batch, *shape, 3), dtype=torch.uint8)
-        self.masks = torch.empty((workers, slots, batch, *shape, 1), dtype=torch.uint8)
+        self.masks = torch.empty((workers, slots, batch, *shape, 1), dtype=_TORCH[mask_dtype])
         self.busy = torch.zeros((workers, slots, 2), dtype=torch.int32)  # images, masks held
         for tensor in (self.images, self.masks, self.busy):
             tensor.share_memory_()
@@ -128,7 +136,9 @@ class _Records(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         item = self.source[index]
-        return item if self.image_size is None else resize_example(item, self.image_size)
+        if self.image_size is None:
+            return item
+        return resize_example(item, self.image_size, self.source.classes is not None)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple | _Ringed:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""
@@ -237,7 +247,9 @@ class SegmentationLoader:
         ring = None
         if self._workers > 0 and records.shape is not None:
             slots = self._prefetch + 1
-            ring = _Ring(self._workers, slots, self.batch_size, records.shape)
+            ring = _Ring(
+                self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
+            )
         records.ring = ring  # the workers started by this pass inherit it
         try:
             for batch in self._loader:
@@ -305,7 +317,8 @@ def make_loader(
     image_size: tuple[int, int] | None = None,
     prefetch_factor: int | None = 2,
 ) -> SegmentationLoader:
-    """Batches `(image uint8 [B,3,H,W], mask uint8 [B,1,H,W] of 0/1[, keys])` of one split.
+    """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, keys])` of one split; mask uint8 0/1,
+    or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
 
     shuffle: a fresh permutation of the whole split each epoch, from (seed, epoch); off,
         records come in shard order. Call set_epoch(e) before each epoch.

@@ -4,6 +4,10 @@ A finished job writes metadata.json last, but copies, syncs and partial deletes 
 afterwards; this reads every shard the way a trainer would, so a broken dataset is found
 before a training run trips over it. No Beam: plain TensorFlow (tf.io.gfile, so local and
 gs:// paths both work) and numpy.
+
+A class-id output (metadata.json `classes`) has each mask decoded at the stored bit depth,
+every value checked to be a class id or the ignore index, and the per-split statistics
+counted again from the masks read (a plain bincount) and compared with metadata.json.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import tensorflow as tf
 
 from beam_pipeline.errors import UsageError
 from segcore import features, record_index, tfds_info
-from segcore.dataset_info import DatasetInfo, FileRef, MetadataError
+from segcore.class_stats import ClassStats
+from segcore.dataset_info import ClassesInfo, DatasetInfo, FileRef, MetadataError
 from segcore.naming import (
     INDEX_DIR,
     MANIFEST_FILE,
@@ -37,6 +42,8 @@ from shard_reader.metadata import IncompleteOutputError, load_metadata
 # different decoder or quality setting: the mask no longer thresholds cleanly.
 JPEG_MASK_MARGIN = 64
 _CHUNK = 8 << 20
+_SHOWN = 8  # values or differences listed in one problem line
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclasses.dataclass
@@ -49,6 +56,7 @@ class VerifyReport:
     shards: int = 0
     rejects: int = 0
     indexed: bool = False  # metadata.json lists a record index, and it was checked
+    classes: bool = False  # class ids and their statistics were checked
 
     @property
     def ok(self) -> bool:
@@ -56,11 +64,12 @@ class VerifyReport:
 
     def summary(self) -> str:
         splits = ", ".join(f"{split} {count}" for split, count in self.examples.items())
+        classes = ", class ids, class statistics" if self.classes else ""
         index = ", record index" if self.indexed else ""
         return (
             f"OK {self.directory}: {sum(self.examples.values())} examples ({splits}) in "
             f"{self.shards} shards, {self.rejects} rejects; CRCs, sha256, sizes, "
-            f"images and masks{index} checked"
+            f"images and masks{classes}{index} checked"
         )
 
 
@@ -90,6 +99,7 @@ def check_output(directory: str) -> VerifyReport:
         return report
     checker = _Checker(base, metadata, report)
     checker.check_splits()
+    checker.check_class_stats()
     checker.check_index()
     checker.check_extra_shards()
     checker.check_rejects()
@@ -153,6 +163,14 @@ class _Checker:
         # shard file -> (key, serialized length) of each record, for shards read to the end
         self.records: dict[str, list[tuple[str | None, int]]] = {}
         self.rejects_read = False
+        self.has_classes = metadata.get("classes") is not None
+        self.classes: ClassesInfo | None = None  # None with has_classes: a broken section
+        self.class_counts: dict[str, _ClassCount] = {}  # split -> recounted statistics
+        if self.has_classes:
+            try:
+                self.classes = ClassesInfo.from_json(metadata["classes"])
+            except MetadataError as error:
+                self.problem(f"{error}: class ids and statistics not checked")
 
     def problem(self, line: str) -> None:
         self.report.problems.append(line)
@@ -163,6 +181,13 @@ class _Checker:
                 f"metadata.json: mask_format {self.mask_format!r} is not one of "
                 f"{list(features.MASK_FORMATS)}"
             )
+        if self.has_classes and self.mask_format != "png":
+            self.problem(f"metadata.json: class-id masks with mask_format {self.mask_format!r}")
+        if self.classes is not None:
+            self.report.classes = True
+            self.class_counts = {
+                split: _ClassCount(self.classes) for split in self.metadata["splits"]
+            }
         for split, info in self.metadata["splits"].items():
             self._check_split(split, info)
 
@@ -171,6 +196,7 @@ class _Checker:
         if not isinstance(shards, list):
             self.problem(f"metadata.json: split {split!r} has no shards list")
             self.records_complete = False
+            self._uncounted(split)
             return
         if info.get("num_shards") != len(shards):
             self.problem(
@@ -193,6 +219,7 @@ class _Checker:
             if not isinstance(name, str):
                 self.problem(f"metadata.json: split {split!r} shard {index} has no file name")
                 self.records_complete = False
+                self._uncounted(split)
                 continue
             self.listed.add(name)
             if parse_shard_name(name) != (split, index, len(shards)):
@@ -200,19 +227,26 @@ class _Checker:
                     f"{name}: name does not match its place in metadata.json "
                     f"(split {split!r}, shard {index} of {len(shards)})"
                 )
-            count = self._check_shard(name, shard, image_shape)
+            count = self._check_shard(name, shard, image_shape, split)
             read += count or 0
             self.report.shards += 1
         self.report.examples[split] = read
 
+    def _uncounted(self, split: str) -> None:
+        """A record of `split` was not counted: its statistics cannot be compared (the
+        reason is already a problem line of its own)."""
+        if split in self.class_counts:
+            self.class_counts[split].complete = False
+
     def _check_shard(
-        self, name: str, entry: dict[str, Any], image_shape: tuple[int, ...] | None
+        self, name: str, entry: dict[str, Any], image_shape: tuple[int, ...] | None, split: str
     ) -> int | None:
         """Records read from one shard, or None when it is missing or unreadable."""
         path = f"{self.base}/{name}"
         if not tf.io.gfile.exists(path):
             self.problem(f"{name}: missing (listed in metadata.json)")
             self.records_complete = False
+            self._uncounted(split)
             return None
         size = tf.io.gfile.stat(path).length
         if size != entry.get("bytes"):
@@ -226,7 +260,7 @@ class _Checker:
             # The TFRecord reader checks the length and data CRC of every record.
             for record in tf.data.TFRecordDataset(path):
                 serialized = record.numpy()
-                key = self._check_record(serialized, f"{name} record {count}", image_shape)
+                key = self._check_record(serialized, f"{name} record {count}", image_shape, split)
                 records.append((key, len(serialized)))
                 count += 1
         except tf.errors.OpError as error:
@@ -235,6 +269,7 @@ class _Checker:
                 f"{_short(error)}"
             )
             self.records_complete = False
+            self._uncounted(split)
             return count
         if count != entry.get("num_examples"):
             self.problem(f"{name}: {count} records, metadata.json says {entry.get('num_examples')}")
@@ -242,13 +277,14 @@ class _Checker:
         return count
 
     def _check_record(
-        self, serialized: bytes, where: str, image_shape: tuple[int, ...] | None
+        self, serialized: bytes, where: str, image_shape: tuple[int, ...] | None, split: str
     ) -> str | None:
         """The record's key, after checking its features; None when it does not parse."""
         try:
             parsed = tf.io.parse_single_example(serialized, FEATURE_SPEC)
         except tf.errors.OpError as error:
             self.problem(f"{where}: not a segprep example: {_short(error)}")
+            self._uncounted(split)
             return None
         key = parsed[features.KEY].numpy().decode("utf-8", "replace")
         self.keys[key] += 1
@@ -267,8 +303,83 @@ class _Checker:
         else:
             if tuple(image) != (height, width, 3):
                 self.problem(f"{where}: image is {tuple(image)}, expected ({height}, {width}, 3)")
-        self._check_mask(parsed[features.MASK], where, height, width)
+        if self.has_classes:
+            if not self._check_class_mask(
+                parsed[features.MASK].numpy(), where, height, width, split
+            ):
+                self._uncounted(split)
+        else:
+            self._check_mask(parsed[features.MASK], where, height, width)
         return key
+
+    def _check_class_mask(
+        self, data: bytes, where: str, height: int, width: int, split: str
+    ) -> bool:
+        """Check one class-id mask and count it into its split; False when it was not counted.
+
+        The bit depth comes from the PNG header: decoding a 16-bit PNG as 8 bits (or the
+        reverse) silently rescales every id, which is the very damage to look for.
+        """
+        if len(data) < 26 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
+            self.problem(f"{where}: class mask is not a PNG")
+            return False
+        depth, colour_type = data[24], data[25]
+        classes = self.classes
+        if classes is not None and (depth, colour_type) != (classes.png_bit_depth, 0):
+            self.problem(
+                f"{where}: class mask is a {depth}-bit PNG of colour type {colour_type}, "
+                f"metadata.json says {classes.png_bit_depth}-bit grey (colour type 0)"
+            )
+            return False
+        try:
+            dtype = tf.uint16 if depth == 16 else tf.uint8
+            mask = tf.io.decode_png(data, dtype=dtype).numpy()
+        except tf.errors.OpError as error:
+            self.problem(f"{where}: mask does not decode as png: {_short(error)}")
+            return False
+        if mask.shape != (height, width, 1):
+            self.problem(f"{where}: mask is {mask.shape}, expected ({height}, {width}, 1)")
+            return False
+        if classes is None:
+            return False  # the classes section is broken (reported): nothing to check against
+        counts = np.bincount(mask.ravel(), minlength=classes.num_classes)
+        bad = counts.copy()
+        bad[: classes.num_classes] = 0
+        if classes.ignore_index < len(bad):
+            bad[classes.ignore_index] = 0
+        if bad.any():
+            values = np.flatnonzero(bad)
+            shown = ", ".join(str(value) for value in values[:_SHOWN].tolist())
+            more = "" if len(values) <= _SHOWN else f", ... ({len(values)} distinct)"
+            self.problem(
+                f"{where}: {int(bad.sum())} mask pixels hold {{{shown}{more}}}: neither class "
+                f"ids (0-{classes.num_classes - 1}) nor the ignore index {classes.ignore_index}"
+            )
+            return False
+        self.class_counts[split].add(counts)
+        return True
+
+    def check_class_stats(self) -> None:
+        """metadata.json's per-split class statistics against the counts from the masks."""
+        if self.classes is None:
+            return
+        recorded = self.classes.stats
+        for split, counted in self.class_counts.items():
+            if split not in recorded:
+                self.problem(f"metadata.json: classes has no statistics for split {split!r}")
+            elif counted.complete:
+                differences = _stat_differences(recorded[split], counted.stats())
+                if differences:
+                    shown = "; ".join(differences[:_SHOWN])
+                    more = (
+                        "" if len(differences) <= _SHOWN else f"; ... ({len(differences)} in all)"
+                    )
+                    self.problem(
+                        f"metadata.json: class statistics of split {split!r} differ from its "
+                        f"masks: {shown}{more}"
+                    )
+        for split in sorted(set(recorded) - set(self.class_counts)):
+            self.problem(f"metadata.json: classes has statistics for split {split!r}, not a split")
 
     def _check_mask(self, encoded: tf.Tensor, where: str, height: int, width: int) -> None:
         try:
@@ -466,6 +577,58 @@ class _Checker:
                 f"metadata.json num_discovered {discovered} but {accepted} records + "
                 f"{self.report.rejects} rejects"
             )
+
+
+class _ClassCount:
+    """Statistics of one split, counted from the masks verify reads (numpy accumulators)."""
+
+    def __init__(self, classes: ClassesInfo) -> None:
+        self.num_classes = classes.num_classes
+        self.ignore_index = classes.ignore_index
+        self.pixels = np.zeros(self.num_classes, np.int64)
+        self.images = np.zeros(self.num_classes, np.int64)
+        self.image_pixels = np.zeros(self.num_classes, np.int64)
+        self.ignored = 0
+        self.num_images = 0
+        self.complete = True  # every record of the split was counted
+
+    def add(self, counts: np.ndarray) -> None:
+        """One mask, as the bincount of its values (only class ids and the ignore index)."""
+        pixels = counts[: self.num_classes]
+        ignored = int(counts[self.ignore_index]) if self.ignore_index < len(counts) else 0
+        labelled = int(counts.sum()) - ignored
+        present = pixels > 0
+        self.pixels += pixels
+        self.images += present
+        self.image_pixels += present * labelled
+        self.ignored += ignored
+        self.num_images += 1
+
+    def stats(self) -> ClassStats:
+        return ClassStats(
+            tuple(self.pixels.tolist()),
+            tuple(self.images.tolist()),
+            tuple(self.image_pixels.tolist()),
+            self.ignored,
+            self.num_images,
+        )
+
+
+def _stat_differences(recorded: ClassStats, counted: ClassStats) -> list[str]:
+    """'field[class] recorded, counted' for every number that differs."""
+    found = []
+    for field in ("pixels", "images", "image_pixels"):
+        pairs = zip(getattr(recorded, field), getattr(counted, field), strict=True)
+        found.extend(
+            f"{field}[{class_id}] {said} in metadata.json, {seen} counted"
+            for class_id, (said, seen) in enumerate(pairs)
+            if said != seen
+        )
+    for field in ("ignored_pixels", "num_images"):
+        said, seen = getattr(recorded, field), getattr(counted, field)
+        if said != seen:
+            found.append(f"{field} {said} in metadata.json, {seen} counted")
+    return found
 
 
 def _lists_index(metadata: dict[str, Any]) -> set[str]:
