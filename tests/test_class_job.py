@@ -265,7 +265,9 @@ def test_annotations_never_enter_the_job_graph(tmp_path):
     assert (tmp_path / "many.json").stat().st_size > 2_500_000
     empty = _graph_bytes(_coco_args(images, tmp_path / "none.json", tmp_path / "out"))
     full = _graph_bytes(_coco_args(images, tmp_path / "many.json", tmp_path / "out"))
-    assert abs(full - empty) < 100, (empty, full)
+    # The graphs differ by the counts written into the plan and the run ids' digits: far
+    # below the 2.6 MB the annotations would add if they travelled in the graph.
+    assert abs(full - empty) < 1000, (empty, full)
 
 
 def test_a_dry_run_reads_the_annotations_and_stages_nothing(tmp_path, capsys):
