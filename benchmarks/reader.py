@@ -49,7 +49,7 @@ class SplitData:
     num_shards: int
 
 
-SPLITS = {"large": SplitData(1110, 16), "small": SplitData(390, 4)}
+SPLITS = {"large": SplitData(1110, 16), "small": SplitData(390, 5)}
 
 # id -> (label in the table, what it is); the order is the table's.
 CONTENDERS = {

@@ -314,9 +314,10 @@ def test_a_rewritten_dataset_gets_a_new_cache_not_stale_pixels(copy, tmp_path):
 
 
 def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
-    from tests.test_reader_image_size import write_mixed_sizes
+    from tests.test_shard_reader import write_mixed_sizes
 
-    directory = write_mixed_sizes(tmp_path / "mixed")
+    directory = tmp_path / "mixed"
+    write_mixed_sizes(directory)
     with pytest.raises(reader_dataset.MemoryCacheError, match="image_size"):
         shard_reader.make_dataset(directory, "train", 1, cache="memory")
     dataset = shard_reader.make_dataset(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,10 +12,10 @@ import tensorflow as tf
 
 import shard_reader
 from segcore.features import MASK_THRESHOLD
-from segcore.naming import METADATA_FILE, shard_name
+from segcore.naming import METADATA_FILE
 from shard_reader.decoding import dct_ratio
 from tests.conftest import job_args
-from tests.test_shard_reader import random_flip, split_metadata
+from tests.test_shard_reader import random_flip, split_metadata, write_mixed_sizes
 
 STORED = (160, 120)  # the sample dataset's size
 
@@ -34,39 +33,6 @@ def png_dir(sample_dataset, tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("png") / "out"
     launcher.run(job_args(sample_dataset, output, "--num_shards", "2", "--mask_format", "png"))
     return output
-
-
-def write_mixed_sizes(directory: Path) -> Path:
-    """A hand-written output: PNG masks, records of two sizes (metadata image_shape null)."""
-    from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
-    from segcore.example import build_example
-    from segcore.mask_codec import encode_mask
-    from segcore.metadata import build_metadata, dumps
-
-    directory.mkdir(parents=True)
-    shards, count = [], 0
-    for index, sizes in enumerate([[(40, 32), (32, 40)], [(40, 32)]]):
-        name = shard_name("train", index, 2)
-        with tf.io.TFRecordWriter(str(directory / name)) as writer:
-            for height, width in sizes:
-                image, mask = portrait(np.random.default_rng(count), height, width)
-                image_data, mask_data = jpeg_bytes(image), encode_mask(mask * 255, "png")
-                writer.write(build_example(f"k{count}", image_data, mask_data, height, width))
-                count += 1
-        data = (directory / name).read_bytes()
-        shards.append(
-            {
-                "split": "train",
-                "file": name,
-                "num_examples": len(sizes),
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "image_shapes": [list(size) for size in sizes],
-            }
-        )
-    metadata = build_metadata(shards, [], mask_format="png", parameters={}, versions={})
-    (directory / METADATA_FILE).write_bytes(dumps(metadata))
-    return directory
 
 
 def by_key(dataset: tf.data.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -191,7 +157,8 @@ def test_uint8_output_and_augment_at_a_reduced_size(data_dir):
 
 
 def test_image_size_lets_mixed_sizes_batch(tmp_path):
-    directory = write_mixed_sizes(tmp_path / "mixed")
+    directory = tmp_path / "mixed"
+    write_mixed_sizes(directory)
     full = {
         key[0].decode(): (image[0], mask[0])
         for image, mask, key in shard_reader.make_dataset(

@@ -416,15 +416,17 @@ def test_import_turns_on_the_bfc_allocator_unless_the_environment_chose(environm
     assert result.stdout.strip() == expected
 
 
-@pytest.fixture(scope="module")
-def mixed_sizes(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
-    """A hand-written output: PNG masks, records of two sizes (metadata image_shape null)."""
+def write_mixed_sizes(directory: Path) -> dict[str, np.ndarray]:
+    """A hand-written output: PNG masks, records of two sizes (metadata image_shape null).
+
+    Returns the source masks by key.
+    """
     from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
     from segcore.example import build_example
     from segcore.mask_codec import encode_mask
     from segcore.metadata import build_metadata, dumps
 
-    directory = tmp_path_factory.mktemp("mixed")
+    directory.mkdir(parents=True, exist_ok=True)
     masks, shards = {}, []
     for index, sizes in enumerate([[(40, 32), (32, 40)], [(40, 32)]]):
         name = shard_name("train", index, 2)
@@ -451,7 +453,13 @@ def mixed_sizes(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
         )
     metadata = build_metadata(shards, [], mask_format="png", parameters={}, versions={})
     (directory / METADATA_FILE).write_bytes(dumps(metadata))
-    return directory, masks
+    return masks
+
+
+@pytest.fixture(scope="module")
+def mixed_sizes(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
+    directory = tmp_path_factory.mktemp("mixed")
+    return directory, write_mixed_sizes(directory)
 
 
 def test_mixed_sizes_need_batch_size_one_or_a_resizing_augment(mixed_sizes):
