@@ -151,7 +151,8 @@ def make_dataset(
     seed: makes the shuffle reproducible; with it (or without training) the order is
         deterministic unless `deterministic=False` says otherwise.
     repeat: repeat after batching, so each epoch of `steps_per_epoch` batches is one exact
-        pass (the last batch of a pass may be short unless `drop_remainder`).
+        pass (the last batch of a pass may be short unless `drop_remainder`). Without it,
+        the dataset's cardinality is its batch count, from metadata.json.
     input_context: read only this input pipeline's part; the parts are disjoint, tile the
         split and differ by at most one record (see shard_reader.sharding).
     augment: `f(image, mask) -> (image, mask)` on one example (as above, in `dtype`), applied
@@ -228,6 +229,11 @@ def make_dataset(
         )
     if repeat:
         dataset = dataset.repeat()
+    else:
+        # The count is known from metadata.json: Keras then shows "3/3" and does not warn
+        # that the input "ran out of data" at the end of evaluate() or validation.
+        batches = part // batch_size if drop_remainder else -(-part // batch_size)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     options = tf.data.Options()
     if input_context is not None:
         # Already sharded above: tf.distribute must not shard a second time.

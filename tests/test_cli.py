@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +255,13 @@ def test_swapped_folders_get_a_hint_before_the_job(sample_dataset, tmp_path, cap
     err = capsys.readouterr().err
     assert "the folders look swapped" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_summary_counts_one_shard_in_the_singular(prepared):
+    from beam_pipeline.commands.summary import format_summary
+
+    metadata = json.loads((Path(prepared[0]) / "metadata.json").read_text())
+    assert {split["num_shards"] for split in metadata["splits"].values()} >= {1}
+    summary = format_summary(metadata)
+    assert "1 shard " in summary and "1 shards" not in summary
+    assert f"{sum(s['num_shards'] for s in metadata['splits'].values())} shards," in summary

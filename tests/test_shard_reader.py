@@ -222,6 +222,24 @@ def test_steps_per_epoch_counts_batches_per_replica_step(data_dir):
         shard_reader.steps_per_epoch(data_dir, "train", total + 1, drop_remainder=True)
 
 
+@pytest.mark.parametrize("drop_remainder", [False, True])
+@pytest.mark.parametrize("num_pipelines", [1, 2])
+def test_one_pass_declares_its_batch_count(data_dir, drop_remainder, num_pipelines):
+    """Keras reads the cardinality: evaluate() shows n/n and never warns of running out."""
+    total = split_metadata(data_dir, "train")["num_examples"]
+    for index in range(num_pipelines):
+        context = tf.distribute.InputContext(num_pipelines, index, num_pipelines)
+        dataset = shard_reader.make_dataset(
+            data_dir, "train", BATCH, input_context=context, drop_remainder=drop_remainder
+        )
+        declared = int(dataset.cardinality())
+        assert declared == sum(1 for _ in dataset)  # what is declared is what comes
+        part = sharding.part_sizes(total, num_pipelines)[index]
+        assert declared == (part // BATCH if drop_remainder else -(-part // BATCH))
+    endless = shard_reader.make_dataset(data_dir, "train", BATCH, repeat=True)
+    assert endless.cardinality() == tf.data.INFINITE_CARDINALITY
+
+
 def test_more_pipelines_than_records_is_refused(data_dir):
     total = split_metadata(data_dir, "validation")["num_examples"]
     context = tf.distribute.InputContext(total + 1, 0)

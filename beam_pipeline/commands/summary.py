@@ -26,15 +26,15 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     for name, split in splits.items():
         size = sum(shard["bytes"] for shard in split["shards"])
         lines.append(
-            f"  {name:<12}{split['num_examples']:>9,} examples  {split['num_shards']:>4} shards"
-            f"  {size / 1e6:>9.1f} MB"
+            f"  {name:<12}{split['num_examples']:>9,} examples  {split['num_shards']:>4} "
+            f"{_shards(split['num_shards']):<6}  {size / 1e6:>9.1f} MB"
         )
     for reason, count in rejected["by_reason"].items():
         example = rejected.get("example_key", {}).get(reason, "")
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
     if run:
         lines.append(
-            f"  {shards} shards, {run['bytes_written'] / 1e6:.1f} MB written in "
+            f"  {shards} {_shards(shards)}, {run['bytes_written'] / 1e6:.1f} MB written in "
             f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
         )
     if "classes" in metadata:
@@ -83,3 +83,7 @@ def classes_lines(classes: dict[str, Any]) -> list[str]:
 def _shares(ids: list[int], stats, names: list[str], labelled: int) -> str:
     """`name 12 %, ...`: two significant digits, so a rare class never shows as 0.0 %."""
     return ", ".join(f"{names[c]} {stats.pixels[c] / labelled * 100:.2g} %" for c in ids)
+
+
+def _shards(count: int) -> str:
+    return "shard" if count == 1 else "shards"
