@@ -170,9 +170,17 @@ def file_reject(path: str, role: Role | None, reason: Reason, detail: str) -> Re
 
 
 def unrecognized(path: str, role: Role | None) -> Reject:
+    """Says what the names should be: a .bmp image is a common surprise, not a mystery."""
     where = f"{role} folder" if role else "data folder"
+    images = "images are KEY" + "|".join(IMAGE_EXTENSIONS)
+    masks = "masks KEY" + ", KEY".join(MASK_SUFFIXES if role else ONE_FOLDER_MASK_SUFFIXES)
+    expected = {Role.IMAGE: images, Role.MASK: masks.replace("masks", "masks are", 1)}
     return file_reject(
-        path, role, Reason.UNRECOGNIZED_FILE, f"{where} file with an unknown name or extension"
+        path,
+        role,
+        Reason.UNRECOGNIZED_FILE,
+        f"{where} file with an unknown name or extension "
+        f"({expected.get(role, f'{images}; {masks}')})",
     )
 
 
@@ -231,7 +239,8 @@ def resolve_pair(
             mask,
         )
     if not images:
-        return Reject(key, Reason.MISSING_IMAGE, f"mask {_name(masks[0])} has no image", None, mask)
+        detail = f"mask {_name(masks[0])} has no image KEY" + "|".join(IMAGE_EXTENSIONS)
+        return Reject(key, Reason.MISSING_IMAGE, detail, None, mask)
     odd = [f for f in (images[0], masks[0]) if not f.regular]
     if odd:
         names = ", ".join(basename(f.path) for f in odd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 from pathlib import Path
@@ -363,4 +364,10 @@ def test_reject_limit_publishes_nothing(catalogue, tmp_path, capsys):
     assert str(staged) in err
     lines = staged.read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(catalogue["rejects"])
+    # The one line says why, without Beam's step names.
+    reasons = collections.Counter(json.loads(line)["reason"] for line in lines)
+    reasons.pop("not_in_split", None)
+    top = max(reasons.values())
+    assert any(f"mostly {r} {top} (e.g. " in err for r, n in reasons.items() if n == top)
+    assert "while running" not in err and len(err.strip().splitlines()) == 1
     assert not list((out / ".segprep").rglob("*.tfrecord*"))

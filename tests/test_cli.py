@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,63 @@ def test_summary_counts_one_shard_in_the_singular(prepared):
     summary = format_summary(metadata)
     assert "1 shard " in summary and "1 shards" not in summary
     assert f"{sum(s['num_shards'] for s in metadata['splits'].values())} shards," in summary
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--image-dir", "I", "--mask_dir", "M", "--output_dir", "O"], "--image-dir: did you"),
+        (["--image_dir", "I", "--mask-dir", "M", "--output_dir", "O"], "--mask-dir: did you"),
+        (["--image_dir", "I", "--mask_dir", "M", "--output", "O"], "--output: did you mean"),
+        (["--data-dir", "D", "--output_dir", "O"], "--data-dir: did you mean --data_dir?"),
+    ],
+)
+def test_a_misspelt_required_flag_is_named_not_reported_missing(argv, message, capsys):
+    assert main(["prepare", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"unknown flag {message}" in err and "required" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("inside", ["images", "masks", "images/sub/out", "link"])
+def test_output_inside_an_input_folder_is_refused(sample_dataset, tmp_path, capsys, inside):
+    """The next run would list the shards, metadata and index as unrecognised input files."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(sample_dataset.image_dir).parent, data)
+    (tmp_path / "link").symlink_to(data / "images")  # outside by name, inside in fact
+    out = (tmp_path / "link" / "out") if inside == "link" else (data / inside / "out")
+    before = sorted(p.relative_to(tmp_path) for p in data.rglob("*"))
+    code = main(
+        ["prepare", "--image_dir", str(data / "images"), "--mask_dir", str(data / "masks")]
+        + ["--output_dir", str(out), *RUNNER_ARGS]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "lies inside --" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(tmp_path) for p in data.rglob("*")) == before  # nothing written
+    assert main(["prepare", "--data_dir", str(data), "--output_dir", str(data / "out")]) == 2
+    assert "lies inside --data_dir" in capsys.readouterr().err
+
+
+def test_summary_notes_a_split_left_empty(sample_dataset, prepared, tmp_path):
+    """A validation split asked for but empty fails every reader later: say so at once."""
+    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.launch.plan import make_plan
+
+    metadata = json.loads((Path(prepared[0]) / "metadata.json").read_text())
+    plan = make_plan(job_args(sample_dataset, tmp_path / "o", "--dry_run"))
+    assert "got no examples" not in format_summary(metadata, plan)
+    metadata["splits"]["validation"].update(num_examples=0, num_shards=0, shards=[])
+    (note,) = [line for line in format_summary(metadata, plan).splitlines() if "no ex" in line]
+    assert "validation got no examples: --validation_size 0.1 of" in note
+    train_only = make_plan(
+        job_args(sample_dataset, tmp_path / "o", "--validation_size", "0", "--dry_run")
+    )
+    assert "got no examples" not in format_summary(metadata, train_only)
+
+
+def test_data_dir_holding_two_folders_names_them(sample_dataset, tmp_path, capsys):
+    root = Path(sample_dataset.image_dir).parent  # images/ and masks/ side by side
+    code = main(["prepare", "--data_dir", str(root), "--output_dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"pass --image_dir {root}/images --mask_dir {root}/masks" in err

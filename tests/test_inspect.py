@@ -269,3 +269,12 @@ def test_count_is_capped_with_a_note(tmp_path, capsys):
     assert captured.out.splitlines()[-1] == str(out)
     assert inspect_sheet.MAX_COUNT == 64
     assert Image.open(out).size == _expected_size(64, SAMPLE_TILE)
+
+
+def test_no_rejects_is_good_news_not_an_error(dataset_copy, capsys):
+    (dataset_copy / REJECTS_FILE).write_bytes(b"")  # as a run with nothing rejected leaves it
+    before = sorted(os.listdir(dataset_copy.parent))
+    assert cli.main(["inspect", str(dataset_copy), "--rejects"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith(f"{dataset_copy} has no rejects: every entry was accepted")
+    assert sorted(os.listdir(dataset_copy.parent)) == before  # no empty sheet written

@@ -127,6 +127,22 @@ def test_ctrl_c_stops_every_process_exits_130_and_publishes_nothing(dataset, tmp
     assert not (out / ".segprep" / "lock").exists()
 
 
+def test_ctrl_c_while_the_writers_warm_up_is_one_line_too(dataset, tmp_path):
+    """The writers' fork server starts first and imports TensorFlow for ~2 s: a Ctrl-C then
+    reaches it mid-import, before multiprocessing shields it from Ctrl-C."""
+    out = tmp_path / "out"
+    process = start_cli(_args(dataset, out))
+    wait_for(lambda: descendants(process.pid) or process.poll() is not None, 60, "fork server")
+    tree = descendants(process.pid)
+    time.sleep(0.3)  # inside the TensorFlow import, which takes seconds
+    interrupt_group(process)
+    assert process.wait(timeout=60) == 130
+    err = process.stderr.read().decode()
+    assert err.strip() == "segprep: interrupted: nothing was published", err
+    wait_for(lambda: not [pid for pid in tree if Path(f"/proc/{pid}").exists()], 5, "exit")
+    assert _final_names(out) == []
+
+
 def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):
     out = tmp_path / "out"
     process = start_cli(_args(dataset, out))

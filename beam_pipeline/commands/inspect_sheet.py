@@ -460,6 +460,10 @@ def _staged_rejects(directory: str) -> str | None:
     return max(found, key=lambda path: (tf.io.gfile.stat(path).mtime_nsec, path))
 
 
+class NoRejects(Exception):
+    """Good news, not an error: there is no sheet of rejects to draw."""
+
+
 def rejects_source(directory: str) -> str:
     """The published rejects.jsonl of a finished output, else the newest run's staged one."""
     import tensorflow as tf
@@ -485,9 +489,9 @@ def reject_entries(directory: str, count: int) -> tuple[list[Entry], int, str]:
     """
     path = rejects_source(directory)
     data, _ = _read(path, REJECTS_FILE)
-    if data is None:
-        raise UsageError(f"{path} is missing or empty: {directory} has no rejects to show")
-    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    lines = [line for line in (data or b"").decode("utf-8", "replace").splitlines() if line.strip()]
+    if not lines:
+        raise NoRejects(f"{directory} has no rejects: every entry was accepted ({path} lists none)")
     entries = []
     with truncated_images_allowed():
         for line in lines[:count]:
@@ -614,7 +618,11 @@ def run_inspect(directory: str, split: str, count: int, out: str | None, rejects
             file=sys.stderr,
         )
         count = MAX_COUNT
-    sheet = build_sheet(directory, split, count, rejects)
+    try:
+        sheet = build_sheet(directory, split, count, rejects)
+    except NoRejects as news:
+        print(news)
+        return 0
     buffer = io.BytesIO()
     sheet.image.save(buffer, format="PNG")
     print(write_new(path, buffer.getvalue()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from segcore.splits import num_shards_note
+from segcore.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
 SHOWN_ABSENT = 8
@@ -42,6 +42,8 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
         lines.append(f"  {note}")
+    if plan is not None:
+        lines.extend(_empty_split_notes(splits, plan.job.planning.fractions, accepted))
     if plan is not None and plan.listing is not None and plan.listing.hidden:
         lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
     output = metadata["parameters"]["output_dir"]
@@ -87,3 +89,17 @@ def _shares(ids: list[int], stats, names: list[str], labelled: int) -> str:
 
 def _shards(count: int) -> str:
     return "shard" if count == 1 else "shards"
+
+
+def _empty_split_notes(
+    splits: dict[str, Any], fractions: SplitFractions, accepted: int
+) -> list[str]:
+    """A split asked for but left empty: its readers would fail later, say it now."""
+    asked = {"train": fractions.train, "validation": fractions.validation}
+    return [
+        f"  note: {name} got no examples: --{name}_size {asked[name]:g} of {accepted:,} "
+        "accepted entries, each placed by a hash of its key, left it empty; more data or a "
+        f"larger --{name}_size fills it"
+        for name, fraction in asked.items()
+        if fraction > 0 and not splits.get(name, {}).get("num_examples")
+    ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import hashlib
@@ -128,7 +129,7 @@ def commit(
         raise RejectLimitError(
             f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
             f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
-            f"see {staged}{REJECTS_FILE}"
+            f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
     tfds = []
     for name, data in tfds_info.tfds_files(DatasetInfo.from_json(info)).items():
@@ -225,3 +226,21 @@ class CommitOutput(beam.PTransform):
                 settings=self._settings,
             )
         )
+
+
+def _commonest_reasons(rejects: list[Reject], shown: int = 2, detail_chars: int = 120) -> str:
+    """The refusal's line says why: the commonest reasons, the first with an example."""
+    counts = collections.Counter(r.reason for r in rejects if r.reason != Reason.NOT_IN_SPLIT)
+    parts = []
+    for index, (reason, count) in enumerate(counts.most_common(shown)):
+        part = f"{reason.value} {count}"
+        if index == 0:
+            example = next(r for r in rejects if r.reason == reason)
+            detail = " ".join(example.detail.split())
+            if len(detail) > detail_chars:
+                detail = detail[: detail_chars - 3] + "..."
+            part += f" (e.g. {example.key}: {detail})"
+        parts.append(part)
+    if len(counts) > shown:
+        parts.append(f"{len(counts) - shown} more reasons")
+    return "mostly " + ", ".join(parts)

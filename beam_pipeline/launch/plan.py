@@ -145,11 +145,16 @@ def make_plan(argv: list[str]) -> RunPlan:
     """Parse, check and resolve everything; raises UsageError with one line on any mistake."""
     parser = build_parser()
     _raise_usage_errors(parser)
-    args, rest = parser.parse_known_args(argv)
-    masks.check_mask_flags(args)
-    layout = _layout(args)
+    try:
+        args, rest = parser.parse_known_args(argv)
+        masks.check_mask_flags(args)
+        layout = _layout(args)
+    except UsageError:
+        _refuse_unknown_flags(argv, parser)  # a misspelt --image_dir explains "required"
+        raise
     output_dir = storage.normalize_dir(args.output_dir)
     folders = tuple(folder for folder in (layout.image_dir, layout.mask_dir) if folder)
+    _refuse_output_inside_inputs(output_dir, layout, args)
     paths = (*folders, output_dir)  # what the writers read and write
     if _may_use_writer_pool(args, paths):
         writer_pool.warm_up()  # before Beam's parser loads Beam: TensorFlow imports beside it
@@ -335,6 +340,39 @@ def _parse_beam_flags(rest: list[str], ours: argparse.ArgumentParser) -> argpars
     if getattr(known, "no_wait_until_finish", False):
         raise UsageError("use --no_wait (segprep's name for Beam's --no_wait_until_finish)")
     return known
+
+
+def _refuse_unknown_flags(argv: list[str], ours: argparse.ArgumentParser) -> None:
+    """Raise for the first flag neither segprep's nor Beam's parser knows."""
+    beam = _beam_parser()
+    options = [o for p in (ours, beam) for a in p._actions for o in a.option_strings]
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-") and not _is_number(name) and name not in options:
+            raise UsageError(f"unknown flag {name}{_suggestion(name, options)}")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _refuse_output_inside_inputs(output_dir: str, layout: Layout, args: argparse.Namespace) -> None:
+    """Shards written inside an input folder would be listed as input by the next run."""
+
+    def real(path: str) -> str:  # through links, where the folders are local
+        return os.path.realpath(path) + "/" if storage.is_local(path) else path
+
+    image_flag, mask_flag = _flags(args)
+    for folder, flag in ((layout.image_dir, image_flag), (layout.mask_dir, mask_flag)):
+        if folder and real(output_dir).startswith(real(folder)):
+            raise UsageError(
+                f"--output_dir {output_dir} lies inside {flag} {folder}: the next run would "
+                "read the shards as input; write the output outside the data folders"
+            )
 
 
 def _suggestion(name: str, options: list[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
@@ -43,13 +44,32 @@ def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str])
         suffixes = ", ".join(f"KEY{suffix}" for suffix in ONE_FOLDER_MASK_SUFFIXES)
         raise UsageError(
             f"{image_flag} {layout.image_dir}: no image KEY.jpg|.jpeg|.png has a mask beside it "
-            f"named {suffixes}"
+            f"named {suffixes}{_two_folder_hint(layout.image_dir)}"
         )
     suffixes = ", ".join(f"KEY{suffix}" for suffix in MASK_SUFFIXES)
     raise UsageError(
         f"no image in {image_flag} has a mask in {mask_flag} {layout.mask_dir}; masks must be "
         f"named {suffixes} for an image KEY.jpg: check both folders"
     )
+
+
+def _two_folder_hint(folder: str, most: int = 6) -> str:
+    """One folder given, but it holds an image folder and a mask folder: name them."""
+    try:
+        subfolders = sorted(entry.path for entry in os.scandir(folder) if _is_folder(entry))
+    except OSError:
+        return ""
+    if len(subfolders) > most:
+        return ""
+    for images in subfolders:
+        for masks in subfolders:
+            if images != masks and list_local(Layout(images + "/", masks + "/")).entries.pairs:
+                return f"; it holds two folders: pass --image_dir {images} --mask_dir {masks}"
+    return ""
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    return entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
 
 
 def check_remote_inputs(layout: Layout, flags: tuple[str, str]) -> None:

@@ -6,9 +6,15 @@ once instead of spending about a second tearing TensorFlow down.
 
 import atexit
 import os
+import signal
 
-import tensorflow  # noqa: F401 - what every shard writer needs, loaded before forking
+# multiprocessing's fork server shields itself from Ctrl-C only after its preload; during
+# the ~2 s TensorFlow import a Ctrl-C (sent to the whole foreground group) would print a
+# traceback. Leave quietly instead: the launcher reports the interruption.
+signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
-import beam_pipeline.job.shard_work  # noqa: F401
+import tensorflow  # noqa: E402, F401 - what every shard writer needs, loaded before forking
+
+import beam_pipeline.job.shard_work  # noqa: E402, F401
 
 atexit.register(os._exit, 0)
