@@ -128,7 +128,8 @@ def test_help_lists_every_option_once_with_its_default(command, capsys):
             continue
         flag = action.option_strings[-1]
         assert flag in out and action.help, action.dest
-        default = action.default not in (None, False) and not action.required
+        no_default = any(action.default is no for no in (None, False))  # 0 is a default
+        default = not no_default and not action.required
         assert (f"(default: {action.default})" in out) is default or "%" in action.help, flag
         assert action.help.count("default") <= 1, f"{flag} states its default twice"
     if command == "prepare":

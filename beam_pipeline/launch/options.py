@@ -89,7 +89,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default only where there is one: not on required flags or on switches."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.required or action.default in (None, False, argparse.SUPPRESS):
+        # Identity, not ==: a default of 0 (auto) is a default worth showing, and 0 == False.
+        if action.required or any(action.default is no for no in (None, False, argparse.SUPPRESS)):
             return action.help or ""
         return super()._get_help_string(action)
 
@@ -205,8 +206,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         type=count_or_auto,
         default=DEFAULT_WRITER_PROCESSES,
         help="local runs on local files: processes that write shards side by side, 0 = one "
-        "per core, 1 = write in the runner's process (Dataflow and Beam's multi-process "
-        "mode parallelise by themselves and ignore this)",
+        "per core, 1 = write in the runner's process (Dataflow parallelises by itself and "
+        "ignores this)",
     )
     parser.add_argument(
         "--max_reject_fraction",

@@ -464,8 +464,9 @@ def _may_use_writer_pool(args: argparse.Namespace, paths) -> bool:
 def _writer_processes(args: argparse.Namespace, runner: RunnerPlan, paths) -> int:
     """Writer processes only for the in-process runner on local files and a real run.
 
-    Remote runners and Beam's multi-process mode already run a process per core, and gs://
-    paths are latency-bound (threads hide that) and need this process's credentials.
+    Remote runners run their own workers, Beam's multi_threading mode writes in its own
+    threads, and gs:// paths are latency-bound (threads hide that) and need this process's
+    credentials.
     """
     if args.dry_run or not runner.in_process or not all(storage.is_local(p) for p in paths):
         return 1
