@@ -117,3 +117,12 @@ def test_coco_layout_lists_only_the_image_folder():
     for mask_dir, annotations in ((None, None), ("/m/", "/c.json")):
         with pytest.raises(ValueError):
             Layout("/img/", mask_dir, annotations)
+
+
+def test_unsupported_image_types_are_told_the_accepted_names():
+    assert "(images are KEY.jpg|.jpeg|.png)" in unrecognized("/d/i/a.bmp", Role.IMAGE).detail
+    assert "masks are KEY_mask.mat, KEY_mask.png" in unrecognized("/d/m/a.jpg", Role.MASK).detail
+    one_folder = unrecognized("/d/a.webp", None).detail
+    assert "images are KEY.jpg" in one_folder and "masks KEY_mask.mat" in one_folder
+    orphan = resolve_pair("a", [], [SourceFile("/d/m/a.png", 10)])
+    assert orphan.detail == "mask a.png has no image KEY.jpg|.jpeg|.png"
