@@ -25,6 +25,7 @@ from segcore.class_stats import ClassStats, median_frequency_weights
 from segcore.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from segcore.naming import (
     METADATA_FILE,
+    SEGPREP_DIR,
     TFDS_FILES,
     index_name,
     key_table_name,
@@ -413,9 +414,14 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
     path = join(data_dir, METADATA_FILE)
     if not file_exists(path):
+        if is_remote(data_dir) or os.path.isdir(join(data_dir, SEGPREP_DIR)):
+            raise IncompleteOutputError(
+                f"{path} not found: {data_dir} is not a finished segprep output "
+                "(the job failed or is still running); re-run `segprep prepare`"
+            )
         raise IncompleteOutputError(
-            f"{path} not found: {data_dir} is not a finished segprep output "
-            "(the job failed or is still running); re-run `segprep prepare`"
+            f"{path} not found: no segprep run ever wrote into {data_dir}; pass the "
+            "--output_dir of `segprep prepare`"
         )
     try:
         return json.loads(read_file(path))

@@ -128,7 +128,10 @@ def test_missing_path_says_it_does_not_exist(tmp_path):
         dataset_info.load(tmp_path / "nope")
     with pytest.raises(IncompleteOutputError, match="nope does not exist"):
         shard_reader.make_dataset(str(tmp_path / "nope"), "train", 2)
-    with pytest.raises(IncompleteOutputError, match="still running"):
+    with pytest.raises(IncompleteOutputError, match="no segprep run ever wrote into"):
+        shard_reader.load_split(tmp_path, "train")  # an input folder, say
+    (tmp_path / ".segprep").mkdir()  # a run began here
+    with pytest.raises(IncompleteOutputError, match="failed or is still running"):
         shard_reader.load_split(tmp_path, "train")
     (tmp_path / "file").write_text("x")
     with pytest.raises(IncompleteOutputError, match="is not a directory"):
