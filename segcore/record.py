@@ -24,6 +24,10 @@ class Record:
     width: int
     image_transcoded: bool
     class_stats: ClassStats | None = None  # class-id masks: this mask's counts
+    # The image has an EXIF orientation that was not applied (its mask has the stored
+    # size): right when the mask was drawn on the stored pixels, wrong when drawn on the
+    # displayed view of a square image. Counted so the summary can say so.
+    exif_ignored: bool = False
 
 
 def make_record(
@@ -49,7 +53,9 @@ def make_record(
     image = _aligned(image, image_bytes, mask.shape)
     encoded_mask = encode_mask(mask, mask_format)
     serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
-    return Record(key, serialized, image.height, image.width, image.transcoded)
+    return Record(
+        key, serialized, image.height, image.width, image.transcoded, None, image.orientation != 1
+    )
 
 
 def make_class_record(
@@ -117,7 +123,9 @@ def _class_record(
     encoded_mask = encode_class_mask(ids, settings)
     serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
     stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
-    return Record(key, serialized, image.height, image.width, image.transcoded, stats)
+    return Record(
+        key, serialized, image.height, image.width, image.transcoded, stats, image.orientation != 1
+    )
 
 
 def _guarded(decode, reason: Reason, *args):

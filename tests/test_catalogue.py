@@ -350,6 +350,15 @@ def test_exif_rotation_follows_the_mask(catalogue):
     np.testing.assert_array_equal(_stored_mask(as_displayed), blob_mask(W, H) == 1)
 
 
+def test_an_exif_orientation_kept_as_stored_is_counted_and_told(catalogue):
+    """Square photos give no size evidence: the summary says how many kept their pixels."""
+    from beam_pipeline.commands.summary import format_summary
+
+    metadata = catalogue["result"].metadata
+    assert metadata["exif_orientation_ignored"] == 1  # as_stored; as_displayed was rotated
+    assert "note: 1 image carries an EXIF orientation kept as stored" in format_summary(metadata)
+
+
 def test_reject_limit_publishes_nothing(catalogue, tmp_path, capsys):
     out = tmp_path / "limited"
     code = main(

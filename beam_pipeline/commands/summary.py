@@ -44,6 +44,14 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         lines.append(f"  {note}")
     if plan is not None:
         lines.extend(_empty_split_notes(splits, plan.job.planning.fractions, accepted))
+    exif = metadata.get("exif_orientation_ignored")
+    if exif:
+        lines.append(
+            f"  note: {exif:,} {'image carries' if exif == 1 else 'images carry'} an EXIF "
+            "orientation kept as stored (the mask has the stored size, as "
+            "tf.io.decode_jpeg decodes); a mask drawn on the displayed view of a square "
+            "photo would be misaligned: see docs/bad-input.md"
+        )
     if plan is not None and plan.listing is not None and plan.listing.hidden:
         lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
     output = metadata["parameters"]["output_dir"]

@@ -111,6 +111,7 @@ def commit(
         key_tables=key_tables,
     )
     info["num_discovered"] = discovered
+    info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings)
     info["run"] = {"run_id": settings.run_id}

@@ -51,6 +51,7 @@ class WrittenShard:
     index_sha256: str = ""
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
+    exif_ignored_images: int = 0  # accepted images whose EXIF orientation was not applied
 
 
 def write_shard(
@@ -69,7 +70,7 @@ def write_shard(
     classes = settings.classes
     # A running sum, not a list: a record's stats hold num_classes counts (up to 65,535).
     stats = ClassStats.empty(classes.num_classes) if classes.is_classes else None
-    transcoded = 0
+    transcoded = exif_ignored = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
     try:
@@ -86,6 +87,7 @@ def write_shard(
                 writer.write(record.serialized)
                 written.append((pair.key, len(record.serialized)))
                 transcoded += record.image_transcoded
+                exif_ignored += record.exif_ignored
                 shapes.add((record.height, record.width))
                 if stats is not None:
                     stats = sum_stats((stats, record.class_stats), classes.num_classes)
@@ -105,6 +107,7 @@ def write_shard(
         index_bytes,
         index_sha256,
         None if stats is None else stats.to_json(),
+        exif_ignored,
     )
     return shard, tuple(rejects)
 
