@@ -278,3 +278,10 @@ def test_no_rejects_is_good_news_not_an_error(dataset_copy, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith(f"{dataset_copy} has no rejects: every entry was accepted")
     assert sorted(os.listdir(dataset_copy.parent)) == before  # no empty sheet written
+
+
+def test_a_missing_rejects_file_is_no_good_news(dataset_copy, capsys):
+    (dataset_copy / REJECTS_FILE).unlink()
+    assert cli.main(["inspect", str(dataset_copy), "--rejects"]) == 2
+    err = capsys.readouterr().err
+    assert "rejects.jsonl file not readable" in err and "every entry was accepted" not in err

@@ -488,7 +488,9 @@ def reject_entries(directory: str, count: int) -> tuple[list[Entry], int, str]:
     Also returns the total number of lines and the rejects.jsonl path they came from.
     """
     path = rejects_source(directory)
-    data, _ = _read(path, REJECTS_FILE)
+    data, problem = _read(path, REJECTS_FILE)
+    if data is None and problem != f"{REJECTS_FILE} file empty":
+        raise UsageError(f"{path}: {problem}; run `segprep verify {directory}`")
     lines = [line for line in (data or b"").decode("utf-8", "replace").splitlines() if line.strip()]
     if not lines:
         raise NoRejects(f"{directory} has no rejects: every entry was accepted ({path} lists none)")
