@@ -11,7 +11,6 @@ import atexit
 import gc
 import logging
 import os
-import re
 import signal
 import sys
 import traceback
@@ -248,9 +247,7 @@ def _report(error: BaseException, verbose: bool) -> int:
     if isinstance(error, UsageError):
         return _fail(verbose, f"error: {error}", 2)
     if isinstance(error, RejectLimitError):
-        # Beam appends the step that raised: segprep's own line needs no Beam internals.
-        line = re.sub(r" \[while running '[^']*'\]$", "", str(error).splitlines()[0])
-        return _fail(verbose, line, 1)
+        return _fail(verbose, str(error).splitlines()[0], 1)
     first_line = (str(error).strip().splitlines() or [""])[0]
     hint = "" if verbose else " (run with --verbose for the traceback)"
     return _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)

@@ -7,3 +7,7 @@ class UsageError(Exception):
 
 class RejectLimitError(RuntimeError):
     """More input was rejected than --max_reject_fraction allows: nothing was published."""
+
+    # Beam leaves an exception so marked as it is, instead of appending the step that
+    # raised it ("[while running 'Commit/...']"): the message is a whole line for the user.
+    _tagged_with_step = True

@@ -31,9 +31,7 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -46,15 +44,21 @@ SAMPLE_SECONDS = 0.25
 BIN = Path(sys.executable).parent
 
 
-def dataset(n: int) -> Path:
-    """N entries in the real layout; the pool's breakages repeat every 200 keys."""
+def _pool(name: str, **options) -> Path:
+    """POOL sample entries under CACHE/name, written once (a `done` file marks them whole)."""
     from beam_pipeline.commands.sample_data import write_sample_data
 
-    pool = CACHE / "pool"
+    pool = CACHE / name
     if not (pool / "done").exists():
         shutil.rmtree(pool, ignore_errors=True)
-        write_sample_data(pool, count=POOL, seed=0)
+        write_sample_data(pool, count=POOL, seed=0, **options)
         (pool / "done").write_text("")
+    return pool
+
+
+def dataset(n: int) -> Path:
+    """N entries in the real layout; the pool's breakages repeat every 200 keys."""
+    pool = _pool("pool")
     target = CACHE / f"sample-{n}"
     if (target / "done").exists():
         return target
@@ -80,13 +84,7 @@ def class_datasets(n: int) -> tuple[Path, Path]:
     import numpy as np
     from PIL import Image
 
-    from beam_pipeline.commands.sample_data import write_sample_data
-
-    pool = CACHE / "class-pool"
-    if not (pool / "done").exists():
-        shutil.rmtree(pool, ignore_errors=True)
-        write_sample_data(pool, count=POOL, seed=0, classes=CLASSES)
-        (pool / "done").write_text("")
+    pool = _pool("class-pool", classes=CLASSES)
     classes, binary = CACHE / f"classes-{n}", CACHE / f"classes-{n}-binary"
     if (classes / "done").exists() and (binary / "done").exists():
         return classes, binary
@@ -207,56 +205,18 @@ def classes_main(sizes: list[int], repeats: int) -> None:
         )
 
 
-def _tree_pss(pid: int) -> int:
-    """Proportional set size of a process and all its descendants: pages shared by forked
-    processes count once in total (RSS would count them once per process)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        stack.extend(children.get(current, []))
-        try:
-            with open(f"/proc/{current}/smaps_rollup") as handle:
-                for line in handle:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-    return total
-
-
 def timed(command: list[str]) -> tuple[float, int, str]:
-    """(wall seconds, peak tree PSS bytes, stdout) of a command."""
+    """(wall seconds, peak tree PSS bytes, stdout) of a command, until every process it
+    started has let go of its output."""
+    from tests.process_tree import run_measured  # the tests' process-tree PSS sampler
+
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_pss(process.pid))
-            time.sleep(SAMPLE_SECONDS)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = process.communicate()
+    done, peak = run_measured(command, env=env, timeout=None, sample_seconds=SAMPLE_SECONDS)
     seconds = time.perf_counter() - started
-    done.set()
-    sampler.join()
-    if process.returncode != 0:
-        raise RuntimeError(f"{command[:3]} failed: {err.decode()[-2000:]}")
-    return seconds, peak, out.decode()
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed: {done.stderr[-2000:]}")
+    return seconds, peak, done.stdout
 
 
 UNPAIRED = ("missing_image", "missing_mask")

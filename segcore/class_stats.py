@@ -125,25 +125,31 @@ _RUNS_PER_PIXEL_LIMIT = 8  # runs shorter than this on average: plain bincount i
 
 def sum_stats(stats: Iterable[ClassStats], num_classes: int) -> ClassStats:
     """The sum of any number of stats (a shard's records, a split's shards), in any order."""
-    pixels = np.zeros(num_classes, dtype=np.int64)
-    images = np.zeros(num_classes, dtype=np.int64)
-    image_pixels = np.zeros(num_classes, dtype=np.int64)
-    ignored = total = 0
+    total = StatsSum(num_classes)
     for part in stats:
-        if part.num_classes != num_classes:
-            raise ValueError(f"stats of {part.num_classes} classes, expected {num_classes}")
-        pixels += part.pixels
-        images += part.images
-        image_pixels += part.image_pixels
-        ignored += part.ignored_pixels
-        total += part.num_images
-    return ClassStats(
-        tuple(pixels.tolist()),
-        tuple(images.tolist()),
-        tuple(image_pixels.tolist()),
-        ignored,
-        total,
-    )
+        total.add(part)
+    return total.result()
+
+
+class StatsSum:
+    """A running sum in numpy: a record's stats hold num_classes counts (up to 65,535), too
+    many to turn back into tuples after every record of a shard."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self._vectors = np.zeros((3, num_classes), dtype=np.int64)  # pixels, images, image_px
+        self._ignored = self._images = 0
+
+    def add(self, part: ClassStats) -> None:
+        if part.num_classes != self.num_classes:
+            raise ValueError(f"stats of {part.num_classes} classes, expected {self.num_classes}")
+        self._vectors += (part.pixels, part.images, part.image_pixels)
+        self._ignored += part.ignored_pixels
+        self._images += part.num_images
+
+    def result(self) -> ClassStats:
+        pixels, images, image_pixels = (tuple(row) for row in self._vectors.tolist())
+        return ClassStats(pixels, images, image_pixels, self._ignored, self._images)
 
 
 def classes_section(

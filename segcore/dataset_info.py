@@ -31,6 +31,7 @@ from segcore.naming import (
     key_table_name,
     parse_shard_name,
 )
+from segcore.record_index import is_count
 
 # Bumped only for changes an older reader would misread; added optional fields keep it.
 FORMAT_VERSION = 1
@@ -118,11 +119,15 @@ class ClassesInfo:
 
     num_classes: int
     ignore_index: int
-    png_bit_depth: int  # of the stored single-channel PNGs: 8 or 16
     names: tuple[str, ...] | None = None
     colormap: tuple[RGB, ...] | None = None
     stats: Mapping[str, ClassStats] = dataclasses.field(default_factory=dict)  # per split
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # coco, ...
+
+    @property
+    def png_bit_depth(self) -> int:
+        """Of the stored single-channel PNGs: 8 or 16, as the ignore index needs."""
+        return class_png_bit_depth(self.ignore_index)
 
     @property
     def mask_dtype(self) -> np.dtype:
@@ -165,9 +170,9 @@ class ClassesInfo:
         if not isinstance(data, dict):
             raise MetadataError(f"{where}: not an object")
         n, ignore, depth = (data.get(k) for k in ("num_classes", "ignore_index", "png_bit_depth"))
-        if not (_is_count(n) and 2 <= n <= MAX_CLASS_ID):
+        if not (is_count(n) and 2 <= n <= MAX_CLASS_ID):
             raise MetadataError(f"{where}: num_classes {n!r} is not from 2 to {MAX_CLASS_ID}")
-        if not (_is_count(ignore) and n <= ignore <= MAX_CLASS_ID):
+        if not (is_count(ignore) and n <= ignore <= MAX_CLASS_ID):
             raise MetadataError(
                 f"{where}: ignore_index {ignore!r} is not from num_classes {n} to {MAX_CLASS_ID}"
             )
@@ -208,7 +213,6 @@ class ClassesInfo:
         return cls(
             num_classes=n,
             ignore_index=ignore,
-            png_bit_depth=depth,
             names=None if names is None else tuple(names),
             colormap=None if colormap is None else tuple((c[0], c[1], c[2]) for c in colormap),
             stats=stats,
@@ -263,7 +267,7 @@ class DatasetInfo:
         if not isinstance(data, dict):
             raise MetadataError("metadata.json is not a JSON object")
         version = data.get("format_version")
-        if not _is_count(version) or version < 1:
+        if not is_count(version) or version < 1:
             raise MetadataError(f"format_version {version!r} is not a version number")
         if version > FORMAT_VERSION:
             raise MetadataError(
@@ -299,13 +303,9 @@ class DatasetInfo:
         )
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _count(entry: Mapping[str, Any], field: str, where: str) -> int:
     value = entry.get(field)
-    if not _is_count(value):
+    if not is_count(value):
         raise MetadataError(f"{where}: {field} {value!r} is not a count")
     return value
 
@@ -336,7 +336,7 @@ def _split(name: Any, entry: Any) -> SplitInfo:
         raise MetadataError(f"{where}: num_shards {entry['num_shards']} but {len(shards)} listed")
     shape = entry.get("image_shape")
     if shape is not None and not (
-        isinstance(shape, list) and len(shape) == 2 and all(_is_count(n) and n for n in shape)
+        isinstance(shape, list) and len(shape) == 2 and all(is_count(n) and n for n in shape)
     ):
         raise MetadataError(f"{where}: image_shape {shape!r} is not [height, width]")
     key_table = entry.get("key_table")

@@ -66,10 +66,13 @@ def build_metadata(
         "parameters": dict(parameters),
         "versions": dict(versions),
     }
-    listed = [_file_ref(ref) for ref in tfds_files]
-    if listed:
-        info["tfds_files"] = sorted(listed, key=lambda ref: ref["file"])
-    return info
+    return with_tfds_files(info, tfds_files)
+
+
+def with_tfds_files(info: dict[str, Any], refs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """`info` listing the TFDS files' {file, bytes, sha256}, by name (none: not listed)."""
+    listed = [_file_ref(ref) for ref in refs]
+    return {**info, "tfds_files": sorted(listed, key=lambda ref: ref["file"])} if listed else info
 
 
 def _file_ref(ref: Mapping[str, Any]) -> dict[str, Any]:

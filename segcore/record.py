@@ -51,11 +51,7 @@ def make_record(
         _guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
     )
     image = _aligned(image, image_bytes, mask.shape)
-    encoded_mask = encode_mask(mask, mask_format)
-    serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
-    return Record(
-        key, serialized, image.height, image.width, image.transcoded, None, image.orientation != 1
-    )
+    return _record(key, image, encode_mask(mask, mask_format))
 
 
 def make_class_record(
@@ -120,12 +116,16 @@ def _aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...])
 def _class_record(
     key: str, image: ValidImage, ids: np.ndarray, settings: ClassMaskSettings
 ) -> Record:
-    encoded_mask = encode_class_mask(ids, settings)
-    serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
     stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
-    return Record(
-        key, serialized, image.height, image.width, image.transcoded, stats, image.orientation != 1
-    )
+    return _record(key, image, encode_class_mask(ids, settings), stats)
+
+
+def _record(
+    key: str, image: ValidImage, encoded_mask: bytes, stats: ClassStats | None = None
+) -> Record:
+    serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
+    exif_ignored = image.orientation != 1  # still tagged: not turned to match the mask
+    return Record(key, serialized, image.height, image.width, image.transcoded, stats, exif_ignored)
 
 
 def _guarded(decode, reason: Reason, *args):

@@ -112,13 +112,14 @@ def parse_key_table(data: bytes) -> list[KeyRow]:
             key, shard, record = json.loads(line)
         except (ValueError, TypeError) as error:
             raise IndexFormatError(f"line {number}: not [key, shard, record]: {error}") from None
-        if not (isinstance(key, str) and _is_count(shard) and _is_count(record)):
+        if not (isinstance(key, str) and is_count(shard) and is_count(record)):
             raise IndexFormatError(f"line {number}: not [key, shard, record]: {line!r}")
         rows.append(KeyRow(key, shard, record))
     return rows
 
 
-def _is_count(value: object) -> bool:
+def is_count(value: object) -> bool:
+    """A non-negative int that is not a bool (JSON's true is no count)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from segcore import dataset_info
 from segcore.naming import METADATA_FILE
 from shard_reader import sharding
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
@@ -325,7 +326,7 @@ def _plan_cache(
             "cache on disk, or cache=None"
         )
     path = os.fspath(cache) if isinstance(cache, str | os.PathLike) else None
-    if not isinstance(path, str) or not path or "://" in path:
+    if not isinstance(path, str) or not path or dataset_info.is_remote(path):
         raise ValueError(
             f"cache must be None, 'memory', 'auto' or a local directory, got {cache!r}"
         )
@@ -395,8 +396,7 @@ def _cache_name(
     metadata.json lists every shard with its sha256, so its bytes identify the data: a
     dataset rewritten in place gets a new cache instead of serving stale pixels.
     """
-    with tf.io.gfile.GFile(f"{str(data_dir).rstrip('/')}/{METADATA_FILE}", "rb") as handle:
-        metadata = handle.read()
+    metadata = dataset_info.read_file(dataset_info.join(data_dir, METADATA_FILE))
     num_pipelines, pipeline_id = pipeline
     identity = json.dumps(
         [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True

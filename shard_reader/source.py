@@ -237,10 +237,6 @@ class RecordSource:
                 keys.append(item["key"])
         return {"image": images, "mask": masks, "key": keys}
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """A batch of records (torch.utils.data fetches batches through this)."""
-        return [self[index] for index in indices]
-
     def index_of(self, key: str) -> int:
         """The split's record index holding `key` (from the key table, read on first use)."""
         if self._keys is None:

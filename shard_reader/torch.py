@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from shard_reader.source import RecordSource, resize_example, usable_cores
+from shard_reader.source import RecordSource, usable_cores
 
 STATE_VERSION = 1
 # RecordSource's mask dtypes: 0/1 and 8-bit class ids, 16-bit class ids widened.
@@ -133,12 +133,6 @@ class _Records(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.source)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = self.source[index]
-        if self.image_size is None:
-            return item
-        return resize_example(item, self.image_size, self.source.classes is not None)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple | _Ringed:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""

@@ -25,6 +25,10 @@ def metadata(output_dir: Path) -> dict:
     return json.loads((Path(output_dir) / METADATA_FILE).read_text())
 
 
+def write_metadata(output_dir: Path, info: dict) -> None:
+    (Path(output_dir) / METADATA_FILE).write_text(json.dumps(info, indent=2))
+
+
 def rejects(output_dir: Path) -> dict[str, dict]:
     lines = (Path(output_dir) / REJECTS_FILE).read_text().splitlines()
     return {json.loads(line)["key"]: json.loads(line) for line in lines}

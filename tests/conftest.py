@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -80,3 +81,29 @@ def indexed(unindexed, tmp_path_factory):
     shutil.copytree(unindexed, copy)
     index_output(str(copy))
     return copy
+
+
+@pytest.fixture(scope="session")
+def class_outputs(tmp_path_factory):
+    """The 8-bit and 16-bit class-id outputs of tests/class_reader_outputs.py, built once:
+    tests read them or copy them, never change them."""
+    from tests.class_reader_outputs import big_output, sample_output
+
+    root = tmp_path_factory.mktemp("class_outputs")
+    return {"8-bit": sample_output(root), "16-bit": big_output(root)}
+
+
+def published(out: Path) -> set[str]:
+    """Every published file, by its path under `out` (segprep's own .segprep/ aside)."""
+    return {
+        str(path.relative_to(out))
+        for path in out.rglob("*")
+        if path.is_file() and ".segprep" not in path.relative_to(out).parts
+    }
+
+
+def same_output(out: Path, reference: Path) -> None:
+    """The same published files, byte for byte (metadata.json holds run ids and timings)."""
+    assert published(out) == published(reference)
+    for name in published(reference) - {"metadata.json"}:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name

@@ -109,8 +109,11 @@ def tree_pss(root: int) -> int:
     return total * 1024
 
 
-def run_measured(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, int]:
-    """Run a command to its end; (result, peak PSS of its process tree, sampled every 20 ms).
+def run_measured(
+    command: list[str], *, sample_seconds: float = 0.02, **kwargs
+) -> tuple[subprocess.CompletedProcess, int]:
+    """Run a command to its end; (result, peak PSS of its process tree, sampled every
+    `sample_seconds`). benchmarks/writer.py measures with it too.
 
     Sampled rather than read from getrusage: a forked child's ru_maxrss starts at its
     parent's size (pytest's, here), and writer processes are not our children to wait for.
@@ -126,7 +129,7 @@ def run_measured(command: list[str], **kwargs) -> tuple[subprocess.CompletedProc
         nonlocal peak
         while not done.is_set():
             peak = max(peak, tree_pss(process.pid))
-            time.sleep(0.02)
+            time.sleep(sample_seconds)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

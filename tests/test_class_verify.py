@@ -4,7 +4,6 @@ each reported on their own line."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -12,21 +11,18 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.commands.verify import verify_output
-from segcore.naming import METADATA_FILE
+from tests.class_outputs import metadata, write_metadata
 from tests.class_reader_outputs import (
     BIG_CLASSES,
     SAMPLE_CLASSES,
-    big_output,
     png,
     rewrite_first_mask,
-    sample_output,
 )
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("class_verify")
-    return {"8-bit": sample_output(root), "16-bit": big_output(root)}
+def outputs(class_outputs):
+    return class_outputs
 
 
 @pytest.fixture(params=["8-bit", "16-bit"])
@@ -35,14 +31,6 @@ def copy(request, outputs, tmp_path):
     target = tmp_path / "out"
     shutil.copytree(outputs[request.param].directory, target)
     return target
-
-
-def metadata(directory) -> dict:
-    return json.loads((directory / METADATA_FILE).read_text())
-
-
-def write_metadata(directory, info: dict) -> None:
-    (directory / METADATA_FILE).write_text(json.dumps(info, indent=2))
 
 
 def test_sound_class_outputs_pass(outputs, capsys):

@@ -28,23 +28,14 @@ from segcore.naming import (
     shard_name,
 )
 from shard_reader.source import unframe
-
-
-def _metadata(directory: Path) -> dict:
-    return json.loads((directory / METADATA_FILE).read_text())
-
-
-def _write_metadata(directory: Path, metadata: dict) -> None:
-    (directory / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+from tests.class_outputs import metadata as _metadata
+from tests.class_outputs import write_metadata as _write_metadata
+from tests.conftest import published
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
     """Every published file's bytes (segprep's own .segprep folder records the run id)."""
-    return {
-        str(path.relative_to(directory)): path.read_bytes()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and ".segprep" not in path.parts
-    }
+    return {name: (directory / name).read_bytes() for name in published(directory)}
 
 
 @pytest.fixture

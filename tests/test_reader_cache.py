@@ -18,7 +18,13 @@ import tensorflow as tf
 import shard_reader
 from segcore.naming import METADATA_FILE, shard_name
 from shard_reader import dataset as reader_dataset
-from tests.test_shard_reader import random_flip, read_keys, shard_contents, split_metadata
+from tests.test_shard_reader import (
+    by_key,
+    random_flip,
+    read_keys,
+    shard_contents,
+    split_metadata,
+)
 
 BATCH = 4
 
@@ -43,21 +49,6 @@ def copy(data_dir, tmp_path) -> Path:
 def delete_shards(directory: Path, split: str = "train") -> None:
     for shard in split_metadata(directory, split)["shards"]:
         (directory / shard["file"]).unlink()
-
-
-def epochs_of_keys(dataset: tf.data.Dataset, steps: int, count: int) -> list[list[str]]:
-    iterator = dataset.as_numpy_iterator()
-    return [
-        [key.decode() for _ in range(steps) for key in next(iterator)[-1]] for _ in range(count)
-    ]
-
-
-def by_key(dataset: tf.data.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {
-        key.decode(): (image, mask)
-        for images, masks, keys in dataset.as_numpy_iterator()
-        for image, mask, key in zip(images, masks, keys, strict=True)
-    }
 
 
 def test_cached_epochs_are_exact_reshuffled_and_come_from_the_cache(copy, cache):

@@ -27,10 +27,8 @@ from tests.class_reader_outputs import (
     BIG_IGNORE,
     SAMPLE_CLASSES,
     ClassOutput,
-    big_output,
     png,
     rewrite_first_mask,
-    sample_output,
 )
 from tests.test_source import NO_TENSORFLOW
 
@@ -42,9 +40,8 @@ from shard_reader.torch import make_loader as torch_loader  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory) -> dict[str, ClassOutput]:
-    root = tmp_path_factory.mktemp("class_readers")
-    return {"8-bit": sample_output(root), "16-bit": big_output(root)}
+def outputs(class_outputs) -> dict[str, ClassOutput]:
+    return class_outputs
 
 
 @pytest.fixture(params=["8-bit", "16-bit"])

@@ -15,7 +15,7 @@ from segcore.features import MASK_THRESHOLD
 from segcore.naming import METADATA_FILE
 from shard_reader.decoding import dct_ratio
 from tests.conftest import job_args
-from tests.test_shard_reader import random_flip, split_metadata, write_mixed_sizes
+from tests.test_shard_reader import by_key, random_flip, split_metadata, write_mixed_sizes
 
 STORED = (160, 120)  # the sample dataset's size
 
@@ -33,14 +33,6 @@ def png_dir(sample_dataset, tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("png") / "out"
     launcher.run(job_args(sample_dataset, output, "--num_shards", "2", "--mask_format", "png"))
     return output
-
-
-def by_key(dataset: tf.data.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {
-        key.decode(): (image, mask)
-        for images, masks, keys in dataset.as_numpy_iterator()
-        for image, mask, key in zip(images, masks, keys, strict=True)
-    }
 
 
 def read_all(directory, split="validation", **settings) -> dict:
@@ -159,12 +151,7 @@ def test_uint8_output_and_augment_at_a_reduced_size(data_dir):
 def test_image_size_lets_mixed_sizes_batch(tmp_path):
     directory = tmp_path / "mixed"
     write_mixed_sizes(directory)
-    full = {
-        key[0].decode(): (image[0], mask[0])
-        for image, mask, key in shard_reader.make_dataset(
-            directory, "train", 1, training=False, with_keys=True
-        ).as_numpy_iterator()
-    }
+    full = by_key(shard_reader.make_dataset(directory, "train", 1, training=False, with_keys=True))
     size = (16, 20)
     dataset = shard_reader.make_dataset(
         directory, "train", 3, training=False, with_keys=True, image_size=size

@@ -15,6 +15,7 @@ import pytest
 
 from beam_pipeline.cli import main
 from beam_pipeline.commands.sample_data import write_sample_data
+from tests.conftest import same_output
 from tests.process_tree import descendants, interrupt_group, kill_and_check, start_cli, wait_for
 
 COUNT = 160  # 800x600 portraits: a few seconds of work for two writer processes
@@ -72,20 +73,6 @@ def _drain(stream) -> threading.Event:
     return closed
 
 
-def _published(out: Path) -> set[str]:
-    return {
-        str(path.relative_to(out))
-        for path in out.rglob("*")
-        if path.is_file() and ".segprep" not in path.relative_to(out).parts
-    }
-
-
-def _same_output(out: Path, clean: Path) -> None:
-    assert _published(out) == _published(clean)
-    for name in _published(clean) - {"metadata.json"}:  # holds the run id and timings
-        assert (out / name).read_bytes() == (clean / name).read_bytes(), name
-
-
 POINTS = {
     "locked": lambda out: (out / ".segprep" / "lock").exists(),
     "writing": lambda out: bool(_staged(out, complete=False)),
@@ -108,7 +95,7 @@ def test_kill_9_leaves_no_process_and_publishes_nothing(dataset, clean, tmp_path
     time.sleep(1.0)  # an orphan would publish now
     assert _final_names(out) == []
     assert main(_args(dataset, out)) == 0  # the rerun needs no --overwrite
-    _same_output(out, clean)
+    same_output(out, clean)
     assert main(["verify", str(out)]) == 0
 
 
@@ -167,6 +154,6 @@ def test_a_second_run_into_a_folder_in_use_is_refused(dataset, clean, tmp_path, 
     assert "is in use by run " in err and f"pid {first.pid} on " in err, err
     assert main(_args(dataset, out, "--overwrite")) == 2  # --overwrite does not break a lock
     assert first.wait(timeout=300) == 0, first.stderr.read().decode()
-    _same_output(out, clean)
+    same_output(out, clean)
     assert main(["verify", str(out)]) == 0
     assert main(_args(dataset, out, "--overwrite")) == 0  # free again once the first ended

@@ -21,6 +21,7 @@ from PIL import Image
 import shard_reader
 from segcore.naming import METADATA_FILE, shard_name
 from shard_reader import sharding
+from tests.handmade import write_output
 
 BATCH = 4
 
@@ -40,6 +41,14 @@ def shard_contents(data_dir: Path, split: str) -> list[list[bytes]]:
         [record.numpy() for record in tf.data.TFRecordDataset(str(data_dir / shard["file"]))]
         for shard in split_metadata(data_dir, split)["shards"]
     ]
+
+
+def by_key(dataset: tf.data.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {
+        key.decode(): (image, mask)
+        for images, masks, keys in dataset.as_numpy_iterator()
+        for image, mask, key in zip(images, masks, keys, strict=True)
+    }
 
 
 def key_of(serialized: bytes) -> str:
@@ -439,39 +448,8 @@ def write_mixed_sizes(directory: Path) -> dict[str, np.ndarray]:
 
     Returns the source masks by key.
     """
-    from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
-    from segcore.example import build_example
-    from segcore.mask_codec import encode_mask
-    from segcore.metadata import build_metadata, dumps
-
-    directory.mkdir(parents=True, exist_ok=True)
-    masks, shards = {}, []
-    for index, sizes in enumerate([[(40, 32), (32, 40)], [(40, 32)]]):
-        name = shard_name("train", index, 2)
-        with tf.io.TFRecordWriter(str(directory / name)) as writer:
-            for height, width in sizes:
-                key = f"k{len(masks)}"
-                image, mask = portrait(np.random.default_rng(len(masks)), height, width)
-                masks[key] = mask
-                writer.write(
-                    build_example(
-                        key, jpeg_bytes(image), encode_mask(mask * 255, "png"), height, width
-                    )
-                )
-        data = (directory / name).read_bytes()
-        shards.append(
-            {
-                "split": "train",
-                "file": name,
-                "num_examples": len(sizes),
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "image_shapes": [list(size) for size in sizes],
-            }
-        )
-    metadata = build_metadata(shards, [], mask_format="png", parameters={}, versions={})
-    (directory / METADATA_FILE).write_bytes(dumps(metadata))
-    return masks
+    written = write_output(directory, [[(40, 32), (32, 40)], [(40, 32)]], index=False)
+    return {key: mask for key, (_, mask) in written.items()}
 
 
 @pytest.fixture(scope="module")

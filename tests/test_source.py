@@ -23,14 +23,7 @@ from shard_reader.source import (
     resize_example,
 )
 from tests.handmade import write_output
-
-
-def _by_key(dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {
-        key.decode(): (image, mask)
-        for images, masks, keys in dataset.as_numpy_iterator()
-        for image, mask, key in zip(images, masks, keys, strict=True)
-    }
+from tests.test_shard_reader import by_key
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +38,7 @@ def test_items_equal_what_tf_data_yields(indexed):
     source = RecordSource(indexed, "train")
     info = shard_reader.load_split(indexed, "train")
     assert len(source) == info.num_examples
-    expected = _by_key(
+    expected = by_key(
         shard_reader.make_dataset(
             indexed, "train", 4, training=False, with_keys=True, dtype=tf.uint8
         )
@@ -67,7 +60,7 @@ def test_png_masks_and_mixed_sizes(png_output):
     directory, written = png_output
     source = RecordSource(directory, "train")
     assert len(source) == 4 and source.image_shape is None
-    expected = _by_key(
+    expected = by_key(
         shard_reader.make_dataset(
             directory, "train", 1, training=False, with_keys=True, dtype=tf.uint8
         )

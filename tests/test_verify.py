@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,6 +14,8 @@ from beam_pipeline import cli
 from beam_pipeline.commands.verify import verify_output
 from beam_pipeline.errors import UsageError
 from segcore.naming import METADATA_FILE, REJECTS_FILE, shard_name
+from tests.class_outputs import metadata as _metadata
+from tests.class_outputs import write_metadata as _write_metadata
 
 
 @pytest.fixture
@@ -23,14 +24,6 @@ def output_copy(prepared, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(prepared[0], copy)
     return copy
-
-
-def _metadata(directory) -> dict:
-    return json.loads((directory / METADATA_FILE).read_text())
-
-
-def _write_metadata(directory, metadata: dict) -> None:
-    (directory / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
 
 
 def _first_train_shard(directory) -> dict:

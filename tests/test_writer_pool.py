@@ -13,7 +13,7 @@ from beam_pipeline.launch.plan import make_plan
 from beam_pipeline.runtime import writer_pool
 from segcore.splits import MIN_SHARDS
 from tests import pool_probe
-from tests.conftest import job_args
+from tests.conftest import job_args, same_output
 
 
 def test_pool_runs_work_in_other_processes_that_start_warm_without_beam():
@@ -100,19 +100,7 @@ def test_writer_processes_and_the_runner_process_write_the_same_output(sample_da
     shards = sum(split["num_shards"] for split in pooled.metadata["splits"].values())
     assert shards >= MIN_SHARDS
     assert pooled.counters == inline.counters and pooled.counters["shards_written"] >= 2
-    files = _published(tmp_path / "1")
-    assert files == _published(tmp_path / "2")
-    for name in files - {"metadata.json"}:  # metadata.json holds the run id and timings
-        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
-
-
-def _published(out) -> set[str]:
-    """Every published file, by its path under `out` (segprep's own .segprep/ aside)."""
-    return {
-        str(path.relative_to(out))
-        for path in out.rglob("*")
-        if path.is_file() and ".segprep" not in path.relative_to(out).parts
-    }
+    same_output(tmp_path / "2", tmp_path / "1")
 
 
 def test_beams_multi_process_mode_is_refused(tmp_path):

@@ -20,6 +20,7 @@ import uuid
 
 import tensorflow as tf
 
+from beam_pipeline.commands.verify import file_sha256
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import output_protocol, storage
 from segcore import dataset_info, metadata, record_index, tf_example, tfds_info
@@ -31,8 +32,6 @@ from segcore.naming import (
     key_table_name,
     run_dir,
 )
-
-_CHUNK = 8 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,11 +143,7 @@ def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.Shard
     path = f"{base}/{shard.file}"
     if not tf.io.gfile.exists(path):
         raise UsageError(f"{shard.file} is missing: run `segprep verify {base}`")
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != shard.sha256:
+    if file_sha256(path) != shard.sha256:
         raise UsageError(
             f"{shard.file} does not match its sha256 in metadata.json: "
             f"run `segprep verify {base}`; nothing was written"
@@ -162,7 +157,7 @@ def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.Shard
     except (tf.errors.OpError, IndexError, ValueError) as error:
         raise UsageError(f"{shard.file} cannot be indexed: {error}") from None
     indexed = record_index.index_shard(shard.file, records)
-    frames = record_index.parse_index(indexed.index_bytes)
+    frames = record_index.frame_offsets(length for _, length in records)
     end = frames[-1][0] + frames[-1][1] if frames else 0
     if len(frames) != shard.num_examples or end != shard.bytes:
         raise UsageError(

@@ -285,13 +285,14 @@ def _split_total(metadata: dict, directory: str, split: str) -> int:
     return total
 
 
-def shard_entries(directory: str, split: str, count: int) -> tuple[list[Entry], int]:
+def shard_entries(
+    directory: str, metadata: dict, split: str, count: int
+) -> tuple[list[Entry], int]:
     """The first `count` examples of `split` exactly as the training reader yields them."""
     import tensorflow as tf
 
     from shard_reader.dataset import make_dataset
 
-    metadata = _load_metadata(directory)
     total = _split_total(metadata, directory, split)
     dataset = make_dataset(directory, split, batch_size=1, training=False, with_keys=True)
     entries = []
@@ -600,7 +601,7 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
             f"coloured by {colours} | image, classes, overlay"
         )
         return render(entries, title, legend)
-    entries, total = shard_entries(directory, split, count)
+    entries, total = shard_entries(directory, metadata, split, count)
     title = (
         f"{directory} | {split}: {len(entries)} of {total} examples as training reads "
         "them (mask thresholded at 128) | image, mask, overlay"

@@ -251,7 +251,7 @@ class _Checker:
         size = tf.io.gfile.stat(path).length
         if size != entry.get("bytes"):
             self.problem(f"{name}: {size} bytes, metadata.json says {entry.get('bytes')}")
-        digest = _sha256(path)
+        digest = file_sha256(path)
         if digest != entry.get("sha256"):
             self.problem(f"{name}: sha256 {digest}, metadata.json says {entry.get('sha256')}")
         count = 0
@@ -646,7 +646,8 @@ def _lists_index(metadata: dict[str, Any]) -> set[str]:
     return {name for name in names if isinstance(name, str)}
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a local or gs:// file, read in chunks."""
     digest = hashlib.sha256()
     with tf.io.gfile.GFile(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):

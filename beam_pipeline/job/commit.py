@@ -98,6 +98,15 @@ def commit(
         )
     published = final_names(shards)
     staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    # The refusal comes before any further staging: its rejects are all a refused run keeps.
+    storage.write_bytes(staged + REJECTS_FILE, metadata.rejects_jsonl(rejects))
+    bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
+    if discovered and bad / discovered > settings.max_reject_fraction:
+        raise RejectLimitError(
+            f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
+            f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
+            f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
+        )
     key_tables = {split: _stage_key_table(staged, split, shards, published) for split in SPLITS}
     written = [
         _shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples
@@ -124,19 +133,11 @@ def commit(
             records_per_second=round(accepted / wall, 1),
             bytes_written=sum(shard.bytes for shard in shards),
         )
-    storage.write_bytes(staged + REJECTS_FILE, metadata.rejects_jsonl(rejects))
-    bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
-    if discovered and bad / discovered > settings.max_reject_fraction:
-        raise RejectLimitError(
-            f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
-            f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
-            f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
-        )
     tfds = []
     for name, data in tfds_info.tfds_files(DatasetInfo.from_json(info)).items():
         storage.write_bytes(staged + name, data)
         tfds.append({"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    info = {**info, "tfds_files": sorted(tfds, key=lambda ref: ref["file"])}
+    info = metadata.with_tfds_files(info, tfds)
     moves = [
         *sorted(published.items()),
         *sorted((index_name(old), index_name(new)) for old, new in published.items()),

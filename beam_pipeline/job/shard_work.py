@@ -24,7 +24,7 @@ from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
 from segcore import record_index
-from segcore.class_stats import ClassStats, sum_stats
+from segcore.class_stats import StatsSum
 from segcore.coco import image_from_payload
 from segcore.naming import INDEX_DIR, KEY_TABLE_SUFFIX
 from segcore.pairing import CocoEntry, Pair, SourceFile
@@ -68,8 +68,7 @@ def write_shard(
     shapes: set[tuple[int, int]] = set()
     written: list[tuple[str, int]] = []  # (key, serialized length): the record index
     classes = settings.classes
-    # A running sum, not a list: a record's stats hold num_classes counts (up to 65,535).
-    stats = ClassStats.empty(classes.num_classes) if classes.is_classes else None
+    stats = StatsSum(classes.num_classes) if classes.is_classes else None
     transcoded = exif_ignored = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
@@ -90,7 +89,7 @@ def write_shard(
                 exif_ignored += record.exif_ignored
                 shapes.add((record.height, record.width))
                 if stats is not None:
-                    stats = sum_stats((stats, record.class_stats), classes.num_classes)
+                    stats.add(record.class_stats)
         progress.flush()
         size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
     finally:
@@ -106,7 +105,7 @@ def write_shard(
         transcoded,
         index_bytes,
         index_sha256,
-        None if stats is None else stats.to_json(),
+        None if stats is None else stats.result().to_json(),
         exif_ignored,
     )
     return shard, tuple(rejects)

@@ -49,26 +49,24 @@ def _number(text: str, kind: type) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, least: int, words: str) -> int:
     value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {words}, got {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "at least 1")
 
 
 def count_or_auto(text: str) -> int:
     """0 (decided by the machine) or a positive count."""
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (auto) or more, got {text}")
-    return value
+    return _int_at_least(text, 0, "0 (auto) or more")
 
 
 def non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+    return _int_at_least(text, 0, "0 or more")
 
 
 def positive_float(text: str) -> float:

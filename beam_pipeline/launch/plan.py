@@ -335,7 +335,7 @@ def _parse_beam_flags(rest: list[str], ours: argparse.ArgumentParser) -> argpars
         if not flags:
             raise UsageError(f"unexpected argument {unknown[0]!r}: every value follows its --flag")
         name = flags[0].split("=", 1)[0]
-        options = [o for p in (ours, parser) for a in p._actions for o in a.option_strings]
+        options = _known_options(ours, parser)
         raise UsageError(f"unknown flag {name}{_suggestion(name, options)}")
     if getattr(known, "no_wait_until_finish", False):
         raise UsageError("use --no_wait (segprep's name for Beam's --no_wait_until_finish)")
@@ -344,12 +344,15 @@ def _parse_beam_flags(rest: list[str], ours: argparse.ArgumentParser) -> argpars
 
 def _refuse_unknown_flags(argv: list[str], ours: argparse.ArgumentParser) -> None:
     """Raise for the first flag neither segprep's nor Beam's parser knows."""
-    beam = _beam_parser()
-    options = [o for p in (ours, beam) for a in p._actions for o in a.option_strings]
+    options = _known_options(ours, _beam_parser())
     for arg in argv:
         name = arg.split("=", 1)[0]
         if name.startswith("-") and not _is_number(name) and name not in options:
             raise UsageError(f"unknown flag {name}{_suggestion(name, options)}")
+
+
+def _known_options(*parsers: argparse.ArgumentParser) -> list[str]:
+    return [o for parser in parsers for a in parser._actions for o in a.option_strings]
 
 
 def _is_number(text: str) -> bool:

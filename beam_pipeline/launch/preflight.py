@@ -7,8 +7,8 @@ import os
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
-from beam_pipeline.runtime.local_listing import LocalListing, list_local
-from segcore.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, basename
+from beam_pipeline.runtime.local_listing import LocalListing, keys_in, list_local
+from segcore.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, Role, basename
 
 
 def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str]) -> None:
@@ -61,9 +61,12 @@ def _two_folder_hint(folder: str, most: int = 6) -> str:
         return ""
     if len(subfolders) > most:
         return ""
+    # Each sub-folder walked once per role, not once per pair of them.
+    image_keys = {folder: keys_in(folder, Role.IMAGE, "--data_dir") for folder in subfolders}
+    mask_keys = {folder: keys_in(folder, Role.MASK, "--data_dir") for folder in subfolders}
     for images in subfolders:
         for masks in subfolders:
-            if images != masks and list_local(Layout(images + "/", masks + "/")).entries.pairs:
+            if images != masks and image_keys[images] & mask_keys[masks]:
                 return f"; it holds two folders: pass --image_dir {images} --mask_dir {masks}"
     return ""
 

@@ -21,6 +21,8 @@ from segcore.pairing import (
     Role,
     SourceFile,
     file_reject,
+    image_key,
+    mask_key,
     pair_files,
     unrecognized,
 )
@@ -76,6 +78,16 @@ def list_local(
                 continue
             keyed.append((*classified, source))
     return LocalListing(pair_files(keyed, rejects, layout.annotations), hidden, files)
+
+
+def keys_in(folder: str, role: Role, flag: str) -> set[str]:
+    """The keys a folder's files would have as images or as masks (other names left out)."""
+    key_of = image_key if role is Role.IMAGE else mask_key
+    return {
+        key
+        for _, relative, source in _walk(folder, flag)
+        if source is not None and (key := key_of(relative)) is not None
+    }
 
 
 def _is_utf8(name: str) -> bool:
