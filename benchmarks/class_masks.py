@@ -20,14 +20,14 @@ import time
 import numpy as np
 
 from beam_pipeline.commands.sample_data import mat_bytes, palette_png, scene
-from segcore.class_masks import (
+from transforms.class_stats import mask_stats
+from transforms.codecs.class_mask import (
     ClassMaskSettings,
     check_class_ids,
     encode_class_mask,
     load_class_mask,
 )
-from segcore.class_stats import mask_stats
-from segcore.mask_codec import binarize, encode_mask, load_mask
+from transforms.codecs.mask import binarize, encode_mask, load_mask
 
 SETTINGS = ClassMaskSettings("classes", 21)
 

@@ -80,8 +80,8 @@ def prepare_data(count: int, seed: int) -> Path:
 
 def _record_bytes(data_dir: str, limit: int) -> list[tuple[bytes, bytes]]:
     """(image, mask) encoded bytes of the first `limit` train records."""
-    from segcore import tf_example
     from shard_reader.source import RecordSource
+    from transforms.format import example_schema as tf_example
 
     source = RecordSource(data_dir, "train")
     pairs = []

@@ -116,11 +116,11 @@ def class_datasets(n: int) -> tuple[Path, Path]:
 def per_core_masks(trials: int = 3, seconds: float = 2.0) -> dict[str, list[float]]:
     """Entries/s of decode + mask work alone, one core, per trial: binary 0/1 PNG masks
     (stored as PNG) and class masks (checked, stored as PNG, counted), interleaved."""
-    from segcore.class_masks import ClassMaskSettings, encode_class_mask, load_class_mask
-    from segcore.class_stats import mask_stats
-    from segcore.image_codec import validate_image
-    from segcore.mask_codec import binarize, encode_mask, load_mask
-    from segcore.rejects import RejectError
+    from transforms.class_stats import mask_stats
+    from transforms.codecs.class_mask import ClassMaskSettings, encode_class_mask, load_class_mask
+    from transforms.codecs.image import validate_image
+    from transforms.codecs.mask import binarize, encode_mask, load_mask
+    from transforms.rejects import RejectError
 
     settings = ClassMaskSettings("classes", CLASSES)
     classes, binary = class_datasets(POOL)
@@ -249,8 +249,8 @@ def plain_loop(data: Path, out: Path) -> None:
     """The blog's way: one process, one file at a time, one TFRecordWriter."""
     import tensorflow as tf
 
-    from segcore.record import make_record
-    from segcore.rejects import RejectError
+    from transforms.record import make_record
+    from transforms.rejects import RejectError
 
     paired = 0
     with tf.io.TFRecordWriter(str(out / "all.tfrecord")) as writer:
@@ -269,9 +269,9 @@ def plain_loop(data: Path, out: Path) -> None:
 
 def per_core_limit(trials: int = 3, seconds: float = 2.0) -> list[float]:
     """Entries/s of decode + mask work alone, one core, bytes already in memory, per trial."""
-    from segcore.image_codec import validate_image
-    from segcore.mask_codec import binarize, encode_mask, load_mask
-    from segcore.rejects import RejectError
+    from transforms.codecs.image import validate_image
+    from transforms.codecs.mask import binarize, encode_mask, load_mask
+    from transforms.rejects import RejectError
 
     pool = CACHE / "pool"
     entries = []

@@ -29,11 +29,11 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from segcore import dataset_info
-from segcore.naming import METADATA_FILE
 from shard_reader import sharding
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
+from transforms.format import dataset_info
+from transforms.format.naming import METADATA_FILE
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.

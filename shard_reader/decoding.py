@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from segcore import features
-from segcore.dataset_info import ClassesInfo
+from transforms.format import features
+from transforms.format.dataset_info import ClassesInfo
 
 Decoded = tuple[tf.Tensor, ...]  # (image, mask) or (image, mask, key)
 Size = tuple[int, int]

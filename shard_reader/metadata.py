@@ -1,4 +1,5 @@
-"""The reader's view of metadata.json (checked by segcore.dataset_info): shard paths, counts,
+"""The reader's view of metadata.json (checked by transforms.format.dataset_info): shard paths,
+counts,
 and for class-id outputs what the mask values mean, with class weights from their statistics.
 
 No TensorFlow here: the no-TensorFlow readers (shard_reader.source, .torch, .grain) use it too.
@@ -12,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from segcore import dataset_info
-from segcore.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
+from transforms.format import dataset_info
+from transforms.format.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
 
 __all__ = [
     "ClassesInfo",
@@ -80,6 +81,6 @@ def class_weights(data_dir: str | os.PathLike, split: str = "train") -> np.ndarr
         weight(c) = median(freq over classes present in the split) / freq(c)
 
     Ignored pixels count nowhere; a class absent from the split gets 0.0 (see
-    segcore.class_stats.median_frequency_weights). Reads metadata.json only, no pixels.
+    transforms.class_stats.median_frequency_weights). Reads metadata.json only, no pixels.
     """
     return load_classes(data_dir).weights(split)

@@ -8,9 +8,10 @@ For an output with class-id masks (metadata.json `classes`), "mask" is the store
 and ignore index as they are, uint8 from 8-bit PNGs and int32 from 16-bit ones
 (`source.mask_dtype`), as make_dataset returns them.
 
-Record i is found through the record index (segcore/record_index.py; `segprep index DIR`
+Record i is found through the record index (transforms/format/record_index.py; `segprep index DIR`
 builds it for an output that lacks one): one pread of exactly its frame, the frame's two
-CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf (segcore.tf_example),
+CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf
+(transforms.format.example_schema),
 then JPEG decoding by simplejpeg with TensorFlow's default DCT, so pixels equal what
 `make_dataset` yields (and it measured 1.5-2x faster than Pillow here), PNG masks by Pillow.
 Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, so they too
@@ -37,8 +38,9 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from segcore import dataset_info, features, record_index, tf_example
-from segcore.dataset_info import ClassesInfo, MetadataError
+from transforms.format import dataset_info, features, record_index
+from transforms.format import example_schema as tf_example
+from transforms.format.dataset_info import ClassesInfo, MetadataError
 
 _CRC_MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes

@@ -16,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from segcore import features
-from segcore.naming import METADATA_FILE, REJECTS_FILE
 from tests.images import encode, rgb_jpeg
+from transforms.format import features
+from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 
 
 def metadata(output_dir: Path) -> dict:

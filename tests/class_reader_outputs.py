@@ -18,10 +18,10 @@ import numpy as np
 from PIL import Image
 
 from beam_pipeline import cli
-from segcore.naming import METADATA_FILE
 from tests.class_outputs import metadata
 from tests.conftest import RUNNER_ARGS
 from tests.images import encode, rgb_jpeg
+from transforms.format.naming import METADATA_FILE
 
 SAMPLE_CLASSES = 6
 BIG_CLASSES = 300
@@ -59,7 +59,7 @@ def _prepare(image_dir: Path, mask_dir: Path, output_dir: Path, *flags: str) -> 
 def _split_keys(output_dir: Path) -> dict[str, list[str]]:
     import tensorflow as tf
 
-    from segcore import features
+    from transforms.format import features
 
     splits = {}
     for split, info in metadata(output_dir)["splits"].items():
@@ -160,7 +160,7 @@ def rewrite_first_mask(directory: Path, transform: Callable[[np.ndarray], bytes]
     import tensorflow as tf
 
     from beam_pipeline.commands.index import index_output
-    from segcore import features
+    from transforms.format import features
 
     info = json.loads((directory / METADATA_FILE).read_text())
     shard = info["splits"]["train"]["shards"][0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from segcore.naming import METADATA_FILE, shard_name
+from transforms.format.naming import METADATA_FILE, shard_name
 
 
 def write_output(
@@ -26,9 +26,9 @@ def write_output(
 
     from beam_pipeline.commands.index import index_output
     from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
-    from segcore.example import build_example
-    from segcore.mask_codec import encode_mask
-    from segcore.metadata import build_metadata, dumps
+    from transforms.codecs.mask import encode_mask
+    from transforms.format.example import build_example
+    from transforms.format.metadata import build_metadata, dumps
 
     directory.mkdir(parents=True, exist_ok=True)
     written, entries = {}, []

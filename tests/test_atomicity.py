@@ -11,9 +11,9 @@ from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
 from beam_pipeline.runtime import storage
-from segcore.pairing import Pair, SourceFile
-from segcore.splits import ShardSpec
 from tests.conftest import job_args
+from transforms.pairing import Pair, SourceFile
+from transforms.splits import ShardSpec
 
 
 def _args(dataset, out) -> list[str]:

@@ -18,10 +18,12 @@ from beam_pipeline.job.shard_work import WrittenShard, stage_index
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
-from segcore.naming import SPLITS
-from segcore.pairing import Layout, Pair, SourceFile
-from segcore.rejects import Reason, Reject
-from segcore.splits import (
+from tests.conftest import RUNNER_ARGS
+from tests.images import blob_mask, rgb_jpeg
+from transforms.format.naming import SPLITS
+from transforms.pairing import Layout, Pair, SourceFile
+from transforms.rejects import Reason, Reject
+from transforms.splits import (
     ShardAssigner,
     ShardSpec,
     SplitFractions,
@@ -31,8 +33,6 @@ from segcore.splits import (
     shard_hash,
     shard_specs,
 )
-from tests.conftest import RUNNER_ARGS
-from tests.images import blob_mask, rgb_jpeg
 
 
 def _pipeline() -> BeamTestPipeline:

@@ -17,10 +17,10 @@ from PIL import Image
 
 from beam_pipeline.cli import main
 from beam_pipeline.launch import launcher
-from segcore import features
-from segcore.image_codec import MAX_PIXELS
 from tests.conftest import RUNNER_ARGS
 from tests.images import blob_mask, encode, rgb_array
+from transforms.codecs.image import MAX_PIXELS
+from transforms.format import features
 
 H, W = 24, 16
 SCIPY_DATA = Path(scipy.io.__file__).parent / "matlab" / "tests" / "data"

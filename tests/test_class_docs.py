@@ -19,9 +19,6 @@ from PIL import Image
 from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
 from beam_pipeline.commands.sample_data import write_sample_data
-from segcore.class_masks import class_mask_settings, parse_class_names, parse_colormap
-from segcore.class_stats import ClassStats, classes_section
-from segcore.naming import SEGPREP_DIR
 from tests.class_outputs import (
     check_output,
     expected_coco_masks,
@@ -31,8 +28,12 @@ from tests.class_outputs import (
     write_coco_set,
 )
 from tests.images import encode, rgb_jpeg
+from transforms.class_stats import ClassStats, classes_section
+from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
+from transforms.format.naming import SEGPREP_DIR
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in segcore.coco; pytest shows
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest
+# shows
 # every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 

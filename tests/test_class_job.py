@@ -20,13 +20,14 @@ from beam_pipeline import cli
 from beam_pipeline.job.pipeline import build_pipeline
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import make_plan
-from segcore.naming import REJECTS_FILE, SEGPREP_DIR
 from tests.class_outputs import check_output, expected_coco_masks, rejects, write_coco_set
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
 from tests.images import encode, rgb_jpeg
+from transforms.format.naming import REJECTS_FILE, SEGPREP_DIR
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in segcore.coco; pytest shows
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest
+# shows
 # every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -396,8 +397,9 @@ _MEASURE = """
 import re, sys
 import apache_beam, tensorflow
 from beam_pipeline.launch import masks, plan
-from segcore import class_masks, coco
+from transforms.codecs import class_mask as class_masks
 
+from transforms.sources import coco
 def peak():
     with open("/proc/self/status") as status:
         return int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1)) * 1024

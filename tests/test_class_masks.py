@@ -14,7 +14,8 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from segcore.class_masks import (
+from tests.images import blob_mask, encode, rgb_jpeg
+from transforms.codecs.class_mask import (
     DEFAULT_IGNORE_INDEX,
     ClassMaskSettings,
     check_class_ids,
@@ -25,8 +26,7 @@ from segcore.class_masks import (
     parse_class_names,
     parse_colormap,
 )
-from segcore.rejects import Reason, RejectError
-from tests.images import blob_mask, encode, rgb_jpeg
+from transforms.rejects import Reason, RejectError
 
 VOC = ClassMaskSettings("classes", 21)
 COLOURS = ((0, 0, 0), (128, 0, 0), (0, 128, 0), (0, 0, 128), (128, 128, 0))
@@ -457,8 +457,8 @@ BINARY_RECORD_DIGESTS = {
 
 @pytest.mark.parametrize("fmt", ["jpeg", "png"])
 def test_binary_mask_bytes_are_unchanged(fmt):
-    from segcore.mask_codec import binarize, encode_mask
-    from segcore.record import make_record
+    from transforms.codecs.mask import binarize, encode_mask
+    from transforms.record import make_record
 
     mask = blob_mask(160, 120, seed=3)
     encoded = encode_mask(binarize(mask), fmt)
@@ -497,8 +497,8 @@ def _rotated_jpeg(height: int = 24, width: int = 16) -> bytes:
 
 @pytest.mark.parametrize(("shape", "rotated"), [((24, 16), False), ((16, 24), True)])
 def test_class_records_follow_the_exif_rotation_like_binary_ones(shape, rotated):
-    from segcore.class_stats import mask_stats
-    from segcore.record import make_class_record
+    from transforms.class_stats import mask_stats
+    from transforms.record import make_class_record
 
     ids = _ids(*shape, top=5).astype(np.uint8)
     record = make_class_record("k", _rotated_jpeg(), _png(ids), "k.png", VOC)
@@ -512,8 +512,8 @@ def test_class_records_follow_the_exif_rotation_like_binary_ones(shape, rotated)
 
 @pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # pycocotools
 def test_coco_records_follow_the_exif_rotation_and_count_their_pixels():
-    from segcore.coco import CocoAnnotation, CocoImage
-    from segcore.record import make_coco_record
+    from transforms.record import make_coco_record
+    from transforms.sources.coco import CocoAnnotation, CocoImage
 
     square = np.array([2.0, 2.0, 10.0, 2.0, 10.0, 8.0, 2.0, 8.0])
     annotation = CocoAnnotation(1, 3, False, (square,))
@@ -528,7 +528,7 @@ def test_coco_records_follow_the_exif_rotation_and_count_their_pixels():
 
 
 def test_a_bad_image_is_its_reason_before_a_bad_mask():
-    from segcore.record import make_class_record
+    from transforms.record import make_class_record
 
     with pytest.raises(RejectError) as caught:
         make_class_record("k", b"not a jpeg", b"", "k.png", VOC)

@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from segcore.class_masks import ClassMaskSettings, class_mask_settings
-from segcore.class_stats import (
+from transforms.class_stats import (
     ClassStats,
     absent_classes,
     class_weights,
@@ -19,6 +18,7 @@ from segcore.class_stats import (
     rarest_and_most_frequent,
     sum_stats,
 )
+from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 
 N, IGNORE = 6, 255
 

@@ -15,8 +15,9 @@ import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
-from segcore.class_masks import ClassMaskSettings
-from segcore.coco import (
+from transforms.codecs.class_mask import ClassMaskSettings
+from transforms.rejects import Reason, RejectError
+from transforms.sources.coco import (
     draw_order,
     image_from_payload,
     image_payload,
@@ -24,9 +25,9 @@ from segcore.coco import (
     read_coco,
     read_coco_file,
 )
-from segcore.rejects import Reason, RejectError
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in segcore.coco, but pytest
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco, but
+# pytest
 # shows every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -434,7 +435,7 @@ with open(sys.argv[1], "w") as f:
 _MEASURE = """
 import json, re, sys
 import ijson, numpy, pycocotools.mask
-from segcore import coco
+from transforms.sources import coco
 
 def peak():
     with open("/proc/self/status") as status:

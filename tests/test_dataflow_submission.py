@@ -224,7 +224,7 @@ def test_template_with_setup_file_stages_the_package_and_the_pipeline(gcs, tmp_p
         members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     for module in (
         "beam_pipeline/launch/launcher.py",
-        "segcore/record.py",
+        "transforms/record.py",
         "shard_reader/dataset.py",
     ):
         assert module in members

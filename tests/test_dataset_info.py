@@ -1,4 +1,4 @@
-"""segcore.dataset_info: the one metadata.json loader, its checks and its version rule."""
+"""transforms.format.dataset_info: the one metadata.json loader, its checks and its version rule."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import sys
 import pytest
 
 import shard_reader
-from segcore import dataset_info
-from segcore.dataset_info import (
+from transforms.format import dataset_info
+from transforms.format.dataset_info import (
     FORMAT_VERSION,
     DatasetInfo,
     IncompleteOutputError,
     MetadataError,
 )
-from segcore.metadata import build_metadata
-from segcore.naming import METADATA_FILE
+from transforms.format.metadata import build_metadata
+from transforms.format.naming import METADATA_FILE
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_local_metadata_needs_no_tensorflow(indexed):
     code = (
         "import sys\n"
         "sys.modules['tensorflow'] = None  # any import of it now fails\n"
-        "from segcore import dataset_info\n"
+        "from transforms.format import dataset_info\n"
         f"info = dataset_info.load({str(indexed)!r})\n"
         "assert info.has_index\n"
         "try:\n"

@@ -13,9 +13,9 @@ import tensorflow as tf
 from PIL import Image
 
 from beam_pipeline.launch import launcher
-from segcore import features
-from segcore.naming import METADATA_FILE, REJECTS_FILE
 from tests.conftest import job_args
+from transforms.format import features
+from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 
 
 def _rejects(output_dir) -> dict[str, dict]:

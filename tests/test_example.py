@@ -8,13 +8,13 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from segcore import features
-from segcore.example import build_example
+from transforms.format import features
+from transforms.format.example import build_example
 
 REPO = Path(__file__).resolve().parents[1]
 _SERIALISE = (
     "import sys; sys.path.insert(0, sys.argv[1]);"
-    "from segcore.example import build_example;"
+    "from transforms.format.example import build_example;"
     "sys.stdout.buffer.write(build_example('k/01', b'jpeg' * 9, b'mask' * 5, 600, 800))"
 )
 

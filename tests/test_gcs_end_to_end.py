@@ -19,10 +19,10 @@ import pytest
 import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
-from segcore.dataset_info import DatasetInfo
-from segcore.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from transforms.format.dataset_info import DatasetInfo
+from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 
 COUNT = 30
 SEGPREP = [sys.executable, "-m", "beam_pipeline"]

@@ -17,9 +17,9 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.launch import cloud, preflight
 from beam_pipeline.runtime import output_protocol, storage
-from segcore.pairing import Layout
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from transforms.pairing import Layout
 
 
 def test_beam_gcs_client_is_anonymous_and_instant(gcs):  # noqa: F811

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segcore.image_codec import MAX_PIXELS, validate_image
-from segcore.rejects import Reason, RejectError
 from tests.images import encode, rgb_array, rgb_jpeg
+from transforms.codecs.image import MAX_PIXELS, validate_image
+from transforms.rejects import Reason, RejectError
 
 
 def _decode(data: bytes) -> np.ndarray:

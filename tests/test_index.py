@@ -14,9 +14,13 @@ import tensorflow as tf
 from beam_pipeline import cli
 from beam_pipeline.commands.index import index_output
 from beam_pipeline.commands.verify import verify_output
-from segcore import record_index
-from segcore.dataset_info import DatasetInfo
-from segcore.naming import (
+from shard_reader.source import unframe
+from tests.class_outputs import metadata as _metadata
+from tests.class_outputs import write_metadata as _write_metadata
+from tests.conftest import published
+from transforms.format import record_index
+from transforms.format.dataset_info import DatasetInfo
+from transforms.format.naming import (
     INDEX_DIR,
     METADATA_FILE,
     SEGPREP_DIR,
@@ -27,10 +31,6 @@ from segcore.naming import (
     parse_shard_name,
     shard_name,
 )
-from shard_reader.source import unframe
-from tests.class_outputs import metadata as _metadata
-from tests.class_outputs import write_metadata as _write_metadata
-from tests.conftest import published
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:

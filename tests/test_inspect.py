@@ -18,10 +18,10 @@ from PIL import Image, ImageFile
 from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
 from beam_pipeline.commands.inspect_sheet import build_sheet
-from segcore import features
-from segcore.naming import METADATA_FILE, REJECTS_FILE, run_dir
-from segcore.rejects import Reason
 from shard_reader.decoding import FEATURE_SPEC
+from transforms.format import features
+from transforms.format.naming import METADATA_FILE, REJECTS_FILE, run_dir
+from transforms.rejects import Reason
 
 SAMPLE_TILE = (150, 200)  # conftest's 160x120 (HxW) samples scaled to 200 px tall
 
@@ -208,7 +208,7 @@ def test_sheets_written_at_once_get_distinct_names(tmp_path):
 
 
 def _stage_run(output_dir, run_id: str, lines: list[str], age: float) -> None:
-    """A run's staged rejects, as a refused run leaves them (segcore.naming.run_dir)."""
+    """A run's staged rejects, as a refused run leaves them (transforms.format.naming.run_dir)."""
     staged = output_dir / run_dir(run_id) / REJECTS_FILE
     staged.parent.mkdir(parents=True)
     staged.write_text("".join(line + "\n" for line in lines))

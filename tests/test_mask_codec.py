@@ -5,9 +5,9 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from segcore.mask_codec import binarize, decode_mask_threshold, encode_mask, load_mask
-from segcore.rejects import Reason, RejectError
 from tests.images import blob_mask, encode
+from transforms.codecs.mask import binarize, decode_mask_threshold, encode_mask, load_mask
+from transforms.rejects import Reason, RejectError
 
 
 def _mat(**variables) -> bytes:

@@ -1,6 +1,6 @@
 import pytest
 
-from segcore.pairing import (
+from transforms.pairing import (
     Layout,
     Pair,
     Role,
@@ -13,7 +13,7 @@ from segcore.pairing import (
     resolve_pair,
     unrecognized,
 )
-from segcore.rejects import Reason, Reject
+from transforms.rejects import Reason, Reject
 
 
 def test_image_keys():

@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 
 import shard_reader
-from segcore.naming import METADATA_FILE, shard_name
 from shard_reader import dataset as reader_dataset
 from tests.test_shard_reader import (
     by_key,
@@ -25,6 +24,7 @@ from tests.test_shard_reader import (
     shard_contents,
     split_metadata,
 )
+from transforms.format.naming import METADATA_FILE, shard_name
 
 BATCH = 4
 

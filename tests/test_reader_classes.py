@@ -16,9 +16,6 @@ import pytest
 import tensorflow as tf
 
 import shard_reader
-from segcore import dataset_info
-from segcore.dataset_info import ClassesInfo, MetadataError
-from segcore.naming import METADATA_FILE
 from shard_reader import dataset as reader_dataset
 from shard_reader.source import CorruptRecordError, RecordSource, nearest_rows
 from tests.class_outputs import direct_stats
@@ -31,6 +28,9 @@ from tests.class_reader_outputs import (
     rewrite_first_mask,
 )
 from tests.test_source import NO_TENSORFLOW
+from transforms.format import dataset_info
+from transforms.format.dataset_info import ClassesInfo, MetadataError
+from transforms.format.naming import METADATA_FILE
 
 torch = pytest.importorskip("torch")
 grain = pytest.importorskip("grain")

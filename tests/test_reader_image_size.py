@@ -11,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 import shard_reader
-from segcore.features import MASK_THRESHOLD
-from segcore.naming import METADATA_FILE
 from shard_reader.decoding import dct_ratio
 from tests.conftest import job_args
 from tests.test_shard_reader import by_key, random_flip, split_metadata, write_mixed_sizes
+from transforms.format.features import MASK_THRESHOLD
+from transforms.format.naming import METADATA_FILE
 
 STORED = (160, 120)  # the sample dataset's size
 
@@ -192,8 +192,8 @@ def test_a_record_of_another_size_than_metadata_says_fails_loudly(data_dir, tmp_
 @pytest.mark.parametrize("image_size", [None, (16, 16)])
 def test_every_grey_level_is_thresholded_at_128(image_size):
     """A PNG mask holding each level 0..255 once: the decoder's cut must sit at 128."""
-    from segcore.example import build_example
     from shard_reader.decoding import make_decoder
+    from transforms.format.example import build_example
 
     levels = np.arange(256, dtype=np.uint8).reshape(16, 16, 1)
     image = tf.io.encode_jpeg(tf.zeros([16, 16, 3], tf.uint8)).numpy()

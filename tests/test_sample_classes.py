@@ -10,10 +10,10 @@ from PIL import Image
 
 from beam_pipeline.cli import main
 from beam_pipeline.commands.sample_data import CLASS_BREAKAGES, voc_palette, write_sample_data
-from segcore.class_masks import ClassMaskSettings, load_class_mask
-from segcore.class_stats import mask_stats, sum_stats
-from segcore.image_codec import validate_image
-from segcore.rejects import Reason, RejectError
+from transforms.class_stats import mask_stats, sum_stats
+from transforms.codecs.class_mask import ClassMaskSettings, load_class_mask
+from transforms.codecs.image import validate_image
+from transforms.rejects import Reason, RejectError
 
 N = 7
 

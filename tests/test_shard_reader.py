@@ -19,9 +19,9 @@ import tensorflow as tf
 from PIL import Image
 
 import shard_reader
-from segcore.naming import METADATA_FILE, shard_name
 from shard_reader import sharding
 from tests.handmade import write_output
+from transforms.format.naming import METADATA_FILE, shard_name
 
 BATCH = 4
 

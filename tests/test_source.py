@@ -14,7 +14,6 @@ import pytest
 import tensorflow as tf
 
 import shard_reader
-from segcore.naming import METADATA_FILE
 from shard_reader.source import (
     CorruptRecordError,
     IndexMissingError,
@@ -24,6 +23,7 @@ from shard_reader.source import (
 )
 from tests.handmade import write_output
 from tests.test_shard_reader import by_key
+from transforms.format.naming import METADATA_FILE
 
 
 @pytest.fixture(scope="module")

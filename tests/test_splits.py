@@ -1,7 +1,7 @@
 import pytest
 
-from segcore.naming import SPLITS
-from segcore.splits import (
+from transforms.format.naming import SPLITS
+from transforms.splits import (
     MIN_SHARDS,
     ShardAssigner,
     ShardSpec,

@@ -11,9 +11,9 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import make_plan
 from beam_pipeline.runtime import writer_pool
-from segcore.splits import MIN_SHARDS
 from tests import pool_probe
 from tests.conftest import job_args, same_output
+from transforms.splits import MIN_SHARDS
 
 
 def test_pool_runs_work_in_other_processes_that_start_warm_without_beam():

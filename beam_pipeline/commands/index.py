@@ -2,7 +2,7 @@
 
 Outputs written before the index existed can be upgraded in place, without re-running the
 job: every shard is read once (TensorFlow's TFRecord reader checks each frame's CRCs), its
-records' lengths give the index (segcore/record_index.py) and their keys the key table.
+records' lengths give the index (transforms/format/record_index.py) and their keys the key table.
 
 It follows the output protocol like a `prepare` run: it holds the output's lock, stages
 under `.segprep/runs/<run_id>/`, and publishes through the manifest, metadata.json (which
@@ -23,10 +23,11 @@ import tensorflow as tf
 from beam_pipeline.commands.verify import file_sha256
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import output_protocol, storage
-from segcore import dataset_info, metadata, record_index, tf_example, tfds_info
-from segcore.dataset_info import DatasetInfo, FileRef, MetadataError
-from segcore.features import KEY
-from segcore.naming import (
+from transforms.format import dataset_info, metadata, record_index, tfds_info
+from transforms.format import example_schema as tf_example
+from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
+from transforms.format.features import KEY
+from transforms.format.naming import (
     INDEX_DIR,
     METADATA_FILE,
     key_table_name,

@@ -27,9 +27,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFile, ImageFont
 
 from beam_pipeline.errors import UsageError
-from segcore import features
-from segcore.image_codec import MAX_PIXELS
-from segcore.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
+from transforms.codecs.image import MAX_PIXELS
+from transforms.format import features
+from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 
 # TensorFlow, the reader and the mask codec (scipy, h5py) are imported where used.
 
@@ -336,12 +336,12 @@ def class_entries(
     size, and the legend of the classes they show.
 
     Read straight from the shards (the reader's class-id path is not there yet): JPEG image,
-    PNG class ids decoded by segcore, exactly as stored.
+    PNG class ids decoded by transforms, exactly as stored.
     """
     import tensorflow as tf
 
-    from segcore.class_masks import decode_class_mask
     from shard_reader.decoding import FEATURE_SPEC
+    from transforms.codecs.class_mask import decode_class_mask
 
     total = _split_total(metadata, directory, split)
     classes = metadata["classes"]
@@ -433,7 +433,7 @@ def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
 
     A COCO entry's mask is the whole annotations file (possibly GBs): never read here.
     """
-    from segcore.mask_codec import load_mask
+    from transforms.codecs.mask import load_mask
 
     if path and path.lower().endswith(".json"):
         return None, "COCO annotations"

@@ -17,8 +17,8 @@ from PIL import Image
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch.options import DEFAULT_BROKEN_FRACTION
-from segcore.class_masks import DEFAULT_IGNORE_INDEX
-from segcore.rejects import Reason
+from transforms.codecs.class_mask import DEFAULT_IGNORE_INDEX
+from transforms.rejects import Reason
 
 HEIGHT, WIDTH = 800, 600
 

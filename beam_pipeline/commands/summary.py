@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from segcore.splits import SplitFractions, num_shards_note
+from transforms.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
 SHOWN_ABSENT = 8
@@ -61,7 +61,7 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
 
 def classes_lines(classes: dict[str, Any]) -> list[str]:
     """Per split: the most frequent and rarest classes by pixels, and the absent ones."""
-    from segcore.class_stats import ClassStats, absent_classes, rarest_and_most_frequent
+    from transforms.class_stats import ClassStats, absent_classes, rarest_and_most_frequent
 
     count = classes["num_classes"]
     names = classes.get("names") or [f"class {index}" for index in range(count)]

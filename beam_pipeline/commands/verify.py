@@ -24,10 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 from beam_pipeline.errors import UsageError
-from segcore import features, record_index, tfds_info
-from segcore.class_stats import ClassStats
-from segcore.dataset_info import ClassesInfo, DatasetInfo, FileRef, MetadataError
-from segcore.naming import (
+from shard_reader.decoding import FEATURE_SPEC
+from shard_reader.metadata import IncompleteOutputError, load_metadata
+from transforms.class_stats import ClassStats
+from transforms.format import features, record_index, tfds_info
+from transforms.format.dataset_info import ClassesInfo, DatasetInfo, FileRef, MetadataError
+from transforms.format.naming import (
     INDEX_DIR,
     MANIFEST_FILE,
     METADATA_FILE,
@@ -35,8 +37,6 @@ from segcore.naming import (
     SHARD_SUFFIX,
     parse_shard_name,
 )
-from shard_reader.decoding import FEATURE_SPEC
-from shard_reader.metadata import IncompleteOutputError, load_metadata
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.

@@ -17,11 +17,17 @@ from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
 from beam_pipeline.runtime import output_protocol, storage
-from segcore import features, metadata, record_index, tfds_info
-from segcore.dataset_info import DatasetInfo
-from segcore.naming import REJECTS_FILE, SPLITS, index_name, key_table_name, parse_shard_name
-from segcore.rejects import Reason, Reject
-from segcore.splits import ShardSpec
+from transforms.format import features, metadata, record_index, tfds_info
+from transforms.format.dataset_info import DatasetInfo
+from transforms.format.naming import (
+    REJECTS_FILE,
+    SPLITS,
+    index_name,
+    key_table_name,
+    parse_shard_name,
+)
+from transforms.rejects import Reason, Reject
+from transforms.splits import ShardSpec
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -182,7 +188,7 @@ def _add_classes(
 ) -> None:
     """metadata.json's `classes` section: the shards' class statistics summed per split, and
     what the stored mask holds."""
-    from segcore.class_stats import ClassStats, classes_section, sum_stats
+    from transforms.class_stats import ClassStats, classes_section, sum_stats
 
     classes = settings.classes
     stats = {

@@ -2,7 +2,7 @@
 
 Local folders were listed and paired once by the launcher (runtime/local_listing.py): the job
 starts from that result. Cloud Storage folders are listed by the job itself, in parallel;
-both paths apply the same pairing rule (segcore/pairing.py).
+both paths apply the same pairing rule (transforms/pairing.py).
 
 COCO runs: the launcher staged one JSON line per image record of the annotations file
 (launch/masks.py). The job reads that file in parallel (ReadFromText, split across workers)
@@ -24,7 +24,7 @@ from apache_beam.io.textio import ReadFromText
 from apache_beam.metrics import Metrics
 
 from beam_pipeline.job.settings import CocoSettings
-from segcore.pairing import (
+from transforms.pairing import (
     Entries,
     Layout,
     Pair,
@@ -35,7 +35,7 @@ from segcore.pairing import (
     resolve_pair,
     unrecognized,
 )
-from segcore.rejects import Reject
+from transforms.rejects import Reject
 
 REJECTS = "rejects"
 _NAMESPACE = "segprep"

@@ -9,9 +9,9 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_pipeline.job.settings import PlanningSettings
-from segcore.pairing import Pair
-from segcore.rejects import Reason, Reject
-from segcore.splits import (
+from transforms.pairing import Pair
+from transforms.rejects import Reason, Reject
+from transforms.splits import (
     ShardAssigner,
     SplitFractions,
     SplitSize,

@@ -1,7 +1,8 @@
 """One frozen settings object per stage of the job, made once by the run plan.
 
 Kept free of Beam imports: the launcher builds these while a writer pool warms up beside it.
-Kept free of numpy and Pillow too (segcore.class_masks is imported when a settings object is
+Kept free of numpy and Pillow too (transforms.codecs.class_mask is imported when a settings object
+is
 made, not when this module is): `segprep --help` imports it.
 """
 
@@ -11,16 +12,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from segcore.limits import DEFAULT_LIMITS, InputLimits
-from segcore.pairing import Entries, Layout
-from segcore.splits import SplitFractions
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.pairing import Entries, Layout
+from transforms.splits import SplitFractions
 
 if TYPE_CHECKING:
-    from segcore.class_masks import ClassMaskSettings
+    from transforms.codecs.class_mask import ClassMaskSettings
 
 
 def _binary_masks() -> ClassMaskSettings:
-    from segcore.class_masks import ClassMaskSettings
+    from transforms.codecs.class_mask import ClassMaskSettings
 
     return ClassMaskSettings()
 

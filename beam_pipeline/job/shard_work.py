@@ -23,14 +23,14 @@ from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
-from segcore import record_index
-from segcore.class_stats import StatsSum
-from segcore.coco import image_from_payload
-from segcore.naming import INDEX_DIR, KEY_TABLE_SUFFIX
-from segcore.pairing import CocoEntry, Pair, SourceFile
-from segcore.record import Record, make_class_record, make_coco_record, make_record
-from segcore.rejects import Reason, Reject, RejectError
-from segcore.splits import ShardSpec
+from transforms.class_stats import StatsSum
+from transforms.format import record_formats, record_index
+from transforms.format.naming import INDEX_DIR, KEY_TABLE_SUFFIX
+from transforms.pairing import CocoEntry, Pair, SourceFile
+from transforms.record import Record, make_class_record, make_coco_record, make_record
+from transforms.rejects import Reason, Reject, RejectError
+from transforms.sources.coco import image_from_payload
+from transforms.splits import ShardSpec
 
 _CHUNK = 8 << 20
 # Errors of the storage itself, not of one file: the run fails rather than calling data bad.
@@ -47,7 +47,7 @@ class WrittenShard:
     sha256: str
     image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
     transcoded_images: int
-    index_bytes: int = 0  # the staged record index (index/<name>.idx), see segcore/record_index
+    index_bytes: int = 0  # the staged record index (index/<name>.idx), see transforms/record_index
     index_sha256: str = ""
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
@@ -58,8 +58,6 @@ def write_shard(
     settings: ShardWriterSettings, spec: ShardSpec, pairs: Sequence[Pair]
 ) -> tuple[WrittenShard, tuple[Reject, ...]]:
     """Write the shard's records in key order into the staging folder; its rejects."""
-    import tensorflow as tf  # only a process that writes shards pays for TensorFlow
-
     local = storage.is_local(settings.staging_dir)
     folder = settings.staging_dir if local else tempfile.gettempdir() + "/"
     partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
@@ -73,7 +71,7 @@ def write_shard(
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
     try:
-        with tf.io.TFRecordWriter(partial) as writer:
+        with record_formats.get(record_formats.DEFAULT).writer(partial) as writer:
             for pair, record in ordered_map(convert, ordered, settings.threads):
                 progress.add()
                 if isinstance(record, RejectError):

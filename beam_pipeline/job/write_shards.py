@@ -11,7 +11,7 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
-from segcore.rejects import Reject
+from transforms.rejects import Reject
 
 REJECTS = "rejects"
 
@@ -27,10 +27,6 @@ class _WriteShard(beam.DoFn):
         self._settings = settings
         self._shards = Metrics.counter("segprep", "shards_written")
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
-
-    def setup(self) -> None:
-        if self._settings.pool is None:
-            import tensorflow as tf  # noqa: F401 - import once per worker, not per bundle
 
     def start_bundle(self) -> None:
         self._pending: list[tuple] = []

@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError
-from segcore.pairing import Layout
+from transforms.pairing import Layout
 
 if TYPE_CHECKING:
     import apache_beam as beam

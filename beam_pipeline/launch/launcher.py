@@ -16,7 +16,7 @@ from typing import Any
 from beam_pipeline.launch.masks import stage_coco
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
-from segcore.naming import METADATA_FILE
+from transforms.format.naming import METADATA_FILE
 
 
 @dataclasses.dataclass(frozen=True)

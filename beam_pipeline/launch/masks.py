@@ -2,7 +2,8 @@
 
 Every class-mask flag is checked here, once, into one frozen ClassMaskSettings that the shard
 writers and the commit share. A COCO file is read here too, by the launcher alone (streamed,
-segcore/coco.py); the job never opens it: `stage_coco` writes each image record as one JSON
+transforms/sources/coco.py); the job never opens it: `stage_coco` writes each image record as one
+JSON
 line into the run's staging folder, and the job reads that file in parallel (job/listing.py).
 Every mistake is a one-line UsageError (exit 2) before anything is written.
 """
@@ -18,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from beam_pipeline.runtime import storage
-from segcore.features import DEFAULT_COCO_UNLABELED
-from segcore.pairing import CocoEntry, coco_entry
-from segcore.rejects import Reject
+from transforms.format.features import DEFAULT_COCO_UNLABELED
+from transforms.pairing import CocoEntry, coco_entry
+from transforms.rejects import Reject
 
 if TYPE_CHECKING:
-    from segcore.class_masks import ClassMaskSettings
-    from segcore.coco import CocoDataset
+    from transforms.codecs.class_mask import ClassMaskSettings
+    from transforms.sources.coco import CocoDataset
 
 CLASS_FLAGS = (
     "num_classes",
@@ -116,7 +117,7 @@ def check_mask_flags(args: argparse.Namespace) -> None:
 def plan_masks(args: argparse.Namespace) -> MaskPlan:
     """Read the class-name, colormap and COCO files, and resolve the class settings (after
     `check_mask_flags`)."""
-    from segcore.class_masks import class_mask_settings, parse_class_names, parse_colormap
+    from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
 
     mask_format = args.mask_format or DEFAULT_MASK_FORMAT[args.mask_type]
     if args.mask_type != "classes":
@@ -162,7 +163,7 @@ def _read_flag_file(source: str, path: str) -> bytes:
 def read_annotations(path: str, unlabeled: str) -> CocoDataset:
     """The COCO file, streamed by the launcher; a gs:// file is copied to a local temporary
     file first (one download for read_coco's three passes), removed afterwards."""
-    from segcore.coco import read_coco
+    from transforms.sources.coco import read_coco
 
     source = f"--coco_annotations {path}"
     if storage.is_local(path):
@@ -188,7 +189,7 @@ def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
 def coco_entries(
     dataset: CocoDataset, annotations: str, image_dir: str
 ) -> list[tuple[str, CocoEntry] | Reject]:
-    """Every image record of the file, keyed for the pairing rule (segcore/pairing.py)."""
+    """Every image record of the file, keyed for the pairing rule (transforms/pairing.py)."""
     return [
         coco_entry(annotations, image_dir, image.image_id, file_name)
         for file_name, image in dataset.images.items()
@@ -196,12 +197,12 @@ def coco_entries(
 
 
 def stage_coco(dataset: CocoDataset, staged: str) -> None:
-    """Write one JSON line per image record (segcore.coco.image_payload) to `staged`.
+    """Write one JSON line per image record (transforms.sources.coco.image_payload) to `staged`.
 
     Written one line at a time: the launcher holds the compact records it read, nothing more.
     A gs:// staging folder gets a finished local file, uploaded whole.
     """
-    from segcore.coco import image_payload
+    from transforms.sources.coco import image_payload
 
     def write(path: str) -> None:
         with open(path, "w", encoding="ascii") as handle:

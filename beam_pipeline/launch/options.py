@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from segcore.features import (
+from transforms.format.features import (
     COCO_UNLABELED,
     DEFAULT_COCO_UNLABELED,
     DEFAULT_IGNORE_INDEX,

@@ -36,11 +36,11 @@ from beam_pipeline.launch.options import (
 )
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
-from segcore.pairing import Layout
-from segcore.splits import MIN_SHARDS, SplitFractions
+from transforms.pairing import Layout
+from transforms.splits import MIN_SHARDS, SplitFractions
 
 # Beam's multi-worker local mode (multi_threading) asks for this many shards per worker, on
-# top of segcore.splits.MIN_SHARDS.
+# top of transforms.splits.MIN_SHARDS.
 SHARDS_PER_LOCAL_WORKER = 4
 
 

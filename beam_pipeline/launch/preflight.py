@@ -8,7 +8,7 @@ import os
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.local_listing import LocalListing, keys_in, list_local
-from segcore.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, Role, basename
+from transforms.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, Role, basename
 
 
 def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str]) -> None:
@@ -88,7 +88,7 @@ def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str)
     """Look inside one .mat mask: a misspelt variable would otherwise reject every entry."""
     import scipy.io
 
-    from segcore.mask_codec import DEFAULT_MASK_KEY
+    from transforms.codecs.mask import DEFAULT_MASK_KEY
 
     if listing is not None:
         paths = [

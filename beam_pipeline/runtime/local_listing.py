@@ -14,7 +14,7 @@ import stat
 from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
-from segcore.pairing import (
+from transforms.pairing import (
     CocoEntry,
     Entries,
     Layout,
@@ -26,7 +26,7 @@ from segcore.pairing import (
     pair_files,
     unrecognized,
 )
-from segcore.rejects import Reason, Reject
+from transforms.rejects import Reason, Reject
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
-from segcore.naming import (
+from transforms.format.naming import (
     INDEX_DIR,
     LOCK_FILE,
     MANIFEST_FILE,

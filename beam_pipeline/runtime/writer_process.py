@@ -1,7 +1,7 @@
 """Imported once by the writer pool's fork server, so every writer process starts warm.
 
 The fork server only forks; when the job ends it has nothing to flush, so it leaves at
-once instead of spending about a second tearing TensorFlow down.
+once instead of tearing its imports down.
 """
 
 import atexit
@@ -9,11 +9,9 @@ import os
 import signal
 
 # multiprocessing's fork server shields itself from Ctrl-C only after its preload; during
-# the ~2 s TensorFlow import a Ctrl-C (sent to the whole foreground group) would print a
+# the record code's import a Ctrl-C (sent to the whole foreground group) would print a
 # traceback. Leave quietly instead: the launcher reports the interruption.
 signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-
-import tensorflow  # noqa: E402, F401 - what every shard writer needs, loaded before forking
 
 import beam_pipeline.job.shard_work  # noqa: E402, F401
 

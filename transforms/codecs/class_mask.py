@@ -17,17 +17,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from segcore.features import (
+from transforms.codecs.image import MASK_REASONS, open_image
+from transforms.codecs.mask import load_mask
+from transforms.format.features import (
     DEFAULT_IGNORE_INDEX,
     DEFAULT_MASK_TYPE,
     MASK_TYPES,
     MAX_CLASS_ID,
     class_png_bit_depth,
 )
-from segcore.image_codec import MASK_REASONS, open_image
-from segcore.limits import DEFAULT_LIMITS, InputLimits
-from segcore.mask_codec import load_mask
-from segcore.rejects import Reason, RejectError
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.rejects import Reason, RejectError
 
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"

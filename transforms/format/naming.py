@@ -44,12 +44,13 @@ def parse_shard_name(name: str) -> tuple[str, int, int] | None:
     return match["split"], int(match["index"]), int(match["count"])
 
 
-# The record index (segcore/record_index.py) lives in its own folder, so a shard glob such as
+# The record index (transforms/format/record_index.py) lives in its own folder, so a shard glob
+# such as
 # `train-*-of-*.tfrecord` run at the top of the output never sees it.
 INDEX_DIR = "index"
 INDEX_SUFFIX = ".idx"
 KEY_TABLE_SUFFIX = ".keys.jsonl"
-# What tfds.builder_from_directory reads (segcore/tfds_info.py writes them).
+# What tfds.builder_from_directory reads (transforms/format/tfds_info.py writes them).
 TFDS_DATASET_INFO = "dataset_info.json"
 TFDS_FEATURES = "features.json"
 TFDS_FILES = (TFDS_DATASET_INFO, TFDS_FEATURES)

@@ -7,10 +7,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from segcore import features
-from segcore.dataset_info import FORMAT_VERSION
-from segcore.naming import SPLITS
-from segcore.rejects import Reject
+from transforms.format import features
+from transforms.format.dataset_info import FORMAT_VERSION
+from transforms.format.naming import SPLITS
+from transforms.rejects import Reject
 
 _SHARD_FIELDS = ("file", "num_examples", "bytes", "sha256")
 
@@ -25,12 +25,13 @@ def build_metadata(
     key_tables: Mapping[str, Mapping[str, Any]] | None = None,
     tfds_files: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The metadata dict (its typed, checked form is segcore.dataset_info.DatasetInfo).
+    """The metadata dict (its typed, checked form is transforms.format.dataset_info.DatasetInfo).
 
     `shards` are dicts with split, file, num_examples, bytes, sha256 and image_shapes, and
     optionally `index`: the {file, bytes, sha256} of the shard's record index. `key_tables`
     maps a split to the {file, bytes, sha256} of its key table; `tfds_files` lists the
-    TFDS description files the same way (segcore.record_index, segcore.tfds_info).
+    TFDS description files the same way (transforms.format.record_index,
+    transforms.format.tfds_info).
     """
     by_split: dict[str, list[Mapping[str, Any]]] = {split: [] for split in SPLITS}
     for shard in shards:

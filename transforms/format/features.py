@@ -19,7 +19,7 @@ SCHEMA: dict[str, dict[str, str]] = {
 
 MASK_FORMATS = ("jpeg", "png")
 # What a mask holds: "binary" 0/255 (the portrait blog's), or "classes", class ids 0..N-1
-# plus one ignore index (segcore/class_masks.py). Declared here, import-free, for the CLI.
+# plus one ignore index (transforms/codecs/class_mask.py). Declared here, import-free, for the CLI.
 MASK_TYPES = ("binary", "classes")
 DEFAULT_MASK_TYPE = "binary"
 DEFAULT_IGNORE_INDEX = 255  # Pascal VOC, Cityscapes trainIds, ADE20K (reduced), mmseg

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from segcore.class_masks import ClassMaskSettings
+    from transforms.codecs.class_mask import ClassMaskSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 metadata.json is the commit marker of an output directory: no marker, no dataset. Its
 parsed form is checked once here (names, counts, version) so that readers can trust it:
 exact epochs and sharding rely on the per-shard counts, and every file name in it is
-checked against segcore.naming, so a tampered file cannot point a reader outside the
+checked against transforms.format.naming, so a tampered file cannot point a reader outside the
 output directory.
 
 Local paths are read with the standard library (no TensorFlow needed); remote ones (gs://)
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from segcore.class_stats import ClassStats, median_frequency_weights
-from segcore.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
-from segcore.naming import (
+from transforms.class_stats import ClassStats, median_frequency_weights
+from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
+from transforms.format.naming import (
     METADATA_FILE,
     SEGPREP_DIR,
     TFDS_FILES,
@@ -31,7 +31,7 @@ from segcore.naming import (
     key_table_name,
     parse_shard_name,
 )
-from segcore.record_index import is_count
+from transforms.format.record_index import is_count
 
 # Bumped only for changes an older reader would misread; added optional fields keep it.
 FORMAT_VERSION = 1
@@ -114,7 +114,7 @@ RGB = tuple[int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class ClassesInfo:
-    """metadata.json's `classes` section (segcore.class_stats.classes_section): what the
+    """metadata.json's `classes` section (transforms.class_stats.classes_section): what the
     stored mask values of a `--mask_type classes` output mean, and their counts per split."""
 
     num_classes: int
@@ -146,7 +146,7 @@ class ClassesInfo:
 
     def weights(self, split: str = "train") -> np.ndarray:
         """Median-frequency class weights [num_classes] of `split` (float64; formula in
-        segcore.class_stats.median_frequency_weights)."""
+        transforms.class_stats.median_frequency_weights)."""
         return median_frequency_weights(self.split_stats(split))
 
     def to_json(self) -> dict[str, Any]:

@@ -25,9 +25,9 @@ import ijson
 import numpy as np
 from pycocotools import mask as mask_utils
 
-from segcore.class_masks import ClassMaskSettings, class_mask_settings
-from segcore.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED
-from segcore.rejects import Reason, RejectError
+from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
+from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED
+from transforms.rejects import Reason, RejectError
 
 # pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
 # would otherwise be printed by every worker.

@@ -8,7 +8,7 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from segcore.naming import SPLITS, shard_name
+from transforms.format.naming import SPLITS, shard_name
 
 _TWO_64 = float(2**64)
 

@@ -20,7 +20,7 @@ import enum
 import posixpath
 from collections.abc import Iterable
 
-from segcore.rejects import Reason, Reject
+from transforms.rejects import Reason, Reject
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 # Checked in this order: `00001_mask.mat` gives key `00001`, not `00001_mask`.
@@ -45,7 +45,8 @@ class SourceFile:
 class CocoEntry:
     """The mask side of a COCO entry: one image record of the annotations file.
 
-    Its annotations (`payload`, segcore.coco's staged JSON of the image) are attached inside
+    Its annotations (`payload`, transforms.sources.coco's staged JSON of the image) are attached
+    inside
     the job, from the run's staged annotations file, never carried in the job graph.
     """
 

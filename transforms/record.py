@@ -6,14 +6,14 @@ import dataclasses
 
 import numpy as np
 
-from segcore.class_masks import ClassMaskSettings, encode_class_mask, load_class_mask
-from segcore.class_stats import ClassStats, mask_stats
-from segcore.coco import CocoImage, rasterize
-from segcore.example import build_example
-from segcore.image_codec import ValidImage, apply_orientation, validate_image
-from segcore.limits import DEFAULT_LIMITS, InputLimits
-from segcore.mask_codec import binarize, encode_mask, load_mask
-from segcore.rejects import Reason, RejectError
+from transforms.class_stats import ClassStats, mask_stats
+from transforms.codecs.class_mask import ClassMaskSettings, encode_class_mask, load_class_mask
+from transforms.codecs.image import ValidImage, apply_orientation, validate_image
+from transforms.codecs.mask import binarize, encode_mask, load_mask
+from transforms.format.example import build_example
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.rejects import Reason, RejectError
+from transforms.sources.coco import CocoImage, rasterize
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The record index: where every record of a shard starts, and which record holds which key.
 
-Two artefacts per split, both small text files under `index/` (names in segcore.naming):
+Two artefacts per split, both small text files under `index/` (names in transforms.format.naming):
 
 * `index/<shard file>.idx`, one line per record, `"<offset> <length>\\n"`: the byte offset of
   the record's frame in the shard and the frame's length. This is the format of DALI's
@@ -21,7 +21,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 
-from segcore.naming import index_name, parse_shard_name
+from transforms.format.naming import index_name, parse_shard_name
 
 # Bytes TFRecord framing adds to each serialized record: uint64 length, its masked CRC-32C,
 # then after the payload the payload's masked CRC-32C.

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageOps
 
-from segcore.limits import DEFAULT_LIMITS
-from segcore.rejects import Reason, RejectError
+from transforms.limits import DEFAULT_LIMITS
+from transforms.rejects import Reason, RejectError
 
 # Above this many pixels a header is treated as a decompression bomb: rejected before
 # any pixel buffer is allocated. 8x the 800x600 portraits, 4x a 4K frame.

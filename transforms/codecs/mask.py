@@ -12,10 +12,10 @@ import scipy.io
 import scipy.io.matlab
 from PIL import Image
 
-from segcore.features import MASK_FOREGROUND, MASK_THRESHOLD
-from segcore.image_codec import MASK_REASONS, open_image
-from segcore.limits import DEFAULT_LIMITS, InputLimits
-from segcore.rejects import Reason, RejectError
+from transforms.codecs.image import MASK_REASONS, open_image
+from transforms.format.features import MASK_FOREGROUND, MASK_THRESHOLD
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.rejects import Reason, RejectError
 
 DEFAULT_MASK_KEY = "mask"
 JPEG_QUALITIES = (95, 100)  # the second only if the first would not survive thresholding

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from segcore import features
-from segcore.dataset_info import DatasetInfo
-from segcore.naming import TFDS_DATASET_INFO, TFDS_FEATURES, TFDS_FILE_TEMPLATE
+from transforms.format import features
+from transforms.format.dataset_info import DatasetInfo
+from transforms.format.naming import TFDS_DATASET_INFO, TFDS_FEATURES, TFDS_FILE_TEMPLATE
 
 TFDS_NAME = "segprep"
 TFDS_VERSION = "1.0.0"
@@ -45,7 +45,7 @@ def _scalar_int64() -> dict[str, Any]:
 
 
 def features_json(info: DatasetInfo) -> dict[str, Any]:
-    """TFDS FeaturesDict of segcore.features; static H and W when every split agrees."""
+    """TFDS FeaturesDict of transforms.format.features; static H and W when every split agrees."""
     shapes = {split.image_shape for split in info.splits.values() if split.num_examples}
     shape = shapes.pop() if len(shapes) == 1 else None
     sixteen = info.classes is not None and info.classes.png_bit_depth == 16
