@@ -5,8 +5,15 @@ import sys
 import time
 
 
-def whereabouts() -> tuple[int, bool, bool]:
-    return os.getpid(), "apache_beam" in sys.modules, "tensorflow" in sys.modules
+def whereabouts() -> tuple[int, bool, bool, bool]:
+    """(pid, Beam loaded, TensorFlow loaded, the shard-writing code loaded)."""
+    modules = sys.modules
+    return (
+        os.getpid(),
+        "apache_beam" in modules,
+        "tensorflow" in modules,
+        "beam_pipeline.job.shard_work" in modules,
+    )
 
 
 def sleep_and_report(seconds: float) -> int:

@@ -16,13 +16,13 @@ from tests.conftest import job_args, same_output
 from transforms.splits import MIN_SHARDS
 
 
-def test_pool_runs_work_in_other_processes_that_start_warm_without_beam():
+def test_pool_runs_work_in_other_processes_that_start_warm_without_beam_or_tensorflow():
     with writer_pool.writer_pool("probe-run", 2) as pool:
         assert writer_pool.pool_of("probe-run") is pool
         results = [pool.submit(pool_probe.whereabouts).result() for _ in range(6)]
-        pids = {pid for pid, _, _ in results}
+        pids = {pid for pid, *_ in results}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
-    assert all(not beam and tensorflow for _, beam, tensorflow in results)
+    assert all(warm and not beam and not tf for _, beam, tf, warm in results)
     with pytest.raises(RuntimeError, match="no writer pool"):
         writer_pool.pool_of("probe-run")  # the pool belongs to its run, and ends with it
     for pid in pids:

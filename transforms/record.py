@@ -1,4 +1,8 @@
-"""Turn one paired entry's raw bytes into a serialised record, or a precise rejection."""
+"""Turn one paired entry's raw bytes into a serialised record, or a precise rejection.
+
+The steps every mask source shares (image validation, EXIF alignment, encoding, the
+Example) live here; each source in `transforms.sources` calls them.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ from transforms.codecs.mask import binarize, encode_mask, load_mask
 from transforms.format.example import build_example
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.rejects import Reason, RejectError
-from transforms.sources.coco import CocoImage, rasterize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +49,11 @@ def make_record(
     the image rotated to match; otherwise pixels stay as stored, which is what
     tf.io.decode_jpeg returns.
     """
-    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
     mask = binarize(
-        _guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
+        guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
     )
-    image = _aligned(image, image_bytes, mask.shape)
+    image = aligned(image, image_bytes, mask.shape)
     return _record(key, image, encode_mask(mask, mask_format))
 
 
@@ -65,8 +68,8 @@ def make_class_record(
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """A record with a class-id mask file (PNG, palette PNG, colour PNG, .mat) and its stats."""
-    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
-    ids = _guarded(
+    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    ids = guarded(
         load_class_mask,
         Reason.MASK_UNREADABLE,
         mask_bytes,
@@ -75,32 +78,10 @@ def make_class_record(
         mask_key,
         limits,
     )
-    return _class_record(key, _aligned(image, image_bytes, ids.shape), ids, settings)
+    return class_record(key, aligned(image, image_bytes, ids.shape), ids, settings)
 
 
-def make_coco_record(
-    key: str,
-    image_bytes: bytes,
-    coco_image: CocoImage,
-    settings: ClassMaskSettings,
-    *,
-    fill: int,
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> Record:
-    """A record whose mask is rasterised from the image's COCO annotations, and its stats.
-
-    The image is decoded first, so the mask is allocated at a size the decoder vouched for;
-    annotations drawn on the EXIF-rotated view rotate the image, as for mask files.
-    """
-    image = _guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
-    image = _aligned(image, image_bytes, (coco_image.height, coco_image.width))
-    ids = _guarded(
-        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill
-    )
-    return _class_record(key, image, ids, settings)
-
-
-def _aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
+def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
     """The image, rotated by its EXIF tag when the mask has the rotated size; a reject when
     the sizes still differ."""
     if mask_shape != (image.height, image.width) and mask_shape == image.rotated_shape:
@@ -113,7 +94,7 @@ def _aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...])
     return image
 
 
-def _class_record(
+def class_record(
     key: str, image: ValidImage, ids: np.ndarray, settings: ClassMaskSettings
 ) -> Record:
     stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
@@ -128,7 +109,7 @@ def _record(
     return Record(key, serialized, image.height, image.width, image.transcoded, stats, exif_ignored)
 
 
-def _guarded(decode, reason: Reason, *args):
+def guarded(decode, reason: Reason, *args):
     """Any decoder failure becomes a reject: one odd file must never fail the whole job."""
     try:
         return decode(*args)

@@ -18,6 +18,7 @@ from transforms.splits import SplitFractions
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
+    from transforms.sources.base import SourceSettings
 
 
 def _binary_masks() -> ClassMaskSettings:
@@ -46,7 +47,7 @@ class CocoSettings:
     """
 
     annotations: str  # the user's COCO file (rejects.jsonl names it)
-    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/coco_staging.py)
+    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/masks.py stage_coco)
     fill: int  # the value of pixels no annotation covers: 0 or the ignore index
 
 
@@ -63,6 +64,15 @@ class ShardWriterSettings:
     limits: InputLimits = DEFAULT_LIMITS
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
+    mask_source: str = "binary_files"  # a name in transforms.sources.registry
+
+    @property
+    def source_settings(self) -> SourceSettings:
+        from transforms.sources.base import SourceSettings
+
+        return SourceSettings(
+            self.classes, self.mask_format, self.mask_key, self.coco_fill, self.limits
+        )
 
 
 @dataclasses.dataclass(frozen=True)

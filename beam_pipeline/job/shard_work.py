@@ -26,10 +26,10 @@ from beam_pipeline.runtime.progress_counts import Reporter
 from transforms.class_stats import StatsSum
 from transforms.format import record_formats, record_index
 from transforms.format.naming import INDEX_DIR, KEY_TABLE_SUFFIX
-from transforms.pairing import CocoEntry, Pair, SourceFile
-from transforms.record import Record, make_class_record, make_coco_record, make_record
+from transforms.pairing import Pair, SourceFile
+from transforms.record import Record
 from transforms.rejects import Reason, Reject, RejectError
-from transforms.sources.coco import image_from_payload
+from transforms.sources import registry
 from transforms.splits import ShardSpec
 
 _CHUNK = 8 << 20
@@ -170,36 +170,12 @@ def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
 
 def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | RejectError:
     limits = settings.limits
+    source = registry.get(settings.mask_source)
     try:
         image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
-        if isinstance(pair.mask, CocoEntry):
-            return make_coco_record(
-                pair.key,
-                image_bytes,
-                image_from_payload(pair.mask.payload),
-                settings.classes,
-                fill=settings.coco_fill,
-                limits=limits,
-            )
-        mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
-        if settings.classes.is_classes:
-            return make_class_record(
-                pair.key,
-                image_bytes,
-                mask_bytes,
-                pair.mask.path,
-                settings.classes,
-                mask_key=settings.mask_key,
-                limits=limits,
-            )
-        return make_record(
-            pair.key,
-            image_bytes,
-            mask_bytes,
-            pair.mask.path,
-            mask_format=settings.mask_format,
-            mask_key=settings.mask_key,
-            limits=limits,
-        )
+        mask_bytes = None
+        if source.reads_mask_file:
+            mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
+        return source.record(pair.key, image_bytes, pair.mask, mask_bytes, settings.source_settings)
     except RejectError as error:
         return error

@@ -50,6 +50,13 @@ class MaskPlan:
     annotations: str | None = None  # the COCO file, normalised (absolute or gs://)
 
     @property
+    def source(self) -> str:
+        """The mask source's name in transforms.sources.registry."""
+        if self.coco is not None:
+            return "coco"
+        return "class_files" if self.classes.is_classes else "binary_files"
+
+    @property
     def coco_fill(self) -> int | None:
         """The value of pixels no annotation covers, for a COCO run."""
         return None if self.coco is None else self.coco.fill_value(self.classes.ignore_index)

@@ -206,6 +206,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         progress_dir=os.path.join(staging, "progress") if progress else None,
         classes=mask_plan.classes,
         coco_fill=mask_plan.coco_fill,
+        mask_source=mask_plan.source,
     )
     started_at = time.time()
     parameters = {

@@ -1,0 +1,1 @@
+"""Mask sources behind one protocol (`base.MaskSource`) and one registry (`registry`)."""

@@ -19,15 +19,19 @@ import dataclasses
 import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import ijson
 import numpy as np
 from pycocotools import mask as mask_utils
 
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
+from transforms.codecs.image import validate_image
 from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.record import Record, aligned, class_record, guarded
 from transforms.rejects import Reason, RejectError
+from transforms.sources.base import SourceSettings
 
 # pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
 # would otherwise be printed by every worker.
@@ -477,3 +481,58 @@ def _compressed_total(counts: str) -> int:
         runs.append(value)
         value = shift = 0
     return -1 if shift else sum(runs)
+
+
+# --- the mask source (in the worker) --------------------------------------------------------
+
+
+def make_coco_record(
+    key: str,
+    image_bytes: bytes,
+    coco_image: CocoImage,
+    settings: ClassMaskSettings,
+    *,
+    fill: int,
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> Record:
+    """A record whose mask is rasterised from the image's COCO annotations, and its stats.
+
+    The image is decoded first, so the mask is allocated at a size the decoder vouched for;
+    annotations drawn on the EXIF-rotated view rotate the image, as for mask files.
+    """
+    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = aligned(image, image_bytes, (coco_image.height, coco_image.width))
+    ids = guarded(
+        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill
+    )
+    return class_record(key, image, ids, settings)
+
+
+class CocoSource:
+    """Masks rasterised from a COCO annotations file's polygons and RLEs.
+
+    The pair's mask side is a `CocoEntry` whose staged payload the job attached; no mask
+    file is read.
+    """
+
+    name: ClassVar[str] = "coco"
+    reads_mask_file: ClassVar[bool] = False
+
+    def record(
+        self,
+        key: str,
+        image_bytes: bytes,
+        mask: Any,
+        mask_bytes: bytes | None,
+        settings: SourceSettings,
+    ) -> Record:
+        if settings.fill is None:
+            raise ValueError("a COCO source needs the fill value of unlabeled pixels")
+        return make_coco_record(
+            key,
+            image_bytes,
+            image_from_payload(mask.payload),
+            settings.classes,
+            fill=settings.fill,
+            limits=settings.limits,
+        )
