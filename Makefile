@@ -12,7 +12,7 @@ OUTPUT := build/output
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_ENABLE_ONEDNN_OPTS ?= 0
 
-.PHONY: install install-extras run test lint format bench bench-loaders clean
+.PHONY: install install-extras browser run test lint format bench bench-loaders clean
 
 install: $(STAMP)
 
@@ -38,8 +38,14 @@ run: install
 	$(BIN)/python examples/read_batch.py $(OUTPUT)
 	@echo "segprep is installed in $(VENV): run $(BIN)/segprep --help, or 'source $(BIN)/activate' first"
 
-test: install-extras lint
+test: install-extras lint browser
 	$(BIN)/python -m pytest
+
+# `segprep report`'s tests open the page in headless Chromium, Debian's package.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium could not be installed: the report's browser tests are skipped outside CI"
 
 lint: install
 	$(BIN)/ruff check .

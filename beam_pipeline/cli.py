@@ -1,4 +1,4 @@
-"""`segprep`: sample-data, prepare, verify, inspect.
+"""`segprep`: sample-data, prepare, verify, index, inspect, report.
 
 Only dispatch lives here: `prepare`'s flags are parsed by its run plan (launch/plan.py).
 User mistakes end in one line and exit code 2; Ctrl-C in one line and 130.
@@ -99,6 +99,18 @@ def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
     return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
+
+
+def _make_report(args: argparse.Namespace) -> int:
+    from beam_pipeline.commands.report import write_report
+    from beam_pipeline.commands.report.gather import ReportError
+
+    try:
+        path = write_report(args.dir, args.out)
+    except ReportError as error:
+        raise UsageError(str(error)) from None
+    _print(path)
+    return 0
 
 
 def quiet_libraries() -> None:
@@ -202,6 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show rejects.jsonl entries from their original files instead of shard examples",
     )
+
+    report = command(
+        "report",
+        "write one self-contained HTML page about an output (counts, classes, samples, "
+        "rejects, shards); prints its path",
+    )
+    report.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    report.add_argument(
+        "--out",
+        help="HTML file to write (local); without it segprep-report-DIRNAME.html in the "
+        "current directory",
+    )
     return parser
 
 
@@ -267,6 +291,8 @@ def _dispatch(argv: list[str]) -> int:
         return _sample_data(args)
     if args.command == "verify":
         return _verify(args)
+    if args.command == "report":
+        return _make_report(args)
     if args.command == "index":
         return _index(args)
     return _inspect(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from transforms.splits import SplitFractions, num_shards_note
@@ -56,6 +57,7 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
+    lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
     return "\n".join(lines)
 
 

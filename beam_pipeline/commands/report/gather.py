@@ -1,0 +1,389 @@
+"""What the report shows, read with bounded memory and time whatever the output's size.
+
+Counts and statistics come from metadata.json; pixels from a capped sample of records
+spread over every shard; rejects are streamed once (counted per reason, a few kept each).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from beam_pipeline.commands.report import thumbnails
+from transforms import files
+from transforms.format import dataset_info, record_formats
+from transforms.format.dataset_info import ClassesInfo, DatasetInfo
+from transforms.format.example import ExampleError, parse_example
+from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
+
+SAMPLE_RECORDS = 400  # per split, for the size and foreground distributions
+SAMPLE_TILES = 24  # per split, shown as thumbnails
+REJECT_EXAMPLES = 3  # per reason, shown with their detail
+REJECT_THUMBNAILS = 24  # in all
+MAX_REASONS = 40
+MAX_SHARD_ROWS = 2000  # per split; the rest are counted
+MAX_DUPLICATE_GROUPS = 60
+MAX_LINE = 1 << 20  # a rejects or duplicates line longer than this is skipped, not read
+METADATA_LIMIT = 256 << 20
+SOURCE_IMAGE_LIMIT = 64 << 20
+
+
+class ReportError(Exception):
+    """The folder cannot be reported on; the message says why (one line)."""
+
+
+@dataclasses.dataclass
+class Sample:
+    key: str
+    height: int
+    width: int
+    image: str  # data: URI of the thumbnail
+    overlay: str
+    foreground: float | None  # binary masks: the mask's foreground fraction
+
+
+@dataclasses.dataclass
+class SplitView:
+    name: str
+    num_examples: int
+    num_shards: int
+    bytes: int
+    shards: list[dict[str, Any]]
+    shards_left_out: int
+    samples: list[Sample]
+    sampled: int  # records read for the distributions
+    sizes: list[tuple[str, int]]  # ("HxW", count), most common first
+    foreground: list[tuple[str, int]] | None  # histogram bins (label, count), binary masks
+    class_rows: list[dict[str, Any]] | None = None  # class outputs: one row per class
+    absent_classes: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class RejectReason:
+    reason: str
+    count: int
+    examples: list[dict[str, Any]]  # key, detail, image path, thumbnail (or None)
+
+
+@dataclasses.dataclass
+class Report:
+    output_dir: str
+    published: bool  # False: a refused or failed run; only its staged rejects exist
+    rejects_file: str | None
+    discovered: int | None
+    accepted: int
+    rejected: int
+    mask_type: str
+    mask_format: str | None
+    record_format: str
+    splits: list[SplitView]
+    rejects: list[RejectReason]
+    reasons_left_out: int
+    parameters: Mapping[str, Any]
+    versions: Mapping[str, Any]
+    run: Mapping[str, Any]
+    exif_ignored: int | None
+    classes: ClassesInfo | None
+    class_names: list[str]
+    weights: list[tuple[str, float]] | None
+    duplicates: list[dict[str, Any]] | None  # None: duplicates.jsonl absent
+    duplicate_groups: int
+    total_bytes: int
+
+
+def gather(output_dir: str) -> Report:
+    base = output_dir.rstrip("/")
+    if not files.is_remote(base) and not os.path.isdir(base):
+        raise ReportError(f"{output_dir} is not a directory: pass a segprep output directory")
+    metadata_path = f"{base}/{METADATA_FILE}"
+    if _exists(metadata_path):
+        return _finished(base)
+    staged = _staged_rejects(base)
+    if staged is None:
+        raise ReportError(
+            f"{output_dir} has neither {METADATA_FILE} nor a run's staged {REJECTS_FILE}: "
+            "not a segprep output; pass the --output_dir of `segprep prepare`"
+        )
+    reasons, left_out, total = _rejects(staged)
+    return Report(
+        output_dir=base,
+        published=False,
+        rejects_file=staged,
+        discovered=None,
+        accepted=0,
+        rejected=total,
+        mask_type="unknown",
+        mask_format=None,
+        record_format=record_formats.DEFAULT,
+        splits=[],
+        rejects=reasons,
+        reasons_left_out=left_out,
+        parameters={},
+        versions={},
+        run={},
+        exif_ignored=None,
+        classes=None,
+        class_names=[],
+        weights=None,
+        duplicates=None,
+        duplicate_groups=0,
+        total_bytes=0,
+    )
+
+
+def _finished(base: str) -> Report:
+    try:
+        raw = dataset_info.read_metadata_json(base)
+        info = DatasetInfo.from_json(raw)
+    except (dataset_info.MetadataError, dataset_info.IncompleteOutputError) as error:
+        raise ReportError(str(error)) from None
+    classes = info.classes
+    names = _class_names(classes)
+    palette = thumbnails.class_palette(classes) if classes else None
+    adapter = record_formats.get(str(raw.get("record_format", record_formats.DEFAULT)))
+    splits = [
+        _split_view(base, info, name, adapter, classes, names, palette) for name in info.splits
+    ]
+    reasons, left_out, total = _rejects(f"{base}/{REJECTS_FILE}")
+    rejected = raw.get("num_rejected", {})
+    weights = None
+    if classes is not None and "train" in classes.stats:
+        weights = list(zip(names, (float(w) for w in classes.weights("train")), strict=True))
+    duplicates, groups = _duplicates(f"{base}/duplicates.jsonl")
+    accepted = sum(split.num_examples for split in info.splits.values())
+    return Report(
+        output_dir=base,
+        published=True,
+        rejects_file=f"{base}/{REJECTS_FILE}",
+        discovered=raw.get("num_discovered"),
+        accepted=accepted,
+        rejected=rejected.get("total", total) if isinstance(rejected, dict) else total,
+        mask_type="classes" if classes else "binary",
+        mask_format=info.mask_format,
+        record_format=adapter.name,
+        splits=splits,
+        rejects=reasons,
+        reasons_left_out=left_out,
+        parameters=raw.get("parameters") or {},
+        versions=raw.get("versions") or {},
+        run=raw.get("run") or {},
+        exif_ignored=raw.get("exif_orientation_ignored"),
+        classes=classes,
+        class_names=names,
+        weights=weights,
+        duplicates=duplicates,
+        duplicate_groups=groups,
+        total_bytes=sum(s.bytes for split in info.splits.values() for s in split.shards),
+    )
+
+
+def _class_names(classes: ClassesInfo | None) -> list[str]:
+    if classes is None:
+        return []
+    if classes.names:
+        return list(classes.names)
+    return [f"class {index}" for index in range(classes.num_classes)]
+
+
+def _split_view(base, info, name, adapter, classes, names, palette) -> SplitView:
+    split = info.split(name)
+    shards = [
+        {"file": s.file, "records": s.num_examples, "bytes": s.bytes, "sha256": s.sha256}
+        for s in split.shards[:MAX_SHARD_ROWS]
+    ]
+    samples: list[Sample] = []
+    sizes: collections.Counter[str] = collections.Counter()
+    fractions: list[float] = []
+    sampled = 0
+    every = max(1, math.ceil(min(SAMPLE_RECORDS, split.num_examples) / SAMPLE_TILES))
+    for record in _sampled_records(base, split, adapter):
+        sizes[f"{record['height']}x{record['width']}"] += 1
+        tile = sampled % every == 0 and len(samples) < SAMPLE_TILES
+        fraction = None
+        if classes is None:
+            mask = thumbnails.decode_mask(record["mask"])
+            if mask is not None:
+                fraction = float(np.count_nonzero(mask >= 128)) / max(1, mask.size)
+                fractions.append(fraction)
+        if tile:
+            image, overlay = thumbnails.record_tiles(record, classes, palette)
+            samples.append(
+                Sample(record["key"], record["height"], record["width"], image, overlay, fraction)
+            )
+        sampled += 1
+    view = SplitView(
+        name=name,
+        num_examples=split.num_examples,
+        num_shards=split.num_shards,
+        bytes=sum(s.bytes for s in split.shards),
+        shards=shards,
+        shards_left_out=max(0, split.num_shards - MAX_SHARD_ROWS),
+        samples=samples,
+        sampled=sampled,
+        sizes=sizes.most_common(12),
+        foreground=_histogram(fractions) if classes is None else None,
+    )
+    if classes is not None and name in classes.stats:
+        view.class_rows, view.absent_classes = _class_rows(classes, name, names, palette)
+    return view
+
+
+def _sampled_records(base: str, split, adapter) -> Iterator[dict[str, Any]]:
+    """Up to SAMPLE_RECORDS records, spread over the split's shards (the first few of each)."""
+    if not split.shards:
+        return
+    per_shard = max(1, math.ceil(SAMPLE_RECORDS / len(split.shards)))
+    taken = 0
+    for shard in split.shards:
+        if taken >= SAMPLE_RECORDS:
+            return
+        path = f"{base}/{shard.file}"
+        try:
+            with _open(path) as handle:
+                records = adapter.read_records(handle, shard.file, shard.bytes)
+                for number, payload in enumerate(records):
+                    if number >= per_shard or taken >= SAMPLE_RECORDS:
+                        break
+                    try:
+                        yield parse_example(payload)
+                    except ExampleError:
+                        continue
+                    taken += 1
+        except OSError:
+            continue  # verify says what is wrong with a shard; the report shows what it can
+
+
+def _histogram(fractions: Sequence[float], bins: int = 10) -> list[tuple[str, int]]:
+    counts = [0] * bins
+    for fraction in fractions:
+        counts[min(bins - 1, int(fraction * bins))] += 1
+    return [(f"{i * 100 // bins}-{(i + 1) * 100 // bins} %", c) for i, c in enumerate(counts)]
+
+
+def _class_rows(classes: ClassesInfo, split: str, names, palette):
+    stats = classes.split_stats(split)
+    labelled = max(1, sum(stats.pixels))
+    rows = []
+    absent = []
+    for index, name in enumerate(names):
+        if stats.images[index] == 0:
+            absent.append(name)
+        rows.append(
+            {
+                "id": index,
+                "name": name,
+                "pixels": stats.pixels[index],
+                "share": stats.pixels[index] / labelled,
+                "images": stats.images[index],
+                "image_share": stats.images[index] / max(1, stats.num_images),
+                "colour": "#" + "".join(f"{int(v):02x}" for v in palette[index]),
+            }
+        )
+    return rows, absent
+
+
+def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
+    """Per reason (commonest first): the count and the first few entries; how many reasons
+    were left out; the total. Streamed: memory holds the kept examples, never the file."""
+    counts: collections.Counter[str] = collections.Counter()
+    examples: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    if not _exists(path):
+        return [], 0, 0
+    for row in _json_lines(path):
+        reason = str(row.get("reason", "unknown"))
+        counts[reason] += 1
+        kept = examples[reason]
+        if len(kept) < REJECT_EXAMPLES and len(examples) <= MAX_REASONS * 2:
+            kept.append(
+                {
+                    "key": str(row.get("key", "")),
+                    "detail": str(row.get("detail", "")),
+                    "image": row.get("image"),
+                    "mask": row.get("mask"),
+                    "thumbnail": None,
+                }
+            )
+    reasons = [
+        RejectReason(reason, count, examples.get(reason, []))
+        for reason, count in counts.most_common(MAX_REASONS)
+    ]
+    shown = 0
+    for reason in reasons:
+        for example in reason.examples:
+            if shown < REJECT_THUMBNAILS and isinstance(example["image"], str):
+                example["thumbnail"] = _source_thumbnail(example["image"])
+                shown += example["thumbnail"] is not None
+    return reasons, max(0, len(counts) - MAX_REASONS), sum(counts.values())
+
+
+def _source_thumbnail(path: str) -> str | None:
+    """A thumbnail of a rejected entry's input image, when it is still there and decodes."""
+    if files.is_remote(path):
+        return None
+    try:
+        data = files.read_bounded_local(path, SOURCE_IMAGE_LIMIT)
+    except OSError:
+        return None
+    return thumbnails.image_thumbnail(data)
+
+
+def _duplicates(path: str) -> tuple[list[dict[str, Any]] | None, int]:
+    if not _exists(path):
+        return None, 0
+    groups = []
+    total = 0
+    for row in _json_lines(path):
+        total += 1
+        if len(groups) < MAX_DUPLICATE_GROUPS:
+            groups.append(row)
+    return groups, total
+
+
+def _json_lines(path: str) -> Iterator[dict[str, Any]]:
+    with _open(path) as handle:
+        while line := handle.readline(MAX_LINE + 1):
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                while (rest := handle.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                    pass  # skip the rest of an over-long line without holding it
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def _staged_rejects(base: str) -> str | None:
+    runs = f"{base}/{RUNS_DIR}"
+    if files.is_remote(base) or not os.path.isdir(runs) or os.path.islink(runs):
+        return None
+    found = []
+    for name in os.listdir(runs):
+        path = f"{runs}/{name}/{REJECTS_FILE}"
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        found.append((info.st_mtime_ns, path))
+    return max(found)[1] if found else None
+
+
+def _exists(path: str) -> bool:
+    if files.is_remote(path):
+        return dataset_info.file_exists(path)
+    return os.path.lexists(path)
+
+
+def _open(path: str) -> io.BufferedReader:
+    if files.is_remote(path):
+        return io.BytesIO(dataset_info.read_file(path))  # type: ignore[return-value]
+    return files.open_regular(path)  # type: ignore[return-value]

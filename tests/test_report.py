@@ -1,0 +1,256 @@
+"""`segprep report`: the page, opened in a real browser (headless Chromium from Debian).
+
+Chromium dumps the DOM it built and takes a screenshot; its NetLog records every request
+it made. `make test` installs the Debian package when it is missing, so CI always runs this.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from beam_pipeline.cli import main
+from tests.class_outputs import write_coco_set
+from tests.images import rgb_jpeg
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="headless Chromium is not installed (make test installs it)",
+)
+
+
+class _Dom(html.parser.HTMLParser):
+    """Elements as (tag, attributes, text inside) from Chromium's serialised DOM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str], list[str]]] = []
+        self._open: list[int] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs), []))
+        if tag not in ("img", "meta", "br", "rect", "input"):
+            self._open.append(len(self.elements) - 1)
+
+    def handle_endtag(self, tag):
+        while self._open:
+            if self.elements[self._open.pop()][0] == tag:
+                break
+
+    def handle_data(self, data):
+        for index in self._open:
+            self.elements[index][2].append(data)
+
+    def find(self, tag=None, **attrs):
+        return [
+            (t, a, "".join(text))
+            for t, a, text in self.elements
+            if (tag is None or t == tag)
+            and all(
+                a.get(name.rstrip("_").replace("_", "-")) == value for name, value in attrs.items()
+            )
+        ]
+
+
+def _attribute(name: str) -> str:
+    """`class_` -> `class`, `data_split` -> `data-split`."""
+    return name.rstrip("_").replace("_", "-")
+
+
+def _browse(page: Path, tmp_path: Path) -> tuple[_Dom, Image.Image, list[str]]:
+    """(DOM, screenshot, URLs requested) of the page as headless Chromium renders it."""
+    assert CHROMIUM is not None, "CI must have chromium: make test installs it"
+    netlog = tmp_path / "netlog.json"
+    shot = tmp_path / "shot.png"
+    common = [
+        CHROMIUM,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        # Nothing may leave the machine, not even Chromium's own update and account pings:
+        # names resolve to nothing and every connection goes to a closed loopback port.
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=127.0.0.1:9",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1200,2400",
+    ]
+    url = page.resolve().as_uri()
+    dom = subprocess.run(
+        [*common, f"--log-net-log={netlog}", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    subprocess.run(
+        [*common, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True
+    )
+    parser = _Dom()
+    parser.feed(dom)
+    return parser, Image.open(shot).convert("RGB"), _page_requests(netlog)
+
+
+def _page_requests(netlog: Path) -> list[str]:
+    """URLs the page itself asked for: requests made on behalf of a file:// document.
+
+    Chromium's own service requests carry the initiator "not an origin"; a page's carry
+    the page's network isolation key, which for a file is "file://".
+    """
+    log = json.loads(netlog.read_text())
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    return sorted(
+        event["params"]["url"]
+        for event in log["events"]
+        if event.get("type") == start
+        and str(event["params"].get("network_isolation_key", "")).startswith("file://")
+    )
+
+
+def _report(out: Path, page: Path) -> str:
+    code = main(["report", str(out), "--out", str(page)])
+    assert code == 0 and page.is_file()
+    return page.read_text()
+
+
+def _assert_not_blank(shot: Image.Image) -> None:
+    pixels = np.asarray(shot)
+    assert pixels.std() > 20, "the screenshot is (nearly) one colour"
+    assert len(np.unique(pixels.reshape(-1, 3)[::97], axis=0)) > 50
+
+
+def _only_local(urls: list[str]) -> None:
+    remote = [url for url in urls if not url.startswith(("file:", "data:", "about:"))]
+    assert not remote, f"the page made network requests: {remote}"
+
+
+def test_binary_output_page_in_a_real_browser(prepared, tmp_path, capsys):
+    out, _ = prepared
+    page = tmp_path / "binary.html"
+    _report(out, page)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(page)
+    dom, shot, urls = _browse(page, tmp_path)
+    metadata = json.loads((out / "metadata.json").read_text())
+    for section in ("overview", "images", "samples", "rejects", "duplicates", "shards"):
+        assert dom.find("section", id=section), section
+    assert not dom.find("section", id="classes")  # binary masks: no class section
+    accepted = sum(split["num_examples"] for split in metadata["splits"].values())
+    assert dom.find(data_count="accepted")[0][2] == f"{accepted:,}"
+    assert dom.find(data_count="rejected")[0][2] == str(metadata["num_rejected"]["total"])
+    for name, split in metadata["splits"].items():
+        assert dom.find(data_split=name)[0][2] == f"{split['num_examples']:,}"
+        rows = dom.find("table", class_="shards", data_split=name)[0][2]
+        assert all(shard["sha256"] in rows for shard in split["shards"])
+    reasons = {a["data-reason"] for _, a, _ in dom.find("tr", class_="reject-reason")}
+    assert reasons == set(metadata["num_rejected"]["by_reason"])
+    assert dom.find("div", class_="foreground")  # the foreground distribution
+    assert len(dom.find("img", alt="mask overlay")) >= 2
+    _assert_not_blank(shot)
+    _only_local(urls)
+
+
+def test_the_request_check_sees_a_page_that_loads_from_the_network(tmp_path):
+    """The check above can fail: a page with one remote image is caught."""
+    page = tmp_path / "remote.html"
+    page.write_text('<html><body><img src="http://example.invalid/x.png"></body></html>')
+    _, _, urls = _browse(page, tmp_path)
+    assert urls == ["http://example.invalid/x.png"]
+
+
+def test_class_output_page_has_a_bar_per_class(class_outputs, tmp_path):
+    out = class_outputs["8-bit"].directory
+    page = tmp_path / "classes.html"
+    _report(Path(out), page)
+    dom, shot, urls = _browse(page, tmp_path)
+    metadata = json.loads((Path(out) / "metadata.json").read_text())
+    num_classes = metadata["classes"]["num_classes"]
+    assert dom.find("section", id="classes")
+    for split in metadata["splits"]:
+        table = dom.find("table", class_="classes", data_split=split)
+        assert table, split
+    bars = [a for t, a, _ in dom.find("g", class_="bar")]
+    labels = {a["data-label"] for a in bars}
+    names = metadata["classes"].get("names") or [f"class {i}" for i in range(num_classes)]
+    assert set(names) <= labels
+    rows = dom.find("tr", class_="class-row")
+    assert len(rows) == num_classes * len(metadata["classes"]["splits"])
+    _assert_not_blank(shot)
+    _only_local(urls)
+
+
+def test_coco_output_and_hostile_keys_are_text(tmp_path):
+    images = tmp_path / "images"
+    annotations = tmp_path / "coco.json"
+    write_coco_set(images, annotations)
+    hostile = images / "<script>alert(1)<"
+    hostile.mkdir()
+    (hostile / "script>.jpg").write_bytes(rgb_jpeg(40, 50, seed=5))  # no record: a reject
+    out = tmp_path / "out"
+    code = main(
+        [
+            "prepare",
+            "--image_dir",
+            str(images),
+            "--coco_annotations",
+            str(annotations),
+            "--mask_type",
+            "classes",
+            "--output_dir",
+            str(out),
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
+    assert code == 0
+    page = tmp_path / "coco.html"
+    text = _report(out, page)
+    assert "<script>alert(1)</script>" not in text
+    dom, _, urls = _browse(page, tmp_path)
+    assert not dom.find("script")  # escaped: no script element exists in the DOM
+    keys = "".join(t for _, _, t in dom.find("div", class_="key"))
+    assert "<script>alert(1)</script>" in keys  # shown as text
+    assert dom.find("section", id="classes")
+    _only_local(urls)
+
+
+def test_refused_run_reports_its_staged_rejects(sample_dataset, tmp_path):
+    out = tmp_path / "out"
+    code = main(
+        [
+            "prepare",
+            "--image_dir",
+            str(sample_dataset.image_dir),
+            "--mask_dir",
+            str(sample_dataset.mask_dir),
+            "--output_dir",
+            str(out),
+            "--max_reject_fraction",
+            "0.01",
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
+    assert code != 0 and not (out / "metadata.json").exists()
+    page = tmp_path / "refused.html"
+    _report(out, page)
+    dom, _, _ = _browse(page, tmp_path)
+    assert dom.find(id="refused")
+    assert dom.find("tr", class_="reject-reason")
+
+
+def test_not_an_output_is_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a segprep output" in err
