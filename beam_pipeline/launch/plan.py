@@ -25,7 +25,7 @@ from beam_pipeline.job.settings import (
     PlanningSettings,
     ShardWriterSettings,
 )
-from beam_pipeline.launch import cloud, masks, preflight
+from beam_pipeline.launch import credentials, dataflow, masks, preflight
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_RUNNER,
@@ -162,7 +162,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     runner = _runner(beam, args)
     overrides = _beam_overrides(beam, args, runner)
     if runner.dataflow:
-        cloud.check_dataflow(layout, output_dir, beam)
+        dataflow.check_dataflow(layout, output_dir, beam)
     elif not runner.local and any(storage.is_local(path) for path in paths):
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
@@ -174,7 +174,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         for path in (args.class_names, args.colormap, args.coco_annotations)
     )
     if (remote_data and not args.dry_run) or remote_files:
-        cloud.check_credentials()
+        credentials.check_credentials()
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
@@ -419,8 +419,8 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 
 def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
-    name = cloud.runner_name(beam.runner or DEFAULT_RUNNER)
-    dataflow = cloud.is_dataflow(name)
+    name = dataflow.runner_name(beam.runner or DEFAULT_RUNNER)
+    on_dataflow = dataflow.is_dataflow(name)
     local = name in LOCAL_RUNNERS
     mode = beam.direct_running_mode or "in_memory"
     if local and mode == "multi_processing":
@@ -433,8 +433,8 @@ def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
     in_process = local and mode == "in_memory"
     workers = 1 if in_process or not local else beam.direct_num_workers or os.cpu_count() or 1
     template = bool(beam.template_location)
-    submit_only = dataflow and (template or args.dry_run or args.no_wait)
-    return RunnerPlan(name, local, in_process, workers, dataflow, submit_only, template)
+    submit_only = on_dataflow and (template or args.dry_run or args.no_wait)
+    return RunnerPlan(name, local, in_process, workers, on_dataflow, submit_only, template)
 
 
 def _beam_overrides(
