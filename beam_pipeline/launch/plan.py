@@ -465,12 +465,13 @@ def _may_use_writer_pool(args: argparse.Namespace, paths) -> bool:
 
 
 def _writer_processes(args: argparse.Namespace, runner: RunnerPlan, paths) -> int:
-    """Writer processes only for the in-process runner on local files and a real run.
+    """Writer processes only for the in-process runner on local files.
 
     Remote runners run their own workers, Beam's multi_threading mode writes in its own
     threads, and gs:// paths are latency-bound (threads hide that) and need this process's
-    credentials.
+    credentials. A dry run resolves the same number as the real run (it prints the plan the
+    real run executes); it only starts no pool.
     """
-    if args.dry_run or not runner.in_process or not all(storage.is_local(p) for p in paths):
+    if not runner.in_process or not all(storage.is_local(p) for p in paths):
         return 1
     return args.writer_processes or writer_pool.usable_cores()
