@@ -67,7 +67,7 @@ def _prepare(argv: list[str]) -> int:
 
     result = launcher.execute(plan)
     if result.submission is not None:  # --dry_run, a template, or a job left running remotely
-        from beam_pipeline.launch.cloud import format_description
+        from beam_pipeline.launch.submission import format_description
 
         _print(format_description(result.submission))
         return 0

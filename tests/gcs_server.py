@@ -101,7 +101,7 @@ def gcs() -> Iterator[GcsEmulator]:
         patch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
         patch.setenv("GCE_METADATA_HOST", NO_METADATA_SERVER)
         patch.setenv("GCE_METADATA_IP", NO_METADATA_SERVER)
-        from beam_pipeline.launch import cloud
+        from beam_pipeline.launch import credentials
 
-        assert cloud.use_storage_emulator_if_set()
+        assert credentials.use_storage_emulator_if_set()
         yield emulator

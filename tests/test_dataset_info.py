@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import shard_reader
+from tests.gcs_server import gcs  # noqa: F401 - the fixture
 from transforms.format import dataset_info
 from transforms.format.dataset_info import (
     FORMAT_VERSION,
@@ -152,19 +153,23 @@ def test_reader_view_is_unchanged(indexed):
     assert info.mask_format == "jpeg" and info.image_shape == (160, 120)
 
 
-def test_local_metadata_needs_no_tensorflow(indexed):
+def test_metadata_needs_no_tensorflow_local_or_on_gcs(indexed, gcs):  # noqa: F811
+    """Local and gs:// metadata both load with TensorFlow unimportable (gs:// against the
+    emulator, which the subprocess finds through the inherited STORAGE_EMULATOR_HOST)."""
+    gcs.upload_tree(indexed, "indexed")
     code = (
         "import sys\n"
         "sys.modules['tensorflow'] = None  # any import of it now fails\n"
         "from transforms.format import dataset_info\n"
-        f"info = dataset_info.load({str(indexed)!r})\n"
-        "assert info.has_index\n"
+        f"local = dataset_info.load({str(indexed)!r})\n"
+        f"remote = dataset_info.load({gcs.url('indexed')!r})\n"
+        "assert local.has_index and remote.to_json() == local.to_json()\n"
         "try:\n"
-        "    dataset_info.read_file('gs://bucket/x')\n"
-        "except ImportError as error:\n"
-        "    assert 'needs TensorFlow' in str(error)\n"
+        f"    dataset_info.load({gcs.url('nothing-here')!r})\n"
+        "except dataset_info.IncompleteOutputError as error:\n"
+        "    assert 'not a finished segprep output' in str(error), error\n"
         "else:\n"
-        "    raise AssertionError('gs:// without TensorFlow')\n"
+        "    raise AssertionError('a missing gs:// metadata.json loaded')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

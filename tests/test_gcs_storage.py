@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
-from beam_pipeline.launch import cloud, preflight
+from beam_pipeline.launch import credentials, preflight
 from beam_pipeline.runtime import output_protocol, storage
 from tests.conftest import RUNNER_ARGS
 from tests.gcs_server import gcs  # noqa: F401 - the fixture
@@ -29,7 +29,7 @@ def test_beam_gcs_client_is_anonymous_and_instant(gcs):  # noqa: F811
     from google.auth.credentials import AnonymousCredentials
 
     started = time.monotonic()
-    assert cloud.use_storage_emulator_if_set()
+    assert credentials.use_storage_emulator_if_set()
     assert auth.get_service_credentials(PipelineOptions()) is None
     client = gcsio.create_storage_client(PipelineOptions())
     assert isinstance(client._credentials, AnonymousCredentials)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -13,6 +15,8 @@ from beam_pipeline.launch.plan import make_plan
 from beam_pipeline.runtime import writer_pool
 from tests import pool_probe
 from tests.conftest import job_args, same_output
+from tests.process_tree import SEGPREP
+from transforms.format.naming import METADATA_FILE
 from transforms.splits import MIN_SHARDS
 
 
@@ -72,7 +76,7 @@ def _plan(tmp_path, *extra: str):
         (["--writer_processes", "3", "--runner", "FnApiRunner"], 3),
         (["--writer_processes", "1"], 1),
         (["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"], 1),
-        (["--dry_run"], 1),
+        (["--dry_run"], writer_pool.usable_cores()),  # the plan the real run executes
     ],
 )
 def test_writer_processes_only_for_single_process_local_runs_on_local_files(
@@ -106,3 +110,32 @@ def test_writer_processes_and_the_runner_process_write_the_same_output(sample_da
 def test_beams_multi_process_mode_is_refused(tmp_path):
     with pytest.raises(UsageError, match="outlive a killed launcher"):
         _plan(tmp_path, "--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
+
+
+def test_dry_run_prints_the_plan_the_real_run_executes(sample_dataset, tmp_path):
+    """On a 2-core machine (the CLI pinned to two cores) the dry run names the 2 writer
+    processes, and the real run's metadata.json records the same resolved parameters."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores to pin the CLI to")
+    two = set(cores[:2])
+
+    def prepare(*extra: str) -> str:
+        done = subprocess.run(
+            [*SEGPREP, "prepare", *job_args(sample_dataset, tmp_path / "out", *extra)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            preexec_fn=lambda: os.sched_setaffinity(0, two),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    planned = json.loads(prepare("--dry_run"))
+    assert planned["plan"]["writer_processes"] == 2
+    assert not (tmp_path / "out").exists()
+    prepare()
+    used = json.loads((tmp_path / "out" / METADATA_FILE).read_text())["parameters"]
+    assert used["writer_processes"] == planned["plan"]["writer_processes"] == 2
+    assert used["threads_per_shard"] == planned["plan"]["threads_per_shard"] == 1
+    assert used == planned["parameters"]

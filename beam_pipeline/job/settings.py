@@ -1,9 +1,8 @@
 """One frozen settings object per stage of the job, made once by the run plan.
 
 Kept free of Beam imports: the launcher builds these while a writer pool warms up beside it.
-Kept free of numpy and Pillow too (transforms.codecs.class_mask is imported when a settings object
-is
-made, not when this module is): `segprep --help` imports it.
+Kept free of numpy and Pillow too (transforms.codecs.class_mask is imported when a settings
+object is made, not when this module is): `segprep --help` imports it.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class CocoSettings:
     """
 
     annotations: str  # the user's COCO file (rejects.jsonl names it)
-    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/masks.py stage_coco)
+    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/masks.py: stage_coco)
     fill: int  # the value of pixels no annotation covers: 0 or the ignore index
 
 

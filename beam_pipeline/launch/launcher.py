@@ -39,10 +39,10 @@ def run(argv: list[str] | None = None) -> PrepareResult:
 
 
 def execute(plan: RunPlan) -> PrepareResult:
-    from beam_pipeline.launch import cloud
-
     if plan.dry_run:
-        return PrepareResult({}, {}, 0.0, submission=cloud.dry_run(plan), plan=plan)
+        from beam_pipeline.launch import submission
+
+        return PrepareResult({}, {}, 0.0, submission=submission.dry_run(plan), plan=plan)
     if plan.runner.template:  # only writes a job description; its runs lock for themselves
         _stage_inputs(plan)  # so a COCO template carries one run's annotations: it runs once
         return _run_job(plan)
@@ -78,7 +78,7 @@ def _run_job(plan: RunPlan) -> PrepareResult:
     import apache_beam as beam
 
     from beam_pipeline.job.pipeline import build_pipeline
-    from beam_pipeline.launch import cloud, job_monitor
+    from beam_pipeline.launch import job_monitor, submission
 
     started = time.monotonic()
     pipeline = beam.Pipeline(options=plan.pipeline_options())
@@ -86,8 +86,8 @@ def _run_job(plan: RunPlan) -> PrepareResult:
     with _writers(plan), _progress(plan):
         result = pipeline.run()
         if plan.runner.submit_only:  # a template or a no-wait submission: outputs come later
-            submission = cloud.describe_job(pipeline, plan, result=result)
-            return PrepareResult({}, {}, time.monotonic() - started, submission, plan)
+            described = submission.describe_job(pipeline, plan, result=result)
+            return PrepareResult({}, {}, time.monotonic() - started, described, plan)
         if plan.runner.dataflow:
             _announce_dataflow_job(result, plan)
             job_monitor.watch(result)

@@ -25,7 +25,7 @@ from beam_pipeline.job.settings import (
     PlanningSettings,
     ShardWriterSettings,
 )
-from beam_pipeline.launch import cloud, masks, preflight
+from beam_pipeline.launch import credentials, dataflow, masks, preflight
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_RUNNER,
@@ -162,7 +162,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     runner = _runner(beam, args)
     overrides = _beam_overrides(beam, args, runner)
     if runner.dataflow:
-        cloud.check_dataflow(layout, output_dir, beam)
+        dataflow.check_dataflow(layout, output_dir, beam)
     elif not runner.local and any(storage.is_local(path) for path in paths):
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
@@ -174,7 +174,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         for path in (args.class_names, args.colormap, args.coco_annotations)
     )
     if (remote_data and not args.dry_run) or remote_files:
-        cloud.check_credentials()
+        credentials.check_credentials()
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
@@ -420,8 +420,8 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 
 def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
-    name = cloud.runner_name(beam.runner or DEFAULT_RUNNER)
-    dataflow = cloud.is_dataflow(name)
+    name = dataflow.runner_name(beam.runner or DEFAULT_RUNNER)
+    on_dataflow = dataflow.is_dataflow(name)
     local = name in LOCAL_RUNNERS
     mode = beam.direct_running_mode or "in_memory"
     if local and mode == "multi_processing":
@@ -434,8 +434,8 @@ def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
     in_process = local and mode == "in_memory"
     workers = 1 if in_process or not local else beam.direct_num_workers or os.cpu_count() or 1
     template = bool(beam.template_location)
-    submit_only = dataflow and (template or args.dry_run or args.no_wait)
-    return RunnerPlan(name, local, in_process, workers, dataflow, submit_only, template)
+    submit_only = on_dataflow and (template or args.dry_run or args.no_wait)
+    return RunnerPlan(name, local, in_process, workers, on_dataflow, submit_only, template)
 
 
 def _beam_overrides(
@@ -466,12 +466,13 @@ def _may_use_writer_pool(args: argparse.Namespace, paths) -> bool:
 
 
 def _writer_processes(args: argparse.Namespace, runner: RunnerPlan, paths) -> int:
-    """Writer processes only for the in-process runner on local files and a real run.
+    """Writer processes only for the in-process runner on local files.
 
     Remote runners run their own workers, Beam's multi_threading mode writes in its own
     threads, and gs:// paths are latency-bound (threads hide that) and need this process's
-    credentials.
+    credentials. A dry run resolves the same number as the real run (it prints the plan the
+    real run executes); it only starts no pool.
     """
-    if args.dry_run or not runner.in_process or not all(storage.is_local(p) for p in paths):
+    if not runner.in_process or not all(storage.is_local(p) for p in paths):
         return 1
     return args.writer_processes or writer_pool.usable_cores()

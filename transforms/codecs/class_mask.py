@@ -220,7 +220,7 @@ def _mat_ids(
     mask_key: str | None,
     limits: InputLimits,
 ) -> np.ndarray:
-    """MATLAB integer arrays, with mask_codec's --mask_key rules (v4 to v7.3)."""
+    """MATLAB integer arrays, with transforms.codecs.mask's --mask_key rules (v4 to v7.3)."""
     return load_mask(data, filename, mask_key, limits)
 
 

@@ -6,8 +6,8 @@ exact epochs and sharding rely on the per-shard counts, and every file name in i
 checked against transforms.format.naming, so a tampered file cannot point a reader outside the
 output directory.
 
-Local paths are read with the standard library (no TensorFlow needed); remote ones (gs://)
-through tf.io.gfile, imported only then.
+Local paths are read with the standard library, gs:// objects with google-cloud-storage
+(transforms.gcs_client): no TensorFlow either way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from transforms import gcs_client
 from transforms.class_stats import ClassStats, median_frequency_weights
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
@@ -386,25 +387,15 @@ def is_remote(path: str | os.PathLike) -> bool:
 
 
 def read_file(path: str) -> bytes:
-    """Bytes of a local file (standard library) or a remote one (tf.io.gfile)."""
+    """Bytes of a local file (standard library) or a gs:// object (google-cloud-storage)."""
     if not is_remote(path):
         with open(path, "rb") as handle:
             return handle.read()
-    gfile = _gfile(path)
-    with gfile.GFile(path, "rb") as handle:
-        return handle.read()
+    return gcs_client.read_object(path)
 
 
 def file_exists(path: str) -> bool:
-    return os.path.exists(path) if not is_remote(path) else _gfile(path).exists(path)
-
-
-def _gfile(path: str):
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise ImportError(f"reading {path} needs TensorFlow (tf.io.gfile) installed") from None
-    return tf.io.gfile
+    return os.path.exists(path) if not is_remote(path) else gcs_client.object_exists(path)
 
 
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
