@@ -99,3 +99,30 @@ def test_an_example_that_is_not_ours_is_refused():
     ).SerializeToString()
     with pytest.raises(ExampleError, match="image"):
         parse_example(other)
+
+
+def test_the_blogs_reader_reads_shards_written_without_tensorflow(prepared):
+    """The origin blog's tf.data pipeline: TFRecordDataset, parse_single_example with two
+    FixedLenFeature strings, decode_jpeg of image and mask, threshold at 128."""
+    output_dir, _ = prepared
+    files = sorted(str(path) for path in output_dir.glob("train-*.tfrecord"))
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "mask": tf.io.FixedLenFeature([], tf.string),
+    }
+
+    def parse_and_decode(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        image = tf.cast(tf.io.decode_jpeg(parsed["image"], channels=3), tf.float32)
+        mask = tf.cast(tf.io.decode_jpeg(parsed["mask"], channels=1) >= 128, tf.float32)
+        return image, mask
+
+    count = 0
+    for image, mask in tf.data.TFRecordDataset(files).map(parse_and_decode):
+        assert image.shape[-1] == 3 and mask.shape[:2] == image.shape[:2]
+        assert set(tf.unique(tf.reshape(mask, [-1]))[0].numpy()) <= {0.0, 1.0}
+        count += 1
+    import json
+
+    metadata = json.loads((output_dir / "metadata.json").read_text())
+    assert count == metadata["splits"]["train"]["num_examples"] > 0
