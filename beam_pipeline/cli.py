@@ -257,7 +257,7 @@ def _report(error: BaseException, verbose: bool) -> int:
     if isinstance(error, RejectLimitError):
         return _fail(verbose, str(error).splitlines()[0], 1)
     first_line = (str(error).strip().splitlines() or [""])[0]
-    if outcome and outcome != "nothing was published" and outcome not in first_line:
+    if outcome and "nothing was published" not in first_line:
         first_line += f"; {outcome}"
     hint = "" if verbose else " (run with --verbose for the traceback)"
     return _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
