@@ -257,19 +257,15 @@ def manifest_bytes(names: Iterable[str]) -> int:
 # --- the commit ---------------------------------------------------------------------------
 
 
-def begin(output_dir: str, journal: Journal, metadata: bytes) -> None:
-    """Stage metadata.json and write the journal: nothing has moved yet."""
-    staged = _staged(output_dir, journal.run_id, METADATA_FILE)
-    storage.write_bytes(staged, metadata)
+def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
+    """Stage metadata.json, write the journal, then steps 1-3. Cut short once the journal
+    is written, the commit rolls back (or forward, once the new metadata.json is in place)
+    before the failure propagates."""
+    storage.write_bytes(_staged(output_dir, journal.run_id, METADATA_FILE), metadata)
     hook("staged")
-    write_manifest(output_dir, journal.to_json())
-    hook("journal")
-
-
-def run(output_dir: str, journal: Journal) -> None:
-    """Steps 1-3 of the journal; a failure in here rolls back (or forward, once the new
-    metadata.json is in place) before it propagates."""
     try:
+        write_manifest(output_dir, journal.to_json())
+        hook("journal")
         for number, name in enumerate(journal.previous, 1):
             _move(output_dir, name, _aside(journal.run_id, name))
             hook(f"aside-{number}")
@@ -283,8 +279,16 @@ def run(output_dir: str, journal: Journal) -> None:
         _finish_forward(output_dir, journal)
     except BaseException:
         with _signals_held():
-            recover(output_dir, journal, prefer_back=True)
+            if _journal_on_disk(output_dir) == journal:
+                recover(output_dir, journal, prefer_back=True)
         raise
+
+
+def _journal_on_disk(output_dir: str) -> Journal | None:
+    try:
+        return journal_of(read_manifest(output_dir))
+    except UsageError:
+        return None
 
 
 def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> str:

@@ -549,8 +549,7 @@ def publish(
     )
     names = [*journal.to_json()["files"], *(staged for staged, _ in moves)]
     commit_journal.check_space(output_dir, len(metadata) + commit_journal.manifest_bytes(names))
-    commit_journal.begin(output_dir, journal, metadata)
-    commit_journal.run(output_dir, journal)
+    commit_journal.run(output_dir, journal, metadata)
     if storage.is_local(output_dir):
         _remove_local_tree(staging_dir(output_dir, run_id).rstrip("/"))
     else:
