@@ -457,7 +457,7 @@ def outcome_of(output_dir: str, run_id: str) -> str:
             "the commit was cut short and not undone: `segprep verify --repair "
             f"{output_dir}` (or the next run) completes or undoes it"
         )
-    if storage.is_local(output_dir) and os.path.isfile(os.path.join(output_dir, METADATA_FILE)):
+    if _is_there(output_dir, METADATA_FILE):
         return "nothing was published; the earlier output is in place"
     return "nothing was published"
 
