@@ -86,7 +86,7 @@ def _print(text: str) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.verify import run_verify
 
-    return run_verify(args.dir)
+    return run_verify(args.dir, repair=args.repair)
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -184,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         "against metadata.json (exit 1 on any problem)",
     )
     verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="first finish a commit that was cut short (completed or rolled back, by how far "
+        "it got) and clear what ended runs left in .segprep/",
+    )
 
     index = command(
         "index",
@@ -265,14 +271,18 @@ def _report(error: BaseException, verbose: bool) -> int:
     """The one line and exit code of an error; SystemExit (--help, --version) passes."""
     if isinstance(error, SystemExit):
         raise error
+    # What a failed prepare left published, as the launcher read it from the output folder.
+    outcome = getattr(error, "segprep_outcome", None)
     if _received or isinstance(error, KeyboardInterrupt):
         code, what = _SIGNALS[_received[0] if _received else signal.SIGINT]
-        return _fail(verbose, f"{what}: nothing was published", code)
+        return _fail(verbose, f"{what}: {outcome or 'nothing was published'}", code)
     if isinstance(error, UsageError):
         return _fail(verbose, f"error: {error}", 2)
     if isinstance(error, RejectLimitError):
         return _fail(verbose, str(error).splitlines()[0], 1)
     first_line = (str(error).strip().splitlines() or [""])[0]
+    if outcome and "nothing was published" not in first_line:
+        first_line += f"; {outcome}"
     hint = "" if verbose else " (run with --verbose for the traceback)"
     return _fail(verbose, f"failed: {type(error).__name__}: {first_line}{hint}", 1)
 

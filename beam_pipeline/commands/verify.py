@@ -131,8 +131,14 @@ def _protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     return output_protocol.protocol_problems(published, manifest, holder is not None, listed)
 
 
-def run_verify(directory: str) -> int:
-    """CLI body: the OK line and exit 0, or one line per problem and exit 1."""
+def run_verify(directory: str, *, repair: bool = False) -> int:
+    """CLI body: the OK line and exit 0, or one line per problem and exit 1. `repair` first
+    finishes a commit cut short (runtime/output_protocol.py repair)."""
+    if repair:
+        from beam_pipeline.runtime import output_protocol, storage
+
+        for line in output_protocol.repair(storage.normalize_dir(directory)):
+            print(f"repaired: {line}")
     report = check_output(directory)
     if report.ok:
         print(report.summary())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -16,7 +17,7 @@ import apache_beam as beam
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
-from beam_pipeline.runtime import output_protocol, storage
+from beam_pipeline.runtime import commit_journal, output_protocol, storage
 from transforms.format import features, metadata, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
@@ -104,8 +105,13 @@ def commit(
         )
     published = final_names(shards)
     staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    rejects_bytes = metadata.rejects_jsonl(rejects)
+    commit_journal.hook("accounted")
+    commit_journal.check_space(
+        settings.output_dir, _commit_bytes(staged, shards, published, len(rejects_bytes))
+    )
     # The refusal comes before any further staging: its rejects are all a refused run keeps.
-    storage.write_bytes(staged + REJECTS_FILE, metadata.rejects_jsonl(rejects))
+    storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     if discovered and bad / discovered > settings.max_reject_fraction:
         raise RejectLimitError(
@@ -155,6 +161,25 @@ def commit(
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def _commit_bytes(
+    staged: str, shards: list[WrittenShard], published: dict[str, str], rejects: int
+) -> int:
+    """What the commit writes beside the staged shards: rejects.jsonl, the key tables (as
+    large as the staged key rows), metadata.json, the TFDS files and the manifest. Local
+    only: the caller does not check gs://."""
+    import os
+
+    rows = 0
+    if storage.is_local(staged):
+        for shard in shards:
+            if shard.spec.name in published:
+                with contextlib.suppress(OSError):
+                    rows += os.path.getsize(staged + staged_key_rows(shard.spec.name))
+    per_shard = 4096  # its metadata.json entry and TFDS lines, generously
+    names = [name for shard in published.values() for name in (shard, index_name(shard))]
+    return rejects + rows + per_shard * len(shards) + commit_journal.manifest_bytes(names)
 
 
 def _stage_key_table(

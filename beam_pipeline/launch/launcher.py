@@ -48,17 +48,30 @@ def execute(plan: RunPlan) -> PrepareResult:
         return _run_job(plan)
     lock = output_protocol.RunLock(plan.output_dir, plan.run_id, remote=not plan.runner.local)
     with lock:
+        recovered = output_protocol.recover(plan.output_dir)
+        if recovered is not None:
+            print(f"segprep: {recovered}", file=sys.stderr, flush=True)
         output_protocol.clean_unfinished(_recheck(plan))
         output_protocol.make_staging_dir(plan.output_dir, plan.run_id)
         try:
             _stage_inputs(plan)
             result = _run_job(plan)
-        except BaseException:
-            output_protocol.discard_staged(plan.output_dir, plan.run_id)
+        except BaseException as error:
+            _fail_truthfully(plan, error)
             raise
         if result.submission is not None and plan.runner.submit_only:
             lock.detach()  # the job's commit releases it
         return result
+
+
+def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
+    """After a failure: drop the run's staged files unless a commit cut short still needs
+    them, and say on the error what the folder holds now (the CLI's last line)."""
+    outcome = output_protocol.outcome_of(plan.output_dir, plan.run_id)
+    if not outcome.startswith("the commit was cut short"):
+        output_protocol.discard_staged(plan.output_dir, plan.run_id)
+    with contextlib.suppress(AttributeError, TypeError):
+        error.segprep_outcome = outcome  # type: ignore[attr-defined]
 
 
 def _stage_inputs(plan: RunPlan) -> None:

@@ -5,13 +5,13 @@
    with a generation-match precondition. A second run is refused, naming the first.
 2. **Staging.** Everything a run writes goes under its own `.segprep/runs/<run_id>/`. No file
    exists under a final name until the commit.
-3. **Commit.** After accounting and the reject limit hold: the manifest (`.segprep/manifest.json`)
-   first lists every final name that may be segprep's (old and new), then the old output's
-   marker goes, the staged files are renamed to their final names, `metadata.json` is written
-   last, and the manifest is rewritten with the new names alone.
+3. **Commit.** After accounting and the reject limit hold, as a journal that rolls forward or
+   back and never strands the folder (runtime/commit_journal.py): the earlier output is moved
+   aside, not deleted, until the new metadata.json is in place.
 4. **Cleaning.** Only names the manifest (or a finished output's own metadata.json) lists are
-   ever deleted, links are never followed, and a file segprep did not write is never removed:
-   one that would be overwritten stops the run instead.
+   ever deleted, and only names segprep publishes; links are never followed (segprep's own
+   folders are checked with lstat), and a file segprep did not write is never removed: one
+   that would be overwritten stops the run instead.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ import stat
 from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
-from beam_pipeline.runtime import storage
+from beam_pipeline.runtime import commit_journal, storage
+from beam_pipeline.runtime.commit_journal import (
+    COMMITTED,
+    COMMITTING,
+    is_published_name,
+    own_folder,
+)
 from transforms import gcs_client
 from transforms.format.naming import (
     INDEX_DIR,
@@ -40,9 +46,6 @@ from transforms.format.naming import (
     is_output_name,
     run_dir,
 )
-
-COMMITTING = "committing"
-COMMITTED = "committed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +83,10 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     `holder=False` skips the lock check: for the run that holds it.
     """
     names = _top_level_names(output_dir)
-    manifest = _read_json(storage.join(output_dir, MANIFEST_FILE)) if SEGPREP_DIR in names else None
-    if isinstance(manifest, dict) and isinstance(manifest.get("files"), list):
+    for folder in (RUNS_DIR, INDEX_DIR):
+        own_folder(output_dir, folder, create=False)
+    manifest = commit_journal.read_manifest(output_dir) if SEGPREP_DIR in names else None
+    if manifest is not None:
         ours = tuple(str(name) for name in manifest["files"])
         finished = manifest.get("state") == COMMITTED and METADATA_FILE in names
     else:
@@ -149,11 +154,7 @@ def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], b
             if isinstance(shard, dict):
                 refs += [shard, shard.get("index") or {}]
         listed += [ref.get("file") for ref in refs if isinstance(ref, dict)]
-    ours = [
-        name
-        for name in listed
-        if isinstance(name, str) and is_output_name(name.split("/", 1)[0]) and ".." not in name
-    ]
+    ours = [name for name in listed if is_published_name(name)]
     ours += [name for name in (REJECTS_FILE, METADATA_FILE) if name in names]
     return tuple(sorted(set(ours))), True
 
@@ -372,27 +373,92 @@ def staging_dir(output_dir: str, run_id: str) -> str:
 def make_staging_dir(output_dir: str, run_id: str) -> str:
     """Create this run's staging folder (local; gs:// has no folders); its path."""
     staged = staging_dir(output_dir, run_id)
-    if storage.is_local(output_dir):
-        os.makedirs(staged + INDEX_DIR, exist_ok=True)  # writers create no folders
+    own_folder(output_dir, f"{run_dir(run_id)}/{INDEX_DIR}")  # writers create no folders
     return staged
+
+
+def recover(output_dir: str) -> str | None:
+    """Finish a commit cut short (forward or back, runtime/commit_journal.py); what was
+    done, None when there was nothing to finish. Called with the lock held."""
+    journal = commit_journal.journal_of(commit_journal.read_manifest(output_dir))
+    return None if journal is None else commit_journal.recover(output_dir, journal)
 
 
 def clean_unfinished(state: OutputState) -> None:
     """Before a run: remove an unfinished earlier output and earlier runs' staging folders.
 
-    Called with the lock held. A finished output stays until this run's commit replaces it.
+    Called with the lock held, after `recover`. A finished output stays until this run's
+    commit replaces it; what is left unfinished here was written by a segprep that kept no
+    journal: its listed files go.
     """
     out = state.output_dir
     if state.ours and not state.finished:
         _delete(out, state.ours)
-        _write_manifest(out, COMMITTED, "", ())
+        remove_empty_index(out)
+        commit_journal.write_manifest(out, commit_journal.committed_manifest("", ()))
+    _remove_runs(out)
+
+
+def _remove_runs(out: str) -> None:
     runs = storage.join(out, RUNS_DIR)
     if storage.is_local(out):
-        if os.path.isdir(runs) and not os.path.islink(runs):
+        own_folder(out, RUNS_DIR, create=False)
+        if os.path.isdir(runs):
             for item in os.listdir(runs):
                 _remove_local_tree(os.path.join(runs, item))
     else:
         storage.delete_tree(runs + "/")
+
+
+def repair(output_dir: str) -> list[str]:
+    """`segprep verify --repair`: under the lock, finish a commit cut short, clear staging
+    folders of runs that ended, and an empty index/; what was done, one line each."""
+    done: list[str] = []
+    if SEGPREP_DIR not in _top_level_names(output_dir):
+        return done  # not written under the protocol: nothing of segprep's to finish
+    with RunLock(output_dir, "repair-" + os.urandom(4).hex()):
+        outcome = recover(output_dir)
+        if outcome is not None:
+            done.append(outcome)
+        state = inspect_output(output_dir, holder=False)
+        if state.ours and not state.finished:
+            raise UsageError(
+                f"{output_dir} holds an unfinished output of a segprep that kept no commit "
+                "journal: run `segprep prepare` again to replace it (nothing was changed)"
+            )
+        _remove_runs(output_dir)
+        remove_empty_index(output_dir)
+    return done
+
+
+def outcome_of(output_dir: str, run_id: str) -> str:
+    """What a run that failed left published, read from the folder: the truth for its
+    last line."""
+    try:
+        manifest = commit_journal.read_manifest(output_dir)
+    except UsageError:
+        manifest = None
+    state = (manifest or {}).get("state")
+    if state == COMMITTED and manifest.get("run_id") == run_id:
+        return "its commit had finished: the new output is published"
+    journal = commit_journal.journal_of(manifest) if state == COMMITTING else None
+    if journal is not None and journal.run_id == run_id:
+        if commit_journal.metadata_in_place(output_dir, journal):
+            return (
+                "the new output is published (its metadata.json is in place) but the manifest "
+                f"could not be finished: `segprep verify --repair {output_dir}` finishes it"
+            )
+    if state == COMMITTING and manifest.get("run_id") == run_id:
+        return (
+            "the commit was cut short and not undone: `segprep verify --repair "
+            f"{output_dir}` (or the next run) completes or undoes it"
+        )
+    if _is_there(output_dir, METADATA_FILE):
+        return "nothing was published; the earlier output is in place"
+    return "nothing was published"
+
+
+remove_empty_index = commit_journal.remove_empty_index
 
 
 def _remove_local_tree(path: str) -> None:
@@ -435,14 +501,6 @@ def _delete(output_dir: str, names: Iterable[str]) -> None:
                 storage.delete_paths([path])
 
 
-def _write_manifest(output_dir: str, state: str, run_id: str, files: Iterable[str]) -> None:
-    body = {"state": state, "run_id": run_id, "files": sorted(set(files))}
-    temp_dir = storage.join(output_dir, SEGPREP_DIR)
-    storage.write_bytes_atomically(
-        json.dumps(body, indent=1).encode(), storage.join(output_dir, MANIFEST_FILE), temp_dir
-    )
-
-
 def publish(
     output_dir: str,
     run_id: str,
@@ -455,33 +513,59 @@ def publish(
 
     `moves` are (name in the run's staging folder, final name in `output_dir`); `keep` are
     names of the earlier output that stay as they are (`segprep index` adds files to an
-    output), every other earlier name goes. A crash anywhere in here leaves a manifest in
-    state `committing` that lists every name that may be segprep's, which the next run cleans.
+    output), every other earlier name is moved aside and removed once the new metadata.json
+    is in place. Cut short anywhere, the commit rolls back (or forward) from its journal.
     """
+    import hashlib
+
     previous = inspect_output(output_dir, holder=False)
-    kept = set(keep)
-    final = sorted({name for _, name in moves} | kept | {METADATA_FILE})
     colliding = [name for _, name in moves if name.split("/", 1)[0] in previous.foreign]
     if colliding:
         raise UsageError(
             f"{output_dir}{colliding[0]} appeared during the run and segprep did not write it: "
             "nothing was published"
         )
-    _write_manifest(output_dir, COMMITTING, run_id, [*previous.ours, *final])
-    _delete(output_dir, [METADATA_FILE])  # readers refuse the folder from here on
-    _delete(output_dir, [name for name in previous.ours if name not in final])
-    source = staging_dir(output_dir, run_id)
-    targets = [storage.join(output_dir, name) for _, name in moves]
+    for name in [name for move in moves for name in move]:
+        if not is_published_name(name):
+            raise ValueError(f"{name!r} is not a name segprep publishes")
+    kept = set(keep)
+    earlier = [name for name in previous.ours if name not in kept and _is_there(output_dir, name)]
+    manifest = (
+        storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), 64 << 20)
+        if (previous.ours and _is_there(output_dir, MANIFEST_FILE))
+        else b"{}"
+    )
+    journal = commit_journal.Journal(
+        run_id=run_id,
+        previous_run_id=str(_run_id_of(manifest)),
+        previous=tuple(earlier),
+        kept=tuple(sorted(kept)),
+        moves=tuple(moves),
+        metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+    )
+    names = [*journal.to_json()["files"], *(staged for staged, _ in moves)]
+    commit_journal.check_space(output_dir, len(metadata) + commit_journal.manifest_bytes(names))
+    commit_journal.run(output_dir, journal, metadata)
     if storage.is_local(output_dir):
-        for folder in {os.path.dirname(target) for target in targets}:
-            os.makedirs(folder, exist_ok=True)
-    storage.rename([source + staged for staged, _ in moves], targets)
-    storage.write_bytes_atomically(metadata, storage.join(output_dir, METADATA_FILE), source)
-    _write_manifest(output_dir, COMMITTED, run_id, final)
-    if storage.is_local(output_dir):
-        _remove_local_tree(source.rstrip("/"))
+        _remove_local_tree(staging_dir(output_dir, run_id).rstrip("/"))
     else:
-        storage.delete_tree(source)
+        storage.delete_tree(staging_dir(output_dir, run_id))
+
+
+def _run_id_of(manifest: bytes) -> str:
+    try:
+        return json.loads(manifest).get("run_id") or ""
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _is_there(output_dir: str, name: str) -> bool:
+    path = storage.join(output_dir, name)
+    if storage.is_local(output_dir):
+        return os.path.lexists(path)
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
 
 
 def protocol_problems(
@@ -500,7 +584,8 @@ def protocol_problems(
         return problems
     if manifest.get("state") != COMMITTED:
         problems.append(
-            f"{MANIFEST_FILE}: state {manifest.get('state')!r}: a commit did not finish"
+            f"{MANIFEST_FILE}: state {manifest.get('state')!r}: a commit did not finish "
+            "(`segprep verify --repair` completes or undoes it)"
         )
     files = set(manifest.get("files") or ())
     published = {name for name in names if is_output_name(name.split("/", 1)[0])}

@@ -1,0 +1,456 @@
+"""The commit as a journal that always rolls forward or back, never strands the folder.
+
+`.segprep/manifest.json` is the journal. Before anything moves it is written in state
+`committing` with everything recovery needs: the earlier output's files (`previous`), each
+(staged name, final name) move, and the sha256 of the new metadata.json, which is staged
+beside the shards. Then, in this order:
+
+1. the earlier output's files are moved aside into `.segprep/runs/<run>/previous/`;
+2. the staged files are renamed to their final names, the staged metadata.json last;
+3. once the new metadata.json is in place, the aside folder is removed and the manifest is
+   rewritten in state `committed` listing the new names alone.
+
+Every step is a rename, so the place of each file says how far a commit got. `recover` reads
+the journal and finishes the job: with the new metadata.json in place it rolls forward; a
+commit cut short while its new files were being moved in (every one still at hand) rolls
+forward too; anything earlier rolls back, moving the new files back to staging and the
+earlier output back to its names. A run that fails in the commit (a signal, a full disk)
+rolls back at once unless its metadata.json is already in place: a failed run publishes
+nothing. Recovery is idempotent: cut short itself, it is simply run again.
+
+The manifest is untrusted input: every name in it must be one segprep publishes
+(`is_published_name`), the run id a plain name, or it is refused in one line and nothing
+is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+
+from beam_pipeline.errors import UsageError
+from beam_pipeline.runtime import storage
+from transforms.format.naming import (
+    INDEX_DIR,
+    INDEX_SUFFIX,
+    KEY_TABLE_SUFFIX,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    SEGPREP_DIR,
+    is_output_name,
+    parse_shard_name,
+    run_dir,
+)
+
+COMMITTING = "committing"
+COMMITTED = "committed"
+PREVIOUS_DIR = "previous"  # inside the run's staging folder: the earlier output, moved aside
+# Beyond the bytes a commit writes: the manifest's temporary copy, directory blocks and the
+# file system's own reserve.
+SPACE_MARGIN = 1 << 20
+# Test hook, documented in docs/architecture.md: "STEP:kill", "STEP:term" or "STEP:FIFO"
+# stops the commit at STEP (SIGKILL, SIGTERM, or a blocking read of the FIFO until its
+# writer closes it), so tests can cut a commit short at an exact step of the journal.
+HOOK_VARIABLE = "SEGPREP_TEST_COMMIT_HOOK"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_KEY_TABLE = re.compile(r"[a-z]+" + re.escape(KEY_TABLE_SUFFIX))
+
+
+class CommitSpaceError(RuntimeError):
+    """The output's file system cannot hold what the commit writes: refused before it starts."""
+
+    _tagged_with_step = True  # Beam keeps the message as it is: a whole line for the user
+
+
+def is_published_name(name: object) -> bool:
+    """A name segprep may publish in an output folder: the same rule for metadata.json's
+    files and for the manifest (no '..', no absolute path, nothing else)."""
+    if not isinstance(name, str):
+        return False
+    parts = name.split("/")
+    if len(parts) == 1:
+        return name != INDEX_DIR and is_output_name(name)
+    if len(parts) != 2 or parts[0] != INDEX_DIR:
+        return False
+    inner = parts[1]
+    if inner.endswith(INDEX_SUFFIX):
+        return parse_shard_name(inner[: -len(INDEX_SUFFIX)]) is not None
+    return _KEY_TABLE.fullmatch(inner) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Journal:
+    """A manifest in state `committing`, checked."""
+
+    run_id: str
+    previous_run_id: str
+    previous: tuple[str, ...]  # the earlier output's files, moved aside in this order
+    kept: tuple[str, ...]  # earlier files that stay where they are (`segprep index`)
+    moves: tuple[tuple[str, str], ...]  # (staged name, final name)
+    metadata_sha256: str
+
+    @property
+    def final(self) -> list[str]:
+        return sorted({name for _, name in self.moves} | set(self.kept) | {METADATA_FILE})
+
+    def to_json(self) -> dict:
+        return {
+            "state": COMMITTING,
+            "run_id": self.run_id,
+            "files": sorted({*self.previous, *self.kept, *self.final}),
+            "previous_run_id": self.previous_run_id,
+            "previous": list(self.previous),
+            "kept": list(self.kept),
+            "moves": [list(move) for move in self.moves],
+            "metadata_sha256": self.metadata_sha256,
+        }
+
+
+def read_manifest(output_dir: str) -> dict | None:
+    """The manifest, checked: None when there is none (or it is not JSON: a manifest segprep
+    wrote is replaced whole, never half); UsageError when it names what segprep never writes."""
+    try:
+        body = json.loads(storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), 64 << 20))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("files"), list):
+        return None
+    names = list(body["files"])
+    if "moves" in body:
+        for key in ("moves", "previous", "kept"):
+            if not isinstance(body.get(key), list):
+                _refuse(output_dir, f"has no valid {key!r} list")
+        for move in body["moves"]:
+            if not (isinstance(move, list) and len(move) == 2):
+                _refuse(output_dir, "has a move that is not a (staged, final) pair")
+            names += move
+        names += body["previous"] + body["kept"]
+    for name in names:
+        if not is_published_name(name):
+            _refuse(output_dir, f"lists {str(name)[:80]!r}, a name segprep never publishes")
+    for key in ("run_id", "previous_run_id"):
+        value = body.get(key) or ""
+        if value and not (isinstance(value, str) and _RUN_ID.fullmatch(value)):
+            _refuse(output_dir, f"has the {key} {str(value)[:80]!r}, not a run id")
+    return body
+
+
+def _refuse(output_dir: str, what: str) -> None:
+    raise UsageError(
+        f"{storage.join(output_dir, MANIFEST_FILE)} {what}: it is damaged or not segprep's; "
+        f"nothing was changed (move {SEGPREP_DIR} away to start afresh)"
+    )
+
+
+def journal_of(manifest: dict | None) -> Journal | None:
+    """The journal of a commit that did not finish, None for any other manifest."""
+    if not manifest or manifest.get("state") != COMMITTING or "moves" not in manifest:
+        return None
+    if not manifest.get("run_id"):
+        raise UsageError(f"{MANIFEST_FILE}: a commit journal without a run id: move it away")
+    return Journal(
+        manifest["run_id"],
+        manifest.get("previous_run_id") or "",
+        tuple(manifest["previous"]),
+        tuple(manifest["kept"]),
+        tuple((staged, final) for staged, final in manifest["moves"]),
+        str(manifest.get("metadata_sha256") or ""),
+    )
+
+
+def write_manifest(output_dir: str, body: dict) -> None:
+    data = json.dumps(body, indent=1).encode()
+    if storage.is_local(output_dir):
+        own_folder(output_dir, SEGPREP_DIR)
+        path = storage.join(output_dir, MANIFEST_FILE)
+        partial = f"{path}.partial-{os.getpid()}"
+        try:
+            with open(partial, "wb") as handle:
+                handle.write(data)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+        return
+    storage.write_bytes(storage.join(output_dir, MANIFEST_FILE), data)
+
+
+def committed_manifest(run_id: str, files: Iterable[str]) -> dict:
+    return {"state": COMMITTED, "run_id": run_id, "files": sorted(set(files))}
+
+
+# --- folders segprep owns ---------------------------------------------------------------
+
+
+def own_folder(output_dir: str, relative: str, *, create: bool = True) -> None:
+    """Make sure every folder of `relative` under a local output is a real folder of
+    segprep's: created if absent, and a link (or a file) there is refused, never followed."""
+    if not storage.is_local(output_dir):
+        return
+    path = output_dir.rstrip("/") or "/"
+    for part in relative.strip("/").split("/"):
+        path = os.path.join(path, part)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            if not create:
+                return
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path)
+            info = os.lstat(path)
+        if not _is_real_folder(info):
+            raise UsageError(
+                f"--output_dir {output_dir}: {os.path.relpath(path, output_dir)} is not "
+                "segprep's folder (a link or a file): move it away"
+            )
+
+
+def _is_real_folder(info: os.stat_result) -> bool:
+    import stat
+
+    return stat.S_ISDIR(info.st_mode)
+
+
+def remove_empty_index(output_dir: str) -> None:
+    """Cleaning leaves no empty folder of segprep's behind: index/ goes once it is empty."""
+    if storage.is_local(output_dir):
+        path = os.path.join(output_dir, INDEX_DIR)
+        with contextlib.suppress(OSError):  # absent, not empty, or a link (refused elsewhere)
+            if _is_real_folder(os.lstat(path)):
+                os.rmdir(path)
+
+
+# --- space --------------------------------------------------------------------------------
+
+
+def check_space(output_dir: str, needed: int) -> None:
+    """Refuse a commit whose writes (staged tables, metadata, manifest) cannot fit, before
+    anything moves. Renames within the file system need no space. gs:// is not checked."""
+    if not storage.is_local(output_dir):
+        return
+    info = os.statvfs(output_dir)
+    free = info.f_bavail * info.f_frsize
+    if needed + SPACE_MARGIN > free:
+        raise CommitSpaceError(
+            f"not enough space in {output_dir} to commit: about {_mb(needed + SPACE_MARGIN)} "
+            f"needed, {_mb(free)} free; nothing was published and nothing of an earlier "
+            "output was changed"
+        )
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MB"
+
+
+def manifest_bytes(names: Iterable[str]) -> int:
+    """A bound on the journal's size for these names (each written twice at most)."""
+    return sum(2 * len(name) + 16 for name in names) + 4096
+
+
+# --- the commit ---------------------------------------------------------------------------
+
+
+def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
+    """Stage metadata.json, write the journal, then steps 1-3. Cut short once the journal
+    is written, the commit rolls back (or forward, once the new metadata.json is in place)
+    before the failure propagates."""
+    storage.write_bytes(_staged(output_dir, journal.run_id, METADATA_FILE), metadata)
+    hook("staged")
+    try:
+        write_manifest(output_dir, journal.to_json())
+        hook("journal")
+        for number, name in enumerate(journal.previous, 1):
+            _move(output_dir, name, _aside(journal.run_id, name))
+            hook(f"aside-{number}")
+        hook("aside")
+        for number, (staged, final) in enumerate(journal.moves, 1):
+            _move(output_dir, _staged_name(journal.run_id, staged), final)
+            hook(f"publish-{number}")
+        hook("publish")
+        _move(output_dir, _staged_name(journal.run_id, METADATA_FILE), METADATA_FILE)
+        hook("metadata")
+        _finish_forward(output_dir, journal)
+    except BaseException:
+        with _signals_held():
+            if _journal_on_disk(output_dir) == journal:
+                recover(output_dir, journal, prefer_back=True)
+        raise
+
+
+def _journal_on_disk(output_dir: str) -> Journal | None:
+    try:
+        return journal_of(read_manifest(output_dir))
+    except UsageError:
+        return None
+
+
+def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> str:
+    """Finish a commit cut short: forward or back by how far it got; what was done."""
+    where = _Where(output_dir, journal)
+    forward = where.metadata_in_place() or (
+        not prefer_back and where.publishing_began() and where.all_at_hand()
+    )
+    if forward:
+        _forward(output_dir, journal, where)
+        return (
+            f"the interrupted commit of run {journal.run_id} was completed: its output is published"
+        )
+    _back(output_dir, journal, where)
+    if journal.previous or journal.kept:
+        restored = f"the earlier output (run {journal.previous_run_id or '?'}) is restored"
+    else:
+        restored = "there was no earlier output"
+    return f"the interrupted commit of run {journal.run_id} was rolled back: {restored}"
+
+
+def metadata_in_place(output_dir: str, journal: Journal) -> bool:
+    """The journal's new metadata.json is at its final name: the commit is past return."""
+    return _Where(output_dir, journal).metadata_in_place()
+
+
+class _Where:
+    """Where each file of a journal is now."""
+
+    def __init__(self, output_dir: str, journal: Journal) -> None:
+        self.out = output_dir
+        self.journal = journal
+
+    def exists(self, name: str) -> bool:
+        path = storage.join(self.out, name)
+        if storage.is_local(self.out):
+            return os.path.lexists(path)
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.exists(path)
+
+    def staged(self, name: str) -> bool:
+        return self.exists(_staged_name(self.journal.run_id, name))
+
+    def aside(self, name: str) -> bool:
+        return self.exists(_aside(self.journal.run_id, name))
+
+    def metadata_in_place(self) -> bool:
+        try:
+            data = storage.read_bounded(storage.join(self.out, METADATA_FILE), 64 << 20)
+        except OSError:
+            return False
+        return hashlib.sha256(data).hexdigest() == self.journal.metadata_sha256
+
+    def publishing_began(self) -> bool:
+        """Every earlier file is aside and at least one new file has left staging."""
+        return all(self.aside(name) for name in self.journal.previous) and any(
+            not self.staged(staged) for staged, _ in self.journal.moves
+        )
+
+    def all_at_hand(self) -> bool:
+        """Every new file is either still staged or at its final name: forward can finish."""
+        return self.staged(METADATA_FILE) and all(
+            self.staged(staged) or self.exists(final) for staged, final in self.journal.moves
+        )
+
+
+def _forward(output_dir: str, journal: Journal, where: _Where) -> None:
+    for staged, final in journal.moves:
+        if where.staged(staged):
+            _move(output_dir, _staged_name(journal.run_id, staged), final)
+    if not where.metadata_in_place():
+        _move(output_dir, _staged_name(journal.run_id, METADATA_FILE), METADATA_FILE)
+    _finish_forward(output_dir, journal)
+
+
+def _finish_forward(output_dir: str, journal: Journal) -> None:
+    """The new metadata.json is in place: the earlier output's files go (which also frees
+    the space the manifest needs), then the manifest says `committed`."""
+    _remove_tree(output_dir, _aside(journal.run_id, ""))
+    hook("cleared")
+    write_manifest(output_dir, committed_manifest(journal.run_id, journal.final))
+    hook("committed")
+
+
+def _back(output_dir: str, journal: Journal, where: _Where) -> None:
+    earlier = set(journal.previous)
+    for staged, final in reversed(journal.moves):
+        new_at_final = not where.staged(staged) and where.exists(final)
+        if new_at_final and (final not in earlier or where.aside(final)):
+            _move(output_dir, final, _staged_name(journal.run_id, staged))
+    for name in reversed(journal.previous):
+        if where.aside(name) and not where.exists(name):
+            _move(output_dir, _aside(journal.run_id, name), name)
+    remove_empty_index(output_dir)
+    write_manifest(
+        output_dir,
+        committed_manifest(journal.previous_run_id, [*journal.previous, *journal.kept]),
+    )
+
+
+def _staged_name(run_id: str, name: str) -> str:
+    return f"{run_dir(run_id)}/{name}"
+
+
+def _staged(output_dir: str, run_id: str, name: str) -> str:
+    return storage.join(output_dir, _staged_name(run_id, name))
+
+
+def _aside(run_id: str, name: str) -> str:
+    return f"{run_dir(run_id)}/{PREVIOUS_DIR}/{name}".rstrip("/")
+
+
+def _move(output_dir: str, source: str, target: str) -> None:
+    """Rename one file of segprep's within the output; its target folder is checked (never a
+    link) and made if missing."""
+    folder = os.path.dirname(target)
+    if folder:
+        own_folder(output_dir, folder)
+    storage.rename([storage.join(output_dir, source)], [storage.join(output_dir, target)])
+
+
+def _remove_tree(output_dir: str, relative: str) -> None:
+    path = storage.join(output_dir, relative)
+    if storage.is_local(output_dir):
+        import shutil
+
+        with contextlib.suppress(FileNotFoundError):
+            if _is_real_folder(os.lstat(path)):
+                shutil.rmtree(path)  # never follows a link inside the tree
+        return
+    storage.delete_tree(path + "/")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM waits until the roll-back is done (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+_hooked: list[str] = []
+
+
+def hook(step: str) -> None:
+    """Stop here if the test hook names this step (once: a roll-forward passes it again)."""
+    setting = os.environ.get(HOOK_VARIABLE)
+    if not setting or setting.split(":", 1)[0] != step or _hooked:
+        return
+    _hooked.append(step)
+    action = setting.split(":", 1)[1]
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "term":
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next step
+    else:
+        with open(action, "rb") as fifo:  # blocks until the test opens it for writing
+            fifo.read()

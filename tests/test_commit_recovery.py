@@ -1,0 +1,302 @@
+"""A commit cut short rolls forward or back, never strands the folder; the manifest and
+segprep's own folders are untrusted input.
+
+Real `segprep prepare` processes are stopped at each step of the commit journal by the
+commit's test hook (runtime/commit_journal.py HOOK_VARIABLE): SIGKILL, SIGTERM, or a pause on
+a FIFO while the test fills a real tmpfs. Afterwards the folder always verifies, holding the
+earlier output or the new one, and the first run's last line says which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from beam_pipeline.cli import main
+from beam_pipeline.runtime.commit_journal import HOOK_VARIABLE
+from tests.conftest import job_args, published, same_output
+from tests.process_tree import start_cli
+
+OLD = ("--num_shards", "3")
+NEW = ("--num_shards", "2")
+
+
+def _prepare_args(dataset, out: Path, *extra: str) -> list[str]:
+    return ["prepare", *job_args(dataset, out, *extra)]
+
+
+@pytest.fixture(scope="module")
+def references(sample_dataset, tmp_path_factory):
+    """The earlier output (3 shards) and the new one (2 shards), each from a clean run."""
+    root = tmp_path_factory.mktemp("references")
+    for name, flags in (("old", OLD), ("new", NEW)):
+        assert main(_prepare_args(sample_dataset, root / name, *flags)) == 0
+    return root / "old", root / "new"
+
+
+def _earlier_output(references, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(references[0], out)
+    return out
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    process = start_cli(args, env=env or {})
+    _, err = process.communicate(timeout=600)
+    return process.returncode, err.decode()
+
+
+def _holds(out: Path, reference: Path) -> None:
+    """`out` is `reference`'s output, verified, with no commit left unfinished."""
+    same_output(out, reference)
+    assert main(["verify", str(out)]) == 0
+    manifest = json.loads((out / ".segprep" / "manifest.json").read_text())
+    assert manifest["state"] == "committed"
+    assert sorted(manifest["files"]) == sorted(published(out))
+
+
+# --- the manifest and segprep's folders as untrusted input -------------------------------
+
+
+@pytest.mark.parametrize("state", ["committed", "committing"])
+@pytest.mark.parametrize("where", ["parent", "absolute"])
+def test_a_crafted_manifest_deletes_nothing_outside(
+    sample_dataset, references, tmp_path, capsys, state, where
+):
+    out = _earlier_output(references, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not segprep's")
+    manifest_path = out / ".segprep" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"].append("../victim.txt" if where == "parent" else str(victim))
+    manifest["state"] = state
+    manifest_path.write_text(json.dumps(manifest))
+    before = {name: (out / name).read_bytes() for name in published(out)}
+    flags = ["--overwrite"] if state == "committed" else []
+    assert main(_prepare_args(sample_dataset, out, *OLD, *flags)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "segprep never publishes" in err, err
+    assert victim.read_text() == "not segprep's"
+    assert {name: (out / name).read_bytes() for name in published(out)} == before
+
+
+def test_a_crafted_journal_moves_nothing_outside(sample_dataset, references, tmp_path, capsys):
+    out = _earlier_output(references, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not segprep's")
+    manifest_path = out / ".segprep" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.update(
+        state="committing",
+        run_id="x",
+        previous=["../victim.txt"],
+        kept=[],
+        moves=[["rejects.jsonl", "rejects.jsonl"]],
+        metadata_sha256="",
+    )
+    manifest_path.write_text(json.dumps(manifest))
+    assert main(["verify", "--repair", str(out)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert victim.read_text() == "not segprep's"
+
+
+@pytest.mark.parametrize("folder", [".segprep/runs", "index"])
+def test_a_link_in_place_of_segpreps_folder_is_refused(
+    sample_dataset, references, tmp_path, capsys, folder
+):
+    out = _earlier_output(references, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(out / folder, elsewhere)  # the earlier output has both folders
+    shutil.rmtree(out / folder)
+    (out / folder).symlink_to(elsewhere)
+    before = {p.name: p.read_bytes() for p in elsewhere.iterdir()}
+    assert main(_prepare_args(sample_dataset, out, *NEW, "--overwrite")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is not segprep's folder" in err, err
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+
+
+def test_cleaning_an_unjournaled_commit_leaves_no_empty_index_folder(
+    sample_dataset, references, tmp_path
+):
+    """A manifest of a segprep that kept no journal, cut short: its listed files go, and so
+    does the index/ folder they leave empty, so the next run is not refused."""
+    out = tmp_path / "out"
+    (out / ".segprep").mkdir(parents=True)
+    listed = ["train-00000-of-00009.tfrecord", "index/train-00000-of-00009.tfrecord.idx"]
+    (out / ".segprep" / "manifest.json").write_text(
+        json.dumps({"state": "committing", "run_id": "crashed", "files": listed})
+    )
+    (out / "index").mkdir()
+    for name in listed:
+        (out / name).write_bytes(b"half published")
+    refused = _prepare_args(sample_dataset, out, *NEW, "--max_reject_fraction", "0")
+    assert main(refused) == 1  # cleans, then refuses its own output
+    assert sorted(p.name for p in out.iterdir()) == [".segprep"]
+    assert main(_prepare_args(sample_dataset, out, *NEW)) == 0
+    _holds(out, references[1])
+
+
+# --- the kill matrix ----------------------------------------------------------------------
+
+# Each step of the journal, and which output the folder holds after a SIGKILL there and a
+# recovery: before any new file is moved in, the earlier one; after, the new one.
+STEPS = {
+    "accounted": "old",
+    "staged": "old",
+    "journal": "old",
+    "aside-1": "old",
+    "aside": "old",
+    "publish-1": "new",
+    "publish": "new",
+    "metadata": "new",
+    "cleared": "new",
+    "committed": "new",
+}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_sigkill_at_each_step_recovers_to_a_verified_output(
+    sample_dataset, references, tmp_path, capsys, step
+):
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: f"{step}:kill"}
+    )
+    assert code == -9
+    expected = references[0] if STEPS[step] == "old" else references[1]
+    if list(STEPS).index(step) % 2:  # recovered by verify --repair, or by the next run
+        assert main(["verify", "--repair", str(out)]) == 0
+        assert not list((out / ".segprep" / "runs").iterdir())  # ended runs' staging
+    else:
+        assert main(_prepare_args(sample_dataset, out, *NEW)) == 2  # a finished output now
+        err = capsys.readouterr().err
+        if list(STEPS).index(step) >= list(STEPS).index("journal"):
+            restored = "rolled back" if STEPS[step] == "old" else "was completed"
+            assert restored in err, err
+        assert "already holds a finished segprep output" in err, err
+    _holds(out, expected)
+
+
+# After a SIGTERM the run itself rolls back, unless its metadata.json was already in place.
+TERM_OUTCOMES = {
+    "accounted": ("old", "nothing was published; the earlier output is in place"),
+    "journal": ("old", "nothing was published; the earlier output is in place"),
+    "aside-1": ("old", "nothing was published; the earlier output is in place"),
+    "publish-1": ("old", "nothing was published; the earlier output is in place"),
+    "publish": ("old", "nothing was published; the earlier output is in place"),
+    "metadata": ("new", "the new output is published"),
+    "committed": ("new", "the new output is published"),
+}
+
+
+@pytest.mark.parametrize("step", list(TERM_OUTCOMES))
+def test_sigterm_at_each_step_rolls_back_or_says_it_published(
+    sample_dataset, references, tmp_path, step
+):
+    out = _earlier_output(references, tmp_path)
+    code, err = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: f"{step}:term"}
+    )
+    which, said = TERM_OUTCOMES[step]
+    assert code == 143
+    assert err.strip().splitlines() == [f"segprep: terminated: {said}"] or (
+        which == "new" and said in err.strip().splitlines()[-1]
+    ), err
+    _holds(out, references[0] if which == "old" else references[1])
+
+
+# --- a full disk --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 MB tmpfs, unmounted afterwards; skipped where mounting is not permitted."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Take all the free space of `disk` but `leave` bytes."""
+    filler = disk / "filler"
+    info = os.statvfs(disk)
+    size = max(info.f_bavail * info.f_frsize - leave, 0)
+    with open(filler, "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, size)
+    return filler
+
+
+def _paused_run(args: list[str], step: str, fifo: Path, while_paused) -> tuple[int, str]:
+    """Run segprep until the commit reaches `step`, call `while_paused`, let it go on."""
+    os.mkfifo(fifo)
+    process = start_cli(args, env={HOOK_VARIABLE: f"{step}:{fifo}"})
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(process.stderr.read()), daemon=True)
+    reader.start()
+    with open(fifo, "wb"):  # opens once the commit waits at `step`
+        while_paused()
+    process.wait(timeout=600)
+    reader.join(60)
+    return process.returncode, b"".join(errors).decode()
+
+
+def test_a_commit_that_cannot_fit_is_refused_before_anything_moves(
+    sample_dataset, references, small_disk, tmp_path
+):
+    out = small_disk / "out"
+    shutil.copytree(references[0], out)
+    args = _prepare_args(sample_dataset, out, *NEW, "--overwrite")
+    code, err = _paused_run(args, "accounted", tmp_path / "fifo", lambda: _fill(small_disk, 0))
+    assert code == 1
+    assert "not enough space" in err and "nothing was published" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    (small_disk / "filler").unlink()
+    _holds(out, references[0])
+
+
+@pytest.mark.parametrize("step", ["journal", "aside"])
+def test_a_disk_that_fills_inside_the_commit_still_publishes(
+    sample_dataset, references, small_disk, tmp_path, step
+):
+    """Every step after the journal is a rename, and the earlier output is removed before
+    the manifest is rewritten: a full disk there cannot stop the commit."""
+    out = small_disk / "out"
+    shutil.copytree(references[0], out)
+    args = _prepare_args(sample_dataset, out, *NEW, "--overwrite")
+    code, err = _paused_run(args, step, tmp_path / "fifo", lambda: _fill(small_disk, 0))
+    assert code == 0, err
+    (small_disk / "filler").unlink()
+    _holds(out, references[1])
+
+
+def test_a_full_disk_at_the_last_manifest_write_loses_nothing(
+    sample_dataset, references, small_disk, tmp_path, capsys
+):
+    """The new metadata.json is in place and the earlier output gone: a manifest that cannot
+    be written leaves the new output, says so, and `verify --repair` finishes it."""
+    out = small_disk / "out"
+    shutil.copytree(references[0], out)
+    args = _prepare_args(sample_dataset, out, *NEW, "--overwrite")
+    code, err = _paused_run(args, "cleared", tmp_path / "fifo", lambda: _fill(small_disk, 0))
+    assert code == 1
+    assert "No space left on device" in err and "the new output is published" in err, err
+    assert main(["verify", str(out)]) == 1  # the commit is not finished
+    assert "verify --repair" in capsys.readouterr().out
+    (small_disk / "filler").unlink()
+    assert main(["verify", "--repair", str(out)]) == 0
+    _holds(out, references[1])
