@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from beam_pipeline.cli import main
-from tests.conftest import RUNNER_ARGS, job_args
+from tests.helpers.runs import RUNNER_ARGS, job_args
 
 
 def _prepare_args(dataset, output_dir, *extra) -> list[str]:
@@ -166,8 +166,8 @@ def test_version(capsys):
 def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
     """No emulator, no ADC: one line naming the fix, exit 2, within seconds (Beam alone
     retries for minutes). The metadata server is a closed loopback port: nothing leaves."""
-    from tests.gcs_server import NO_METADATA_SERVER
-    from tests.process_tree import SEGPREP
+    from tests.helpers.gcs_server import NO_METADATA_SERVER
+    from tests.helpers.process_tree import SEGPREP
 
     env = {
         key: value
@@ -198,7 +198,7 @@ def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
 def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, tmp_path):
     """`segprep prepare ... | head`: the dataset is written, so the exit code is 0 even though
     nobody reads the summary (`true` exits before it is printed)."""
-    from tests.process_tree import SEGPREP
+    from tests.helpers.process_tree import SEGPREP
 
     out = tmp_path / "out"
     command = " ".join([*SEGPREP, *_prepare_args(sample_dataset, out)])

@@ -19,8 +19,8 @@ import pytest
 import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
-from tests.conftest import RUNNER_ARGS
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 

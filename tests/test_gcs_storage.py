@@ -1,6 +1,6 @@
 """storage.py, listing and the launcher's output checks on gs://, against a real GCS server.
 
-Every call goes over HTTP to gcp-storage-emulator on 127.0.0.1 (tests/gcs_server.py).
+Every call goes over HTTP to gcp-storage-emulator on 127.0.0.1 (tests/helpers/gcs_server.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.launch import cloud, preflight
 from beam_pipeline.runtime import output_protocol, storage
-from tests.conftest import RUNNER_ARGS
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.pairing import Layout
 
 

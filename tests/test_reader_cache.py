@@ -17,13 +17,7 @@ import tensorflow as tf
 
 import shard_reader
 from shard_reader import dataset as reader_dataset
-from tests.test_shard_reader import (
-    by_key,
-    random_flip,
-    read_keys,
-    shard_contents,
-    split_metadata,
-)
+from tests.helpers.tf_reading import by_key, random_flip, read_keys, shard_contents, split_metadata
 from transforms.format.naming import METADATA_FILE, shard_name
 
 BATCH = 4
@@ -307,7 +301,7 @@ def test_a_rewritten_dataset_gets_a_new_cache_not_stale_pixels(copy, tmp_path):
 
 
 def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
-    from tests.test_shard_reader import write_mixed_sizes
+    from tests.helpers.handmade import write_mixed_sizes
 
     directory = tmp_path / "mixed"
     write_mixed_sizes(directory)

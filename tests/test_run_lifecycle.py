@@ -15,8 +15,14 @@ import pytest
 
 from beam_pipeline.cli import main
 from beam_pipeline.commands.sample_data import write_sample_data
-from tests.conftest import same_output
-from tests.process_tree import descendants, interrupt_group, kill_and_check, start_cli, wait_for
+from tests.helpers.outputs import final_names, same_output
+from tests.helpers.process_tree import (
+    descendants,
+    interrupt_group,
+    kill_and_check,
+    start_cli,
+    wait_for,
+)
 
 COUNT = 160  # 800x600 portraits: a few seconds of work for two writer processes
 
@@ -49,10 +55,6 @@ def clean(dataset, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("clean") / "out"
     assert main(_args(dataset, out)) == 0
     return out
-
-
-def _final_names(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name != ".segprep") if out.exists() else []
 
 
 def _staged(out: Path, complete: bool) -> list[Path]:
@@ -93,7 +95,7 @@ def test_kill_9_leaves_no_process_and_publishes_nothing(dataset, clean, tmp_path
     # Nobody holds the run's stdout: `segprep prepare ... | cat` ends.
     assert stdout_closed.wait(5)
     time.sleep(1.0)  # an orphan would publish now
-    assert _final_names(out) == []
+    assert final_names(out) == []
     assert main(_args(dataset, out)) == 0  # the rerun needs no --overwrite
     same_output(out, clean)
     assert main(["verify", str(out)]) == 0
@@ -130,7 +132,7 @@ def test_ctrl_c_stops_every_process_exits_130_and_publishes_nothing(dataset, tmp
     err = process.stderr.read().decode()
     assert err.strip() == "segprep: interrupted: nothing was published", err
     wait_for(lambda: not [pid for pid in tree if Path(f"/proc/{pid}").exists()], 5, "exit")
-    assert _final_names(out) == []
+    assert final_names(out) == []
     assert not _staged(out, complete=False)  # the interrupted run's shards are discarded
     assert not (out / ".segprep" / "lock").exists()
 
@@ -142,7 +144,7 @@ def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):
     kill_and_check(process, signal.SIGTERM)
     assert process.returncode == 143
     assert "terminated: nothing was published" in process.stderr.read().decode()
-    assert _final_names(out) == []
+    assert final_names(out) == []
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused(dataset, clean, tmp_path, capsys):

@@ -11,8 +11,9 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import make_plan
 from beam_pipeline.runtime import writer_pool
-from tests import pool_probe
-from tests.conftest import job_args, same_output
+from tests.helpers import pool_probe
+from tests.helpers.outputs import same_output
+from tests.helpers.runs import job_args
 from transforms.splits import MIN_SHARDS
 
 
