@@ -5,8 +5,10 @@ import sys
 import time
 
 
-def whereabouts() -> tuple[int, bool, bool]:
-    return os.getpid(), "apache_beam" in sys.modules, "tensorflow" in sys.modules
+def whereabouts() -> tuple[int, dict[str, bool]]:
+    """This process's pid, and which of the modules that matter to a writer it has loaded."""
+    modules = ("apache_beam", "tensorflow", "beam_pipeline.job.shard_work")
+    return os.getpid(), {name: name in sys.modules for name in modules}
 
 
 def sleep_and_report(seconds: float) -> int:
