@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import os
 
 import pytest
 
@@ -12,6 +12,7 @@ from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
 from beam_pipeline.runtime import storage
 from tests.helpers.outputs import final_names
+from tests.helpers.process_tree import descendants, holding_open, parent
 from tests.helpers.runs import job_args
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
@@ -45,10 +46,10 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     try:
         with pytest.raises(Exception, match="Input/output error"):
             launcher.run(args)
-        # Nothing is still being written once the error is out.
-        snapshot = sorted(str(p) for p in out.rglob("*"))
-        time.sleep(0.5)
-        assert sorted(str(p) for p in out.rglob("*")) == snapshot
+        # Nothing is still being written once the error is out: no writer process lives on
+        # (they are the fork server's children) and no process holds a file of the run open.
+        assert not [pid for pid in descendants(os.getpid()) if parent(pid) != os.getpid()]
+        assert holding_open(out) == {}
     finally:
         victim.unlink()
         victim.write_bytes(original)

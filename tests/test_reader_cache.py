@@ -314,13 +314,13 @@ def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
 
 
 FILLER = """
-import sys, time
+import sys
 import shard_reader
 dataset = shard_reader.make_dataset(sys.argv[1], "train", 2, training=False, cache=sys.argv[2])
 iterator = iter(dataset)
 next(iterator)
 print("filling", flush=True)
-time.sleep(600)
+sys.stdin.read()  # alive, holding the cache, until the test closes this pipe or kills it
 """
 
 
@@ -328,6 +328,7 @@ def test_a_killed_filler_does_not_block_the_cache_but_a_live_one_does(data_dir, 
     directory = tmp_path / "cache"
     child = subprocess.Popen(
         [sys.executable, "-c", FILLER, str(data_dir), str(directory)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
