@@ -208,7 +208,7 @@ def classes_main(sizes: list[int], repeats: int) -> None:
 def timed(command: list[str]) -> tuple[float, int, str]:
     """(wall seconds, peak tree PSS bytes, stdout) of a command, until every process it
     started has let go of its output."""
-    from tests.process_tree import run_measured  # the tests' process-tree PSS sampler
+    from tests.helpers.process_tree import run_measured  # the tests' process-tree PSS sampler
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
     started = time.perf_counter()

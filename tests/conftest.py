@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import pytest  # noqa: E402
 
-# Named explicitly: Beam 2.77's DirectRunner first tries to download the Prism runner.
-RUNNER_ARGS = ["--runner", "FnApiRunner"]
+from tests.helpers.runs import job_args  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,20 +19,6 @@ def sample_dataset(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("sample")
     return write_sample_data(root, count=60, seed=7, broken_fraction=0.1, height=160, width=120)
-
-
-def job_args(dataset, output_dir, *extra: str) -> list[str]:
-    """`prepare` flags for a sample dataset, on the named runner."""
-    return [
-        "--image_dir",
-        str(dataset.image_dir),
-        "--mask_dir",
-        str(dataset.mask_dir),
-        "--output_dir",
-        str(output_dir),
-        *extra,
-        *RUNNER_ARGS,
-    ]
 
 
 @pytest.fixture(scope="session")
@@ -85,25 +69,9 @@ def indexed(unindexed, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def class_outputs(tmp_path_factory):
-    """The 8-bit and 16-bit class-id outputs of tests/class_reader_outputs.py, built once:
+    """The 8-bit and 16-bit class-id outputs of tests/helpers/class_reader_outputs.py, built once:
     tests read them or copy them, never change them."""
-    from tests.class_reader_outputs import big_output, sample_output
+    from tests.helpers.class_reader_outputs import big_output, sample_output
 
     root = tmp_path_factory.mktemp("class_outputs")
     return {"8-bit": sample_output(root), "16-bit": big_output(root)}
-
-
-def published(out: Path) -> set[str]:
-    """Every published file, by its path under `out` (segprep's own .segprep/ aside)."""
-    return {
-        str(path.relative_to(out))
-        for path in out.rglob("*")
-        if path.is_file() and ".segprep" not in path.relative_to(out).parts
-    }
-
-
-def same_output(out: Path, reference: Path) -> None:
-    """The same published files, byte for byte (metadata.json holds run ids and timings)."""
-    assert published(out) == published(reference)
-    for name in published(reference) - {"metadata.json"}:
-        assert (out / name).read_bytes() == (reference / name).read_bytes(), name

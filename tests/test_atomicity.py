@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import os
 
 import pytest
 
@@ -11,7 +11,9 @@ from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
 from beam_pipeline.runtime import storage
-from tests.conftest import job_args
+from tests.helpers.outputs import final_names
+from tests.helpers.process_tree import descendants, holding_open, parent
+from tests.helpers.runs import job_args
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
 
@@ -26,10 +28,6 @@ def _first_train_key(prepared_dir) -> str:
         for line in (prepared_dir / "rejects.jsonl").read_text().splitlines()
     }
     return min(f"{n:05d}" for n in range(1, 61) if f"{n:05d}" not in rejected)
-
-
-def _final_names(out) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name != ".segprep")
 
 
 @pytest.mark.parametrize("writer_processes", ["1", "2"])  # in the runner; writer processes
@@ -48,21 +46,21 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
     try:
         with pytest.raises(Exception, match="Input/output error"):
             launcher.run(args)
-        # Nothing is still being written once the error is out.
-        snapshot = sorted(str(p) for p in out.rglob("*"))
-        time.sleep(0.5)
-        assert sorted(str(p) for p in out.rglob("*")) == snapshot
+        # Nothing is still being written once the error is out: no writer process lives on
+        # (they are the fork server's children) and no process holds a file of the run open.
+        assert not [pid for pid in descendants(os.getpid()) if parent(pid) != os.getpid()]
+        assert holding_open(out) == {}
     finally:
         victim.unlink()
         victim.write_bytes(original)
-    assert _final_names(out) == []  # not one file under a final name
+    assert final_names(out) == []  # not one file under a final name
     assert not list(out.rglob("*.tfrecord*"))  # staged shards discarded too
     assert not (out / ".segprep" / "lock").exists()
 
     again = launcher.run(args)  # an unfinished run needs no --overwrite
     assert again.metadata["splits"] == clean.metadata["splits"]
     assert (out / "rejects.jsonl").read_bytes() == (clean_dir / "rejects.jsonl").read_bytes()
-    assert _final_names(out) == _final_names(clean_dir)
+    assert final_names(out) == final_names(clean_dir)
     for shard in clean_dir.glob("*.tfrecord"):
         assert (out / shard.name).read_bytes() == shard.read_bytes()
 

@@ -18,8 +18,8 @@ from beam_pipeline.job.shard_work import WrittenShard, stage_index
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
-from tests.conftest import RUNNER_ARGS
-from tests.images import blob_mask, rgb_jpeg
+from tests.helpers.images import blob_mask, rgb_jpeg
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.naming import SPLITS
 from transforms.pairing import Layout, Pair, SourceFile
 from transforms.rejects import Reason, Reject

@@ -7,7 +7,6 @@ import io
 import json
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 import scipy
@@ -17,8 +16,9 @@ from PIL import Image
 
 from beam_pipeline.cli import main
 from beam_pipeline.launch import launcher
-from tests.conftest import RUNNER_ARGS
-from tests.images import blob_mask, encode, rgb_array
+from tests.helpers.images import blob_mask, encode, rgb_array
+from tests.helpers.mat_files import mat_v73_bytes
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.codecs.image import MAX_PIXELS
 from transforms.format import features
 
@@ -34,13 +34,7 @@ def _mat(fmt: str = "5", compress: bool = True, **variables) -> bytes:
 
 
 def _mat_v73(mask: np.ndarray, path: Path) -> None:
-    """MATLAB v7.3: HDF5 behind a 512-byte text header, arrays stored column-major."""
-    with h5py.File(path, "w", userblock_size=512) as handle:
-        handle.create_dataset("mask", data=mask.T)
-    with open(path, "r+b") as handle:
-        handle.write(
-            b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created by: segprep tests".ljust(128)
-        )
+    path.write_bytes(mat_v73_bytes(mask))
 
 
 def _jpeg(array: np.ndarray, **params) -> bytes:

@@ -19,7 +19,7 @@ from PIL import Image
 from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
 from beam_pipeline.commands.sample_data import write_sample_data
-from tests.class_outputs import (
+from tests.helpers.class_outputs import (
     check_output,
     expected_coco_masks,
     metadata,
@@ -27,7 +27,7 @@ from tests.class_outputs import (
     stored_masks,
     write_coco_set,
 )
-from tests.images import encode, rgb_jpeg
+from tests.helpers.images import encode, rgb_jpeg
 from transforms.class_stats import ClassStats, classes_section
 from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
 from transforms.format.naming import SEGPREP_DIR

@@ -20,10 +20,10 @@ from beam_pipeline import cli
 from beam_pipeline.job.pipeline import build_pipeline
 from beam_pipeline.launch import launcher
 from beam_pipeline.launch.plan import make_plan
-from tests.class_outputs import check_output, expected_coco_masks, rejects, write_coco_set
-from tests.conftest import RUNNER_ARGS
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
-from tests.images import encode, rgb_jpeg
+from tests.helpers.class_outputs import check_output, expected_coco_masks, rejects, write_coco_set
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.images import encode, rgb_jpeg
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.naming import REJECTS_FILE, SEGPREP_DIR
 
 # pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest

@@ -8,13 +8,12 @@ import json
 import struct
 import zlib
 
-import h5py
 import numpy as np
 import pytest
-import scipy.io
 from PIL import Image
 
-from tests.images import blob_mask, encode, rgb_jpeg
+from tests.helpers.images import blob_mask, encode, rgb_jpeg
+from tests.helpers.mat_files import mat_bytes, mat_v73_bytes
 from transforms.codecs.class_mask import (
     DEFAULT_IGNORE_INDEX,
     ClassMaskSettings,
@@ -67,21 +66,6 @@ def _raw_png(
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
     )
-
-
-def _mat(**variables) -> bytes:
-    out = io.BytesIO()
-    scipy.io.savemat(out, variables, do_compression=True)
-    return out.getvalue()
-
-
-def _mat_v73(mask: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    with h5py.File(out, "w", userblock_size=512) as handle:
-        handle.create_dataset("mask", data=mask.T)
-    data = bytearray(out.getvalue())
-    data[:128] = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created by: segprep tests".ljust(128)
-    return bytes(data)
 
 
 def _reason(data: bytes, filename: str, settings: ClassMaskSettings = VOC) -> RejectError:
@@ -142,22 +126,22 @@ SOURCES = {
         "a.png",
     ),
     "grey rgb png": (VOC, _ids(), lambda ids: _png(np.dstack([ids.astype(np.uint8)] * 3)), "a.png"),
-    "mat uint8": (VOC, _ids(), lambda ids: _mat(mask=ids.astype(np.uint8)), "a_mask.mat"),
-    "mat int32": (VOC, _ids(), lambda ids: _mat(mask=ids.astype(np.int32)), "a.mat"),
-    "mat double": (VOC, _ids(), lambda ids: _mat(mask=ids.astype(np.float64)), "a.mat"),
+    "mat uint8": (VOC, _ids(), lambda ids: mat_bytes(mask=ids.astype(np.uint8)), "a_mask.mat"),
+    "mat int32": (VOC, _ids(), lambda ids: mat_bytes(mask=ids.astype(np.int32)), "a.mat"),
+    "mat double": (VOC, _ids(), lambda ids: mat_bytes(mask=ids.astype(np.float64)), "a.mat"),
     "mat uint16 > 255": (
         WIDE,
         _ids(top=60001, ignore=65535),
-        lambda ids: _mat(mask=ids.astype(np.uint16)),
+        lambda ids: mat_bytes(mask=ids.astype(np.uint16)),
         "a.mat",
     ),
     "mat logical": (
         ClassMaskSettings("classes", 2),
         _ids(top=2, ignore=0),
-        lambda ids: _mat(mask=ids.astype(bool)),
+        lambda ids: mat_bytes(mask=ids.astype(bool)),
         "a.mat",
     ),
-    "mat v7.3": (VOC, _ids(), lambda ids: _mat_v73(ids.astype(np.int16)), "a.mat"),
+    "mat v7.3": (VOC, _ids(), lambda ids: mat_v73_bytes(ids.astype(np.int16)), "a.mat"),
 }
 
 
@@ -250,7 +234,7 @@ def test_16_bit_ids_above_num_classes_are_rejected_not_wrapped():
     ],
 )
 def test_mat_values_that_are_no_class_ids_are_rejected(array, words):
-    error = _reason(_mat(mask=array), "a.mat")
+    error = _reason(mat_bytes(mask=array), "a.mat")
     assert error.reason == Reason.MASK_VALUES and words in error.detail
 
 
@@ -324,9 +308,11 @@ def test_unsupported_image_modes_are_rejects():
 
 def test_mat_variable_rules_are_mask_codecs():
     ids = _ids().astype(np.uint8)
-    error = _reason(_mat(a=ids, b=ids), "a.mat")
+    error = _reason(mat_bytes(a=ids, b=ids), "a.mat")
     assert error.reason == Reason.MASK_VARIABLE
-    np.testing.assert_array_equal(load_class_mask(_mat(a=ids, b=ids * 0), "a.mat", VOC, "a"), ids)
+    np.testing.assert_array_equal(
+        load_class_mask(mat_bytes(a=ids, b=ids * 0), "a.mat", VOC, "a"), ids
+    )
 
 
 def test_binary_settings_cannot_read_class_masks():
@@ -463,7 +449,9 @@ def test_binary_mask_bytes_are_unchanged(fmt):
     mask = blob_mask(160, 120, seed=3)
     encoded = encode_mask(binarize(mask), fmt)
     assert hashlib.sha256(encoded).hexdigest() == BINARY_DIGESTS[fmt]
-    record = make_record("k", rgb_jpeg(160, 120), _mat(mask=mask), "k_mask.mat", mask_format=fmt)
+    record = make_record(
+        "k", rgb_jpeg(160, 120), mat_bytes(mask=mask), "k_mask.mat", mask_format=fmt
+    )
     assert hashlib.sha256(record.serialized).hexdigest() == BINARY_RECORD_DIGESTS[fmt]
 
 
@@ -488,7 +476,7 @@ def test_colour_masks_of_real_shapes_round_trip():
 
 def _rotated_jpeg(height: int = 24, width: int = 16) -> bytes:
     """Stored height x width, EXIF orientation 6: displayed width x height."""
-    from tests.images import rgb_array
+    from tests.helpers.images import rgb_array
 
     exif = Image.Exif()
     exif[0x0112] = 6

@@ -11,8 +11,8 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.commands.verify import verify_output
-from tests.class_outputs import metadata, write_metadata
-from tests.class_reader_outputs import (
+from tests.helpers.class_outputs import metadata, write_metadata
+from tests.helpers.class_reader_outputs import (
     BIG_CLASSES,
     SAMPLE_CLASSES,
     png,

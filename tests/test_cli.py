@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from beam_pipeline.cli import main
-from tests.conftest import RUNNER_ARGS, job_args
+from tests.helpers.runs import RUNNER_ARGS, job_args
 
 
 def _prepare_args(dataset, output_dir, *extra) -> list[str]:
@@ -164,41 +164,44 @@ def test_version(capsys):
 
 
 def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
-    """No emulator, no ADC: one line naming the fix, exit 2, within seconds (Beam alone
-    retries for minutes). The metadata server is a closed loopback port: nothing leaves."""
-    from tests.gcs_server import NO_METADATA_SERVER
-    from tests.process_tree import SEGPREP
+    """No emulator, no ADC: one line naming the fix, exit 2, after one credential search
+    (Beam alone retries it with back-off for minutes). The metadata server is a loopback
+    stand-in that counts the searches: nothing leaves the machine."""
+    from tests.helpers.gcs_server import metadata_server_watch
+    from tests.helpers.process_tree import SEGPREP
 
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")
     }
-    env.update(
-        HOME=str(tmp_path),  # no gcloud application_default_credentials.json
-        CLOUDSDK_CONFIG=str(tmp_path / "gcloud"),
-        GCE_METADATA_HOST=NO_METADATA_SERVER,
-        GCE_METADATA_IP=NO_METADATA_SERVER,
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
-    done = subprocess.run(
-        [*SEGPREP, "prepare", "--image_dir", "gs://segprep-x/i", "--mask_dir", "gs://segprep-x/m"]
-        + ["--output_dir", "gs://segprep-x/o", "--runner", "FnApiRunner"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,  # the issue's bound; Beam on its own sits for over two minutes
-    )
+    with metadata_server_watch() as (address, connections):
+        env.update(
+            HOME=str(tmp_path),  # no gcloud application_default_credentials.json
+            CLOUDSDK_CONFIG=str(tmp_path / "gcloud"),
+            GCE_METADATA_HOST=address,
+            GCE_METADATA_IP=address,
+            TF_CPP_MIN_LOG_LEVEL="3",
+        )
+        done = subprocess.run(
+            [*SEGPREP, "prepare", "--image_dir", "gs://segprep-x/i", "--mask_dir"]
+            + ["gs://segprep-x/m", "--output_dir", "gs://segprep-x/o", "--runner", "FnApiRunner"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,  # a hang guard only
+        )
     assert done.returncode == 2, done.stderr
     assert "gcloud auth application-default login" in done.stderr
     assert "GOOGLE_APPLICATION_CREDENTIALS" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    assert len(connections) == 1, f"{len(connections)} metadata probes: credentials retried"
 
 
 def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, tmp_path):
     """`segprep prepare ... | head`: the dataset is written, so the exit code is 0 even though
     nobody reads the summary (`true` exits before it is printed)."""
-    from tests.process_tree import SEGPREP
+    from tests.helpers.process_tree import SEGPREP
 
     out = tmp_path / "out"
     command = " ".join([*SEGPREP, *_prepare_args(sample_dataset, out)])

@@ -20,8 +20,9 @@ import pytest
 
 from beam_pipeline.cli import main
 from beam_pipeline.runtime.commit_journal import HOOK_VARIABLE
-from tests.conftest import job_args, published, same_output
-from tests.process_tree import start_cli
+from tests.helpers.outputs import published, same_output
+from tests.helpers.process_tree import start_cli
+from tests.helpers.runs import job_args
 
 OLD = ("--num_shards", "3")
 NEW = ("--num_shards", "2")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from beam_pipeline.launch.options import add_prepare_arguments
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"

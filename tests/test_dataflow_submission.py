@@ -19,7 +19,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch import launcher
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP_FILE = str(REPO / "setup.py")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import shard_reader
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
 from transforms.format import dataset_info
 from transforms.format.dataset_info import (
     FORMAT_VERSION,

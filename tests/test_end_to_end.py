@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from beam_pipeline.launch import launcher
-from tests.conftest import job_args
+from tests.helpers.runs import job_args
 from transforms.format import features
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 

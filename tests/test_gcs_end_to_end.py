@@ -12,15 +12,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
-from tests.conftest import RUNNER_ARGS
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs, metadata_server_watch  # noqa: F401 - gcs: the fixture
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 
@@ -111,38 +110,47 @@ def test_shards_match_metadata_and_read_back_after_download(gcs, job, tmp_path):
     assert len(keys) == len(set(keys)) == train
 
 
-def _cli(args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+def _cli(args: list[str], **env: str) -> subprocess.CompletedProcess:
     """The real CLI in a fresh process (nothing cached), with this test's environment."""
-    started = time.monotonic()
-    completed = subprocess.run(
-        [*SEGPREP, *args], capture_output=True, text=True, env=dict(os.environ), timeout=300
+    return subprocess.run(
+        [*SEGPREP, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,  # a hang guard only
     )
-    return completed, time.monotonic() - started
 
 
-def test_cli_reaches_the_emulator_at_once(gcs, raw):  # noqa: F811
-    """No credential search: without the fast path this answer takes 15-40 s (back-off)."""
-    completed, seconds = _cli(
-        [
-            "--image_dir",
-            gcs.url("raw/nothing-here"),
-            "--mask_dir",
-            gcs.url("raw/masks"),
-            "--output_dir",
-            gcs.url("cli-empty"),
-            "--runner",
-            "FnApiRunner",
-        ]
-    )
+def test_cli_reaches_the_emulator_without_a_credential_search(gcs, raw, tmp_path):  # noqa: F811
+    """No credential search: without the fast path Beam retries google.auth.default() with
+    back-off, and each attempt probes the metadata server, here a loopback stand-in."""
+    with metadata_server_watch() as (address, connections):
+        completed = _cli(
+            [
+                "--image_dir",
+                gcs.url("raw/nothing-here"),
+                "--mask_dir",
+                gcs.url("raw/masks"),
+                "--output_dir",
+                gcs.url("cli-empty"),
+                "--runner",
+                "FnApiRunner",
+            ],
+            # Nothing else to find credentials in: a search would reach the metadata probe.
+            GOOGLE_APPLICATION_CREDENTIALS="",
+            CLOUDSDK_CONFIG=str(tmp_path),
+            GCE_METADATA_HOST=address,
+            GCE_METADATA_IP=address,
+        )
     assert completed.returncode == 2, completed.stderr
     (line,) = completed.stderr.strip().splitlines()  # one line, no traceback
     assert line.startswith(f"segprep: error: --image_dir {gcs.url('raw/nothing-here/')} has no")
-    assert seconds < 15, f"{seconds:.1f} s: is Beam looking for credentials again?"
+    assert connections == [], "Beam searched for credentials: the emulator fast path is gone"
 
 
 def test_cli_job_with_worker_threads_against_the_emulator(gcs, raw):  # noqa: F811
     """Beam's multi-threaded local mode against the emulator, through the real CLI."""
-    completed, _ = _cli(
+    completed = _cli(
         [
             "--image_dir",
             gcs.url("raw/images"),

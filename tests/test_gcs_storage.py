@@ -1,12 +1,11 @@
 """storage.py, listing and the launcher's output checks on gs://, against a real GCS server.
 
-Every call goes over HTTP to gcp-storage-emulator on 127.0.0.1 (tests/gcs_server.py).
+Every call goes over HTTP to gcp-storage-emulator on 127.0.0.1 (tests/helpers/gcs_server.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 
 import apache_beam as beam
 import pytest
@@ -17,24 +16,33 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.launch import credentials, preflight
 from beam_pipeline.runtime import output_protocol, storage
-from tests.conftest import RUNNER_ARGS
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.gcs_server import gcs, metadata_server_watch  # noqa: F401 - gcs: the fixture
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.pairing import Layout
 
 
-def test_beam_gcs_client_is_anonymous_and_instant(gcs):  # noqa: F811
-    """The fast path: no credential search, an anonymous client aimed at the emulator."""
+def test_beam_gcs_client_is_anonymous_and_never_searches_for_credentials(
+    gcs,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+):
+    """The fast path: no credential search (it would probe the metadata server), an anonymous
+    client aimed at the emulator."""
     from apache_beam.internal.gcp import auth
     from apache_beam.io.gcp import gcsio
     from google.auth.credentials import AnonymousCredentials
 
-    started = time.monotonic()
-    assert credentials.use_storage_emulator_if_set()
-    assert auth.get_service_credentials(PipelineOptions()) is None
-    client = gcsio.create_storage_client(PipelineOptions())
+    # Nothing else to find credentials in: a search would reach the metadata probe.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    with metadata_server_watch() as (address, connections):
+        monkeypatch.setenv("GCE_METADATA_IP", address)
+        assert credentials.use_storage_emulator_if_set()
+        assert auth.get_service_credentials(PipelineOptions()) is None
+        client = gcsio.create_storage_client(PipelineOptions())
     assert isinstance(client._credentials, AnonymousCredentials)
     assert client._connection.API_BASE_URL == gcs.endpoint
-    assert time.monotonic() - started < 2
+    assert connections == []
 
 
 def test_atomic_write_read_and_no_temp_left(gcs):  # noqa: F811

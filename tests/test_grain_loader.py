@@ -83,7 +83,7 @@ def test_record_source_is_a_grain_data_source(indexed, all_keys):
 
 
 def test_mixed_sizes_need_image_size(tmp_path):
-    from tests.handmade import write_output
+    from tests.helpers.handmade import write_output
 
     directory = tmp_path / "out"
     write_output(directory, [[(40, 32), (32, 40)], [(48, 24)]])

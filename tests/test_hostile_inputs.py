@@ -7,7 +7,6 @@ Memory is the peak proportional set size of the run's whole process tree, sample
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import zlib
@@ -16,22 +15,16 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import scipy.io
 from PIL import Image
 
 from beam_pipeline.cli import main
-from tests.images import blob_mask, encode, rgb_jpeg
-from tests.process_tree import SEGPREP, run_measured
+from tests.helpers.images import blob_mask, encode, rgb_jpeg
+from tests.helpers.mat_files import mat_bytes
+from tests.helpers.process_tree import SEGPREP, run_measured
 
 H, W = 24, 16
 MASK = blob_mask(H, W)
 PEAK_LIMIT_MB = 1024
-
-
-def _mat(**variables) -> bytes:
-    out = io.BytesIO()
-    scipy.io.savemat(out, variables, do_compression=True)
-    return out.getvalue()
 
 
 def _hdf5_mask(path: Path, **datasets: tuple[tuple[int, int], np.ndarray | None]) -> None:
@@ -52,7 +45,7 @@ def _hdf5_mask(path: Path, **datasets: tuple[tuple[int, int], np.ndarray | None]
 def _inflating_mat(declared: tuple[int, int], inflated_bytes: int) -> bytes:
     """A compressed MAT v5 file whose mask header declares `declared` while its zlib stream
     inflates to `inflated_bytes` of zeros: streamed, so the test never holds them."""
-    small = _mat(mask=np.zeros((2, 2), np.uint8))
+    small = mat_bytes(mask=np.zeros((2, 2), np.uint8))
     matrix = zlib.decompress(small[136:])
     # miMATRIX element: tag (8), array flags (16), dimensions tag (8) and sizes (8), the
     # name 'mask' as a small element (8); then the data: an miUINT8 tag and the bytes.
@@ -84,7 +77,7 @@ def hostile(tmp_path_factory):
     images, masks = root / "images", root / "masks"
     images.mkdir()
     masks.mkdir()
-    good_image, good_mask = rgb_jpeg(H, W), _mat(mask=MASK)
+    good_image, good_mask = rgb_jpeg(H, W), mat_bytes(mask=MASK)
     expected: dict[str, str] = {}
 
     def case(key: str, outcome: str, image: bytes | None = good_image, mask=good_mask) -> None:
@@ -188,7 +181,7 @@ def test_an_unreadable_sub_folder_stops_the_run_before_it_starts(tmp_path):
     (images / "locked").mkdir(parents=True)
     masks.mkdir()
     _write(images, "1.jpg", rgb_jpeg(H, W))
-    _write(masks, "1_mask.mat", _mat(mask=MASK))
+    _write(masks, "1_mask.mat", mat_bytes(mask=MASK))
     os.chmod(images / "locked", 0)
     code, err, _ = _run(images, masks, tmp_path / "out")
     assert code == 2

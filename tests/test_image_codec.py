@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.images import encode, rgb_array, rgb_jpeg
+from tests.helpers.images import encode, rgb_array, rgb_jpeg
 from transforms.codecs.image import MAX_PIXELS, validate_image
 from transforms.rejects import Reason, RejectError
 

@@ -15,9 +15,9 @@ from beam_pipeline import cli
 from beam_pipeline.commands.index import index_output
 from beam_pipeline.commands.verify import verify_output
 from shard_reader.source import unframe
-from tests.class_outputs import metadata as _metadata
-from tests.class_outputs import write_metadata as _write_metadata
-from tests.conftest import published
+from tests.helpers.class_outputs import metadata as _metadata
+from tests.helpers.class_outputs import write_metadata as _write_metadata
+from tests.helpers.outputs import published
 from transforms.format import record_index
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
@@ -315,7 +315,7 @@ def test_verify_says_when_it_checked_the_index(indexed, unindexed, capsys):
 def test_prepare_overwrite_replaces_an_indexed_output(indexed, sample_dataset, copy_of):
     """The index and TFDS files are segprep's: --overwrite replaces them with the shards."""
     from beam_pipeline.launch import launcher
-    from tests.conftest import job_args
+    from tests.helpers.runs import job_args
 
     out = copy_of(indexed)
     old = DatasetInfo.from_json(_metadata(out)).listed_files()

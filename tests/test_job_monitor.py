@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline.launch import job_monitor
-from tests.conftest import RUNNER_ARGS
+from tests.helpers.runs import RUNNER_ARGS
 
 
 def test_console_url():

@@ -1,24 +1,16 @@
-import io
-
 import numpy as np
 import pytest
-import scipy.io
 from PIL import Image
 
-from tests.images import blob_mask, encode
+from tests.helpers.images import blob_mask, encode
+from tests.helpers.mat_files import mat_bytes
 from transforms.codecs.mask import binarize, decode_mask_threshold, encode_mask, load_mask
 from transforms.rejects import Reason, RejectError
 
 
-def _mat(**variables) -> bytes:
-    out = io.BytesIO()
-    scipy.io.savemat(out, variables, do_compression=True)
-    return out.getvalue()
-
-
 def test_mat_v5_mask_loads_as_2d():
     mask = blob_mask(30, 20)
-    loaded = load_mask(_mat(mask=mask), "k_mask.mat")
+    loaded = load_mask(mat_bytes(mask=mask), "k_mask.mat")
     np.testing.assert_array_equal(loaded, mask)
 
 
@@ -53,22 +45,24 @@ def test_nan_mask_is_rejected():
 
 def test_3d_mask_is_rejected():
     with pytest.raises(RejectError) as caught:
-        load_mask(_mat(mask=np.zeros((4, 4, 3), dtype=np.uint8)), "k.mat")
+        load_mask(mat_bytes(mask=np.zeros((4, 4, 3), dtype=np.uint8)), "k.mat")
     assert caught.value.reason == Reason.MASK_NOT_2D
 
 
 def test_variable_choice():
     mask = blob_mask()
     # No `mask` variable but a single 2-D candidate: used.
-    np.testing.assert_array_equal(load_mask(_mat(seg=mask, name=np.array(["x"])), "k.mat"), mask)
+    np.testing.assert_array_equal(
+        load_mask(mat_bytes(seg=mask, name=np.array(["x"])), "k.mat"), mask
+    )
     # Two candidates and no --mask_key: rejected, naming both.
     with pytest.raises(RejectError) as caught:
-        load_mask(_mat(a=mask, b=mask), "k.mat")
+        load_mask(mat_bytes(a=mask, b=mask), "k.mat")
     assert caught.value.reason == Reason.MASK_VARIABLE and "'a'" in caught.value.detail
     # --mask_key picks one; a missing one is rejected.
-    np.testing.assert_array_equal(load_mask(_mat(a=mask, b=1 - mask), "k.mat", "b"), 1 - mask)
+    np.testing.assert_array_equal(load_mask(mat_bytes(a=mask, b=1 - mask), "k.mat", "b"), 1 - mask)
     with pytest.raises(RejectError) as missing:
-        load_mask(_mat(a=mask), "k.mat", "gt")
+        load_mask(mat_bytes(a=mask), "k.mat", "gt")
     assert missing.value.reason == Reason.MASK_VARIABLE
 
 
@@ -90,7 +84,7 @@ def test_unreadable_mat_is_rejected(data):
 
 
 def test_truncated_mat_is_rejected():
-    data = _mat(mask=blob_mask(80, 60))
+    data = mat_bytes(mask=blob_mask(80, 60))
     with pytest.raises(RejectError) as caught:
         load_mask(data[: len(data) // 2], "k.mat")
     assert caught.value.reason == Reason.MASK_UNREADABLE

@@ -1,27 +1,38 @@
 import threading
-import time
 
 import pytest
 
 from beam_pipeline.runtime.ordered_pool import ordered_map
 
-
-def _slow_square(value: int) -> int:
-    time.sleep(0.001 * (value % 5))  # finish out of order
-    return value * value
+HANG_GUARD = 60  # seconds; only a broken pool waits this long
 
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_results_come_back_in_input_order(threads):
-    assert list(ordered_map(_slow_square, range(40), threads)) == [(i, i * i) for i in range(40)]
+    """With threads, each even item finishes only after the odd one behind it."""
+    finished = [threading.Event() for _ in range(40)]
+    order = []
+
+    def square(value: int) -> int:
+        if threads > 1 and value % 2 == 0:
+            assert finished[value + 1].wait(HANG_GUARD)
+        order.append(value)
+        finished[value].set()
+        return value * value
+
+    assert list(ordered_map(square, range(40), threads)) == [(i, i * i) for i in range(40)]
+    if threads > 1:
+        assert order != sorted(order)  # the results really did come back out of order
 
 
 def test_work_runs_on_several_threads():
     seen = set()
+    together = threading.Barrier(3, timeout=HANG_GUARD)  # the first three run at once
 
     def record_thread(value):
         seen.add(threading.get_ident())
-        time.sleep(0.01)
+        if value < 3:
+            together.wait()
         return value
 
     assert [r for _, r in ordered_map(record_thread, range(12), 3)] == list(range(12))

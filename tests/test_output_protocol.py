@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from beam_pipeline.cli import main
-from tests.conftest import job_args
+from tests.helpers.runs import job_args
 
 
 def _prepare(dataset, out: Path, *extra: str) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import re
-import time
+import threading
+from collections.abc import Callable
 
 import pyte
 import pytest
@@ -31,12 +32,33 @@ def test_format_progress():
     assert progress.format_progress(0, 200, 0.0) == "0/200 entries   0%  0/s  ETA --"
 
 
-def _counting(reporter: Reporter, entries: int) -> None:
-    for _ in range(entries):
+class _Looks:
+    """A count the monitor reads, recording every value it saw so a test can wait for a look
+    (the frame or log line of a look is written before the monitor's block can end)."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+        self.seen: list[int] = []
+        self._changed = threading.Condition()
+
+    def __call__(self) -> int:
+        value = self._count()
+        with self._changed:
+            self.seen.append(value)
+            self._changed.notify_all()
+        return value
+
+    def wait(self, reached: Callable[[list[int]], bool], what: str) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: reached(self.seen), timeout=60), what
+
+
+def _counting(reporter: Reporter, looks: _Looks, entries: int) -> None:
+    """Count `entries` one at a time, each seen by the monitor before the next."""
+    for done in range(1, entries + 1):
         reporter.add()
         reporter.flush()
-        time.sleep(0.03)
-    time.sleep(0.2)
+        looks.wait(lambda seen, done=done: done in seen, f"a look at {done}")
 
 
 def test_monitor_writes_log_lines_when_not_a_terminal(tmp_path):
@@ -45,8 +67,9 @@ def test_monitor_writes_log_lines_when_not_a_terminal(tmp_path):
     temp = str(tmp_path)
     reporter = Reporter(temp)
     stream = io.StringIO()
-    with progress.Monitor(lambda: entries_done(temp), 10, stream, interval=0.05):
-        _counting(reporter, 7)
+    looks = _Looks(lambda: entries_done(temp))
+    with progress.Monitor(looks, 10, stream, interval=0.05):
+        _counting(reporter, looks, 7)
     lines = stream.getvalue().splitlines()
     assert len(lines) > 2 and all(line.startswith("progress: ") for line in lines)
     assert lines[-2].startswith("progress: 7/10 entries  70%")
@@ -56,8 +79,9 @@ def test_monitor_writes_log_lines_when_not_a_terminal(tmp_path):
 
 def test_monitor_log_of_a_failed_run_stops_at_the_last_count():
     stream = io.StringIO()
-    with pytest.raises(RuntimeError), progress.Monitor(lambda: 3, 10, stream, interval=0.05):
-        time.sleep(0.2)
+    looks = _Looks(lambda: 3)
+    with pytest.raises(RuntimeError), progress.Monitor(looks, 10, stream, interval=0.05):
+        looks.wait(bool, "a first look")
         raise RuntimeError("job failed")
     lines = stream.getvalue().splitlines()
     assert lines[-1].startswith("progress: stopped at 3/10 entries  30%")
@@ -66,17 +90,20 @@ def test_monitor_log_of_a_failed_run_stops_at_the_last_count():
 
 def test_monitor_writes_nothing_for_a_short_run_off_a_terminal():
     stream = io.StringIO()
-    with progress.Monitor(lambda: 3, 10, stream):  # default interval: 10 s
-        time.sleep(0.1)
-    assert stream.getvalue() == ""
+    looks = _Looks(lambda: 3)
+    with progress.Monitor(looks, 10, stream):  # default interval: 10 s
+        pass
+    assert stream.getvalue() == "" and looks.seen == []
 
 
 def test_monitor_rate_is_over_the_run_not_the_first_instant():
     """All 500 entries seen at the first look (a burst, or a slow first interval): the rate
-    must be over the time since the monitor started, not over microseconds."""
+    must be over the time since the monitor started, not over microseconds. Each look comes at
+    least one interval after the start, so no honest rate exceeds 500 per interval."""
     stream = io.StringIO()
-    with progress.Monitor(lambda: 500, 1000, stream, interval=0.1):
-        time.sleep(0.35)
+    looks = _Looks(lambda: 500)
+    with progress.Monitor(looks, 1000, stream, interval=0.1):
+        looks.wait(lambda seen: len(seen) >= 3, "three looks")
     rates = [
         int(re.search(r" ([\d,]+)/s ", line)[1].replace(",", ""))
         for line in stream.getvalue().splitlines()
@@ -107,11 +134,12 @@ def test_terminal_display_ends_on_a_full_frame_with_nothing_left_over(tmp_path, 
     temp = str(tmp_path)
     reporter = Reporter(temp)
     stream = _Terminal()
-    with progress.Monitor(lambda: entries_done(temp), 300, stream, interval=0.02):
-        _counting(reporter, 20)
+    looks = _Looks(lambda: entries_done(temp))
+    with progress.Monitor(looks, 300, stream, interval=0.02):
+        _counting(reporter, looks, 20)
         reporter.add(253)  # 273 of 300 reach a writer, as in the issue's run
         reporter.flush()
-        time.sleep(0.1)
+        looks.wait(lambda seen: 273 in seen, "a look at 273")
     output = stream.getvalue()
     assert output.count("\r") > 10  # redrawn in place, not one line per update
     last_running = output[: output.rindex("\r", 0, output.index("done"))]
@@ -124,8 +152,9 @@ def test_terminal_display_ends_on_a_full_frame_with_nothing_left_over(tmp_path, 
 def test_terminal_display_of_a_failed_run_keeps_the_last_count(monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")
     stream = _Terminal()
-    with pytest.raises(KeyboardInterrupt), progress.Monitor(lambda: 123, 300, stream, 0.02):
-        time.sleep(0.1)
+    looks = _Looks(lambda: 123)
+    with pytest.raises(KeyboardInterrupt), progress.Monitor(looks, 300, stream, 0.02):
+        looks.wait(bool, "a first look")
         raise KeyboardInterrupt
     (line,) = _screen(stream.getvalue())
     assert re.match(ENDED.format("stopped", 123, 41), line), line

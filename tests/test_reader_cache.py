@@ -17,13 +17,7 @@ import tensorflow as tf
 
 import shard_reader
 from shard_reader import dataset as reader_dataset
-from tests.test_shard_reader import (
-    by_key,
-    random_flip,
-    read_keys,
-    shard_contents,
-    split_metadata,
-)
+from tests.helpers.tf_reading import by_key, random_flip, read_keys, shard_contents, split_metadata
 from transforms.format.naming import METADATA_FILE, shard_name
 
 BATCH = 4
@@ -307,7 +301,7 @@ def test_a_rewritten_dataset_gets_a_new_cache_not_stale_pixels(copy, tmp_path):
 
 
 def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
-    from tests.test_shard_reader import write_mixed_sizes
+    from tests.helpers.handmade import write_mixed_sizes
 
     directory = tmp_path / "mixed"
     write_mixed_sizes(directory)
@@ -320,13 +314,13 @@ def test_mixed_sizes_cannot_be_sized_for_memory(tmp_path):
 
 
 FILLER = """
-import sys, time
+import sys
 import shard_reader
 dataset = shard_reader.make_dataset(sys.argv[1], "train", 2, training=False, cache=sys.argv[2])
 iterator = iter(dataset)
 next(iterator)
 print("filling", flush=True)
-time.sleep(600)
+sys.stdin.read()  # alive, holding the cache, until the test closes this pipe or kills it
 """
 
 
@@ -334,6 +328,7 @@ def test_a_killed_filler_does_not_block_the_cache_but_a_live_one_does(data_dir, 
     directory = tmp_path / "cache"
     child = subprocess.Popen(
         [sys.executable, "-c", FILLER, str(data_dir), str(directory)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -18,8 +18,8 @@ import tensorflow as tf
 import shard_reader
 from shard_reader import dataset as reader_dataset
 from shard_reader.source import CorruptRecordError, RecordSource, nearest_rows
-from tests.class_outputs import direct_stats
-from tests.class_reader_outputs import (
+from tests.helpers.class_outputs import direct_stats
+from tests.helpers.class_reader_outputs import (
     BIG_CLASSES,
     BIG_IGNORE,
     SAMPLE_CLASSES,
@@ -27,7 +27,7 @@ from tests.class_reader_outputs import (
     png,
     rewrite_first_mask,
 )
-from tests.test_source import NO_TENSORFLOW
+from tests.helpers.no_tensorflow import NO_TENSORFLOW
 from transforms.format import dataset_info
 from transforms.format.dataset_info import ClassesInfo, MetadataError
 from transforms.format.naming import METADATA_FILE

@@ -12,8 +12,9 @@ import tensorflow as tf
 
 import shard_reader
 from shard_reader.decoding import dct_ratio
-from tests.conftest import job_args
-from tests.test_shard_reader import by_key, random_flip, split_metadata, write_mixed_sizes
+from tests.helpers.handmade import write_mixed_sizes
+from tests.helpers.runs import job_args
+from tests.helpers.tf_reading import by_key, random_flip, split_metadata
 from transforms.format.features import MASK_THRESHOLD
 from transforms.format.naming import METADATA_FILE
 

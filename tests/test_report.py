@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from beam_pipeline.cli import main
-from tests.class_outputs import write_coco_set
-from tests.images import rgb_jpeg
+from tests.helpers.class_outputs import write_coco_set
+from tests.helpers.images import rgb_jpeg
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

@@ -6,17 +6,26 @@ second run into a folder in use is refused, and the rerun after a kill gives the
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from beam_pipeline.cli import main
 from beam_pipeline.commands.sample_data import write_sample_data
-from tests.conftest import same_output
-from tests.process_tree import descendants, interrupt_group, kill_and_check, start_cli, wait_for
+from tests.helpers.outputs import final_names, same_output
+from tests.helpers.process_tree import (
+    descendants,
+    holding_open,
+    interrupt_group,
+    kill_and_check,
+    parent,
+    start_cli,
+    survivors,
+    wait_for,
+)
 
 COUNT = 160  # 800x600 portraits: a few seconds of work for two writer processes
 
@@ -51,10 +60,6 @@ def clean(dataset, tmp_path_factory) -> Path:
     return out
 
 
-def _final_names(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name != ".segprep") if out.exists() else []
-
-
 def _staged(out: Path, complete: bool) -> list[Path]:
     pattern = "*.tfrecord" if complete else "*.tfrecord*"
     return list((out / ".segprep" / "runs").glob(f"*/{pattern}"))
@@ -87,34 +92,89 @@ def test_kill_9_leaves_no_process_and_publishes_nothing(dataset, clean, tmp_path
     stdout_closed = _drain(process.stdout)
     wait_for(lambda: POINTS[point](out) or process.poll() is not None, 120, point)
     assert process.poll() is None, process.stderr.read().decode()
-    tree = kill_and_check(process, signal.SIGKILL)  # every descendant gone within 5 s
+    tree = kill_and_check(process, signal.SIGKILL)  # every descendant gone (a hang guard)
     if point != "locked":
         assert len(tree) >= 2, "the writers should have been running"
     # Nobody holds the run's stdout: `segprep prepare ... | cat` ends.
-    assert stdout_closed.wait(5)
-    time.sleep(1.0)  # an orphan would publish now
-    assert _final_names(out) == []
+    assert stdout_closed.wait(60)
+    # And nobody holds a file of the run open: no orphan is left that could publish.
+    assert holding_open(out) == {}
+    assert final_names(out) == []
     assert main(_args(dataset, out)) == 0  # the rerun needs no --overwrite
     same_output(out, clean)
     assert main(["verify", str(out)]) == 0
 
 
-def _importing_tensorflow(process) -> bool:
-    """A descendant (the writers' fork server) has begun to load TensorFlow's libraries."""
+SIGINT_BIT = 1 << (signal.SIGINT - 1)
+
+
+def _fork_server_mid_import(process) -> int | None:
+    """The writers' fork server while it imports the record code: it has begun to map
+    third-party libraries (only its preload loads any) and does not ignore SIGINT yet
+    (multiprocessing ignores it once the preload is done)."""
     for pid in descendants(process.pid):
+        if parent(pid) != process.pid:
+            continue  # writers are forked from the fork server and share its command line
         try:
-            if "tensorflow" in Path(f"/proc/{pid}/maps").read_text():
-                return True
+            if b"forkserver" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            status = Path(f"/proc/{pid}/status").read_text()
+            maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
-            pass
-    return False
+            continue
+        ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+        if "site-packages/" in maps and not ignored & SIGINT_BIT:
+            return pid
+    return None
+
+
+def _interrupt_mid_import(process) -> dict[int, str]:
+    """Ctrl-C while the fork server imports: stopped there (SIGSTOP) so the moment holds,
+    the group interrupted, then let go to take its Ctrl-C. The processes of that moment."""
+    pid = None
+
+    def found() -> bool:
+        nonlocal pid
+        pid = _fork_server_mid_import(process)
+        return pid is not None or process.poll() is not None
+
+    wait_for(found, 120, "the fork server importing the record code")
+    assert pid is not None, process.stderr.read().decode()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _state(pid) in ("T", None), 60, "the fork server to stop")
+        # Frozen now: if it is still mid-import, the Ctrl-C lands there.
+        assert _fork_server_mid_import(process) == pid, "the imports ended before the stop"
+        tree = descendants(process.pid)
+        interrupt_group(process)
+        return tree
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _interrupt_when(reached):
+    def interrupt(process, out) -> dict[int, str]:
+        wait_for(lambda: reached(out) or process.poll() is not None, 120, "the moment")
+        tree = descendants(process.pid)
+        interrupt_group(process)
+        return tree
+
+    return interrupt
 
 
 CTRL_C_MOMENTS = {
-    # The writers' fork server starts first and imports TensorFlow for ~2 s: a Ctrl-C then
-    # reaches it mid-import, before multiprocessing shields it from Ctrl-C.
-    "warming_up": lambda process, out: _importing_tensorflow(process),
-    "writing": lambda process, out: bool(_staged(out, complete=False)),
+    # The writers' fork server starts first and imports the record code (numpy, Pillow,
+    # scipy, protobuf): a Ctrl-C then reaches it mid-import, before multiprocessing shields
+    # it from Ctrl-C.
+    "warming_up": lambda process, out: _interrupt_mid_import(process),
+    "writing": _interrupt_when(lambda out: bool(_staged(out, complete=False))),
 }
 
 
@@ -122,15 +182,12 @@ CTRL_C_MOMENTS = {
 def test_ctrl_c_stops_every_process_exits_130_and_publishes_nothing(dataset, tmp_path, moment):
     out = tmp_path / "out"
     process = start_cli(_args(dataset, out))
-    reached = CTRL_C_MOMENTS[moment]
-    wait_for(lambda: reached(process, out) or process.poll() is not None, 120, moment)
-    tree = descendants(process.pid)
-    interrupt_group(process)
+    tree = CTRL_C_MOMENTS[moment](process, out)  # the processes of that moment
     assert process.wait(timeout=60) == 130
     err = process.stderr.read().decode()
     assert err.strip() == "segprep: interrupted: nothing was published", err
-    wait_for(lambda: not [pid for pid in tree if Path(f"/proc/{pid}").exists()], 5, "exit")
-    assert _final_names(out) == []
+    wait_for(lambda: not survivors(tree), 60, "every process of the run to exit")
+    assert final_names(out) == []
     assert not _staged(out, complete=False)  # the interrupted run's shards are discarded
     assert not (out / ".segprep" / "lock").exists()
 
@@ -142,7 +199,7 @@ def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):
     kill_and_check(process, signal.SIGTERM)
     assert process.returncode == 143
     assert "terminated: nothing was published" in process.stderr.read().decode()
-    assert _final_names(out) == []
+    assert final_names(out) == []
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused(dataset, clean, tmp_path, capsys):

@@ -20,35 +20,11 @@ from PIL import Image
 
 import shard_reader
 from shard_reader import sharding
-from tests.handmade import write_output
+from tests.helpers.handmade import write_mixed_sizes
+from tests.helpers.tf_reading import random_flip, read_keys, shard_contents, split_metadata
 from transforms.format.naming import METADATA_FILE, shard_name
 
 BATCH = 4
-
-
-def read_keys(dataset: tf.data.Dataset) -> list[str]:
-    """Keys in the order the dataset yields them (dataset built with with_keys=True)."""
-    return [key.decode() for *_, keys in dataset.as_numpy_iterator() for key in keys]
-
-
-def split_metadata(data_dir: Path, split: str) -> dict:
-    return json.loads((data_dir / METADATA_FILE).read_text())["splits"][split]
-
-
-def shard_contents(data_dir: Path, split: str) -> list[list[bytes]]:
-    """Serialized records of each shard of `split`, in file order."""
-    return [
-        [record.numpy() for record in tf.data.TFRecordDataset(str(data_dir / shard["file"]))]
-        for shard in split_metadata(data_dir, split)["shards"]
-    ]
-
-
-def by_key(dataset: tf.data.Dataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {
-        key.decode(): (image, mask)
-        for images, masks, keys in dataset.as_numpy_iterator()
-        for image, mask, key in zip(images, masks, keys, strict=True)
-    }
 
 
 def key_of(serialized: bytes) -> str:
@@ -365,15 +341,6 @@ def test_uint8_output_holds_the_same_values(data_dir):
         shard_reader.make_dataset(data_dir, "train", BATCH, dtype=tf.int32)
 
 
-def random_flip(image: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """One random draw flips both, the only correct way to augment a pair."""
-    flip = tf.random.uniform([]) < 0.5
-    return (
-        tf.where(flip, tf.reverse(image, [1]), image),
-        tf.where(flip, tf.reverse(mask, [1]), mask),
-    )
-
-
 def test_augment_keeps_image_and_mask_aligned(data_dir):
     reference = {
         key.decode(): (image, mask)
@@ -441,15 +408,6 @@ def test_import_turns_on_the_bfc_allocator_unless_the_environment_chose(environm
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == expected
-
-
-def write_mixed_sizes(directory: Path) -> dict[str, np.ndarray]:
-    """A hand-written output: PNG masks, records of two sizes (metadata image_shape null).
-
-    Returns the source masks by key.
-    """
-    written = write_output(directory, [[(40, 32), (32, 40)], [(40, 32)]], index=False)
-    return {key: mask for key, (_, mask) in written.items()}
 
 
 @pytest.fixture(scope="module")

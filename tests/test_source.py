@@ -21,8 +21,9 @@ from shard_reader.source import (
     RecordSource,
     resize_example,
 )
-from tests.handmade import write_output
-from tests.test_shard_reader import by_key
+from tests.helpers.handmade import write_output
+from tests.helpers.no_tensorflow import NO_TENSORFLOW
+from tests.helpers.tf_reading import by_key
 from transforms.format.naming import METADATA_FILE
 
 
@@ -184,18 +185,6 @@ def test_no_index_says_how_to_add_it(unindexed):
 def test_remote_paths_are_refused_plainly():
     with pytest.raises(ValueError, match="local directories"):
         RecordSource("gs://bucket/out", "train")
-
-
-NO_TENSORFLOW = """
-import sys
-
-class NoTensorFlow:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "tensorflow":
-            raise ImportError("tensorflow is not installed (test)")
-
-sys.meta_path.insert(0, NoTensorFlow())
-"""
 
 
 def test_readers_work_without_tensorflow(indexed, png_output):

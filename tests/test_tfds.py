@@ -13,7 +13,7 @@ from google.protobuf import json_format  # noqa: E402
 from tensorflow_datasets.core.proto import dataset_info_pb2  # noqa: E402
 
 from shard_reader.source import RecordSource  # noqa: E402
-from tests.handmade import write_output  # noqa: E402
+from tests.helpers.handmade import write_output  # noqa: E402
 from transforms.format.dataset_info import DatasetInfo  # noqa: E402
 from transforms.format.naming import METADATA_FILE, TFDS_DATASET_INFO, TFDS_FEATURES  # noqa: E402
 from transforms.format.tfds_info import features_json  # noqa: E402

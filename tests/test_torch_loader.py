@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from shard_reader.source import RecordSource  # noqa: E402
 from shard_reader.torch import epoch_order, make_loader  # noqa: E402
-from tests.handmade import write_output  # noqa: E402
+from tests.helpers.handmade import write_output  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_torch.py"
 

@@ -13,8 +13,8 @@ import pytest
 from beam_pipeline import cli
 from beam_pipeline.commands.verify import verify_output
 from beam_pipeline.errors import UsageError
-from tests.class_outputs import metadata as _metadata
-from tests.class_outputs import write_metadata as _write_metadata
+from tests.helpers.class_outputs import metadata as _metadata
+from tests.helpers.class_outputs import write_metadata as _write_metadata
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, shard_name
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from tests.images import encode, rgb_jpeg
+from tests.helpers.images import encode, rgb_jpeg
 from transforms.format import features
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 

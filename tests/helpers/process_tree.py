@@ -29,6 +29,12 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19].decode()
 
 
+def parent(pid: int) -> int | None:
+    """The parent pid of a live process, None when it is gone."""
+    found = _stat(pid)
+    return found[0] if found else None
+
+
 def descendants(root: int) -> dict[int, str]:
     """pid -> start time of every live process below `root`."""
     parents: dict[int, list[int]] = {}
@@ -51,6 +57,28 @@ def descendants(root: int) -> dict[int, str]:
 def survivors(processes: dict[int, str]) -> list[int]:
     """The processes of a snapshot that still live (same pid and same start time)."""
     return [pid for pid, start in processes.items() if (_stat(pid) or (0, None))[1] == start]
+
+
+def holding_open(directory: Path) -> dict[int, list[str]]:
+    """pid -> paths under `directory` that the process has open, over every visible process:
+    a process that could still write there holds a file (or the folder) open."""
+    root = str(Path(directory).resolve())
+    found: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if target == root or target.startswith(root + "/"):
+                found.setdefault(int(entry), []).append(target)
+    return found
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -81,9 +109,9 @@ def start_cli(args: list[str], **kwargs) -> subprocess.Popen:
     )
 
 
-def kill_and_check(process: subprocess.Popen, sig: int, grace: float = 5.0) -> dict[int, str]:
-    """Send `sig` to the CLI alone; its descendants of that moment must all be gone within
-    `grace` seconds. Returns the snapshot of descendants taken just before the signal."""
+def kill_and_check(process: subprocess.Popen, sig: int, grace: float = 60.0) -> dict[int, str]:
+    """Send `sig` to the CLI alone; its descendants of that moment must all exit (`grace`
+    seconds only guards against a hang). Returns the snapshot taken just before the signal."""
     tree = descendants(process.pid)
     os.kill(process.pid, sig)
     process.wait(timeout=60)

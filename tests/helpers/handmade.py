@@ -63,3 +63,12 @@ def write_output(
     if index:
         index_output(str(directory))
     return written
+
+
+def write_mixed_sizes(directory: Path) -> dict[str, np.ndarray]:
+    """A hand-written output: PNG masks, records of two sizes (metadata image_shape null).
+
+    Returns the source masks by key.
+    """
+    written = write_output(directory, [[(40, 32), (32, 40)], [(40, 32)]], index=False)
+    return {key: mask for key, (_, mask) in written.items()}

@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image
 
 from beam_pipeline import cli
-from tests.class_outputs import metadata
-from tests.conftest import RUNNER_ARGS
-from tests.images import encode, rgb_jpeg
+from tests.helpers.class_outputs import metadata
+from tests.helpers.images import encode, rgb_jpeg
+from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.naming import METADATA_FILE
 
 SAMPLE_CLASSES = 6

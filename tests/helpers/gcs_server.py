@@ -11,6 +11,8 @@ import contextlib
 import dataclasses
 import logging
 import socket
+import socketserver
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,6 +79,30 @@ class GcsEmulator:
             target.write_bytes(self.read(name))
             paths.append(target)
         return paths
+
+
+class _Refuse(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.server.requests.append(self.client_address)
+        self.request.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+@contextlib.contextmanager
+def metadata_server_watch() -> Iterator[tuple[str, list]]:
+    """A stand-in GCE metadata server on loopback that records every connection and answers
+    404 (not a GCE machine). Yields (host:port, connections): a credential search that
+    reaches google.auth's metadata probe shows up there, however fast it fails."""
+    server = socketserver.ThreadingTCPServer((LOOPBACK, 0), _Refuse)
+    server.daemon_threads = True
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{LOOPBACK}:{server.server_address[1]}", server.requests
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 @contextlib.contextmanager
