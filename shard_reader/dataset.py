@@ -160,7 +160,10 @@ def make_dataset(
         mask bytes: 1, or 4 for int32 class ids) exceeds MEMORY_CACHE_FRACTION of
         MemAvailable (/proc/meminfo); "auto" is "memory" when it fits and None otherwise.
         A directory holds one cache per split, part, image_size and metadata.json content,
-        so a rewritten dataset gets a fresh one.
+        so a rewritten dataset gets a fresh one; its filler seals it with a manifest (the
+        dataset's digest, each cache file's sha256), checked whenever it is opened: a cache
+        copied, planted or changed under that name is refused (CacheMismatchError), never
+        served (see shard_reader.cache_dir).
     image_size: (height, width) of the images and masks returned. JPEGs are decoded at
         1/2, 1/4 or 1/8 scale when that still covers the target (libjpeg's scaled IDCT; the
         entropy decoding of every coefficient remains) and area-resized the rest of the way;
