@@ -21,19 +21,19 @@ Layout of the pipeline, and why:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
-from shard_reader import sharding
+from shard_reader import cache_dir, sharding
+from shard_reader.cache_dir import CacheBusyError as CacheBusyError  # re-exported
+from shard_reader.cache_dir import CacheMismatchError as CacheMismatchError  # re-exported
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
+from transforms.files import NotAFileError, open_regular
 from transforms.format import dataset_info
-from transforms.format.naming import METADATA_FILE
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -51,10 +51,6 @@ MEMORY_CACHE_FRACTION = 0.5
 FILE_CACHE_SHUFFLE_BYTES = 512 * 2**20
 # Shuffle buffer after a file cache when the split's size is unknown (mixed sizes).
 FILE_CACHE_SHUFFLE_UNKNOWN_SIZE = 64
-# Part of every cache directory name: bump when what a cache file holds changes.
-CACHE_FORMAT = 1
-# File name prefix of tf.data's cache files inside one cache directory.
-CACHE_PREFIX = "examples"
 # A decoded example's image: 3 uint8 bytes per pixel; its mask adds its own dtype's size
 # (1 for 0/1 masks and 8-bit class ids, 4 for int32 class ids).
 IMAGE_BYTES_PER_PIXEL = 3
@@ -67,14 +63,6 @@ log = logging.getLogger(__name__)
 
 class MemoryCacheError(ValueError):
     """cache="memory" was asked for a part too large for the host's available memory."""
-
-
-class CacheBusyError(RuntimeError):
-    """Another live process is filling the same cache directory."""
-
-
-# Cache directories this process fills, with the descriptor of the flock it holds on each.
-_CLAIMED: dict[str, int] = {}
 
 
 def _pipeline(input_context: tf.distribute.InputContext | None) -> tuple[int, int]:
@@ -172,7 +160,10 @@ def make_dataset(
         mask bytes: 1, or 4 for int32 class ids) exceeds MEMORY_CACHE_FRACTION of
         MemAvailable (/proc/meminfo); "auto" is "memory" when it fits and None otherwise.
         A directory holds one cache per split, part, image_size and metadata.json content,
-        so a rewritten dataset gets a fresh one.
+        so a rewritten dataset gets a fresh one; its filler seals it with a manifest (the
+        dataset's digest, each cache file's sha256), checked whenever it is opened: a cache
+        copied, planted or changed under that name is refused (CacheMismatchError), never
+        served (see shard_reader.cache_dir).
     image_size: (height, width) of the images and masks returned. JPEGs are decoded at
         1/2, 1/4 or 1/8 scale when that still covers the target (libjpeg's scaled IDCT; the
         entropy decoding of every coefficient remains) and area-resized the rest of the way;
@@ -188,6 +179,7 @@ def make_dataset(
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
     image_size = _check_image_size(image_size)
     info = load_split(data_dir, split)
+    _check_regular(info)
     if info.image_shape is None and image_size is None and augment is None and batch_size > 1:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "
@@ -222,6 +214,8 @@ def make_dataset(
     else:
         examples = records.map(decode, AUTOTUNE, deterministic=deterministic)
         examples = examples.cache(cache_plan.filename)
+        if cache_plan.directory is not None and cache_plan.directory.filling:
+            examples = examples.concatenate(_sealer(cache_plan.directory, examples.element_spec))
         if training and shuffle_buffer > 1:
             buffer = cache_plan.shuffle_buffer(shuffle_buffer, part, size)
             examples = examples.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
@@ -278,12 +272,17 @@ def _mask_bytes(info: SplitInfo) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _CachePlan:
-    filename: str  # "" keeps the cache in memory (tf.data's convention)
     pixel_bytes: int  # of one decoded example, image and mask
+    directory: cache_dir.CacheDirectory | None = None  # None: in memory
 
     @property
     def in_memory(self) -> bool:
-        return not self.filename
+        return self.directory is None
+
+    @property
+    def filename(self) -> str:
+        """tf.data's cache filename: "" keeps the cache in memory."""
+        return "" if self.directory is None else self.directory.prefix
 
     def shuffle_buffer(self, requested: int, part: int, size: Size | None) -> int:
         """Examples the shuffle after the cache holds.
@@ -317,7 +316,7 @@ def _plan_cache(
     if cache in (CACHE_MEMORY, CACHE_AUTO):
         refusal = _memory_refusal(split, part, size, pixel_bytes)
         if refusal is None:
-            return _CachePlan("", pixel_bytes)
+            return _CachePlan(pixel_bytes)
         if cache == CACHE_AUTO:
             log.info("cache='auto' keeps no cache: %s", refusal)
             return None
@@ -330,38 +329,8 @@ def _plan_cache(
         raise ValueError(
             f"cache must be None, 'memory', 'auto' or a local directory, got {cache!r}"
         )
-    directory = os.path.join(path, _cache_name(data_dir, split, pipeline, size, with_keys))
-    os.makedirs(directory, exist_ok=True)
-    prefix = os.path.join(directory, CACHE_PREFIX)
-    if not os.path.exists(f"{prefix}.index"):  # not filled yet: this process will fill it
-        _claim(directory)
-    return _CachePlan(prefix, pixel_bytes)
-
-
-def _claim(directory: str) -> None:
-    """Make this process the one filler of a cache directory, for the rest of its life.
-
-    tf.data guards a filling cache with a lock file that a killed process leaves behind,
-    after which every run fails. An flock dies with its process, so holding one tells a
-    live filler (refuse) from a dead one (its leftovers are removed).
-    """
-    if directory in _CLAIMED:
-        return
-    import fcntl  # POSIX only, and only needed by cache directories
-
-    handle = os.open(os.path.join(directory, "filler.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(handle)
-        raise CacheBusyError(
-            f"cache directory {directory} is claimed by another running process that fills it; "
-            "wait for its first epoch to end, or give this one another cache directory"
-        ) from None
-    _CLAIMED[directory] = handle
-    for name in os.listdir(directory):
-        if name.startswith(CACHE_PREFIX) and (".lockfile" in name or ".tempstate" in name):
-            os.remove(os.path.join(directory, name))
+    directory = cache_dir.open_directory(path, data_dir, split, pipeline, size, with_keys)
+    return _CachePlan(pixel_bytes, directory)
 
 
 def _memory_refusal(split: str, part: int, size: Size | None, pixel_bytes: int) -> str | None:
@@ -388,23 +357,34 @@ def _memory_refusal(split: str, part: int, size: Size | None, pixel_bytes: int) 
     )
 
 
-def _cache_name(
-    data_dir: str, split: str, pipeline: tuple[int, int], size: Size | None, with_keys: bool
-) -> str:
-    """Directory name of one cache: readable fields, then a digest of everything it depends on.
+def _check_regular(info: SplitInfo) -> None:
+    """Refuse a local shard that is a FIFO, device or folder before tf.data opens it: its
+    reader would block on a FIFO or read a device without end. A missing shard is left to
+    tf.data (NotFoundError when read; a filled cache does not need it)."""
+    for path in info.files:
+        if dataset_info.is_remote(path):
+            return
+        try:
+            open_regular(path).close()
+        except FileNotFoundError:
+            continue
+        except NotAFileError as error:
+            raise NotAFileError(f"{error}: a shard must be the file segprep wrote") from None
 
-    metadata.json lists every shard with its sha256, so its bytes identify the data: a
-    dataset rewritten in place gets a new cache instead of serving stale pixels.
-    """
-    metadata = dataset_info.read_file(dataset_info.join(data_dir, METADATA_FILE))
-    num_pipelines, pipeline_id = pipeline
-    identity = json.dumps(
-        [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True
-    )
-    digest = hashlib.sha256(metadata + identity.encode()).hexdigest()[:16]
-    shape = "x".join(map(str, size)) if size else "mixed"
-    keys = "-keys" if with_keys else ""
-    return f"{split}-part{pipeline_id}of{num_pipelines}-{shape}{keys}-{digest}"
+
+def _sealer(directory: cache_dir.CacheDirectory, spec) -> tf.data.Dataset:
+    """No elements: reached once the cache before it has been read to its end, when tf.data
+    has finished the cache files; it then writes their manifest (cache_dir.seal)."""
+
+    def seal() -> bool:
+        cache_dir.seal(directory)
+        return True
+
+    def nothing(sealed):
+        return tuple(tf.zeros([d or 0 for d in s.shape], s.dtype) for s in spec)
+
+    done = tf.data.Dataset.range(1).map(lambda _: tf.py_function(seal, [], tf.bool))
+    return done.filter(tf.logical_not).map(nothing)
 
 
 def _records(

@@ -38,9 +38,10 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from transforms.files import TooLargeError, open_regular, read_bounded_local
 from transforms.format import dataset_info, features, record_index
 from transforms.format import example_schema as tf_example
-from transforms.format.dataset_info import ClassesInfo, MetadataError
+from transforms.format.dataset_info import INDEX_LINE_BYTES, ClassesInfo, MetadataError
 
 _CRC_MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
@@ -130,7 +131,7 @@ class RecordSource:
         for shard in self._shards:
             starts.append(starts[-1] + len(shard.offsets))
         self._starts = starts  # global index of each shard's first record, then the total
-        self._key_table_file = dataset_info.join(self.data_dir, info.key_table.file)
+        self._key_table = info.key_table
         self._keys: dict[str, int] | None = None
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
@@ -138,7 +139,11 @@ class RecordSource:
 
     def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
         path = dataset_info.join(self.data_dir, shard.index.file)
-        data = dataset_info.read_file(path)
+        cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
+        try:
+            data = read_bounded_local(path, cap)
+        except TooLargeError as error:
+            raise MetadataError(f"{error} (stale index?)") from None
         if verify_index and hashlib.sha256(data).hexdigest() != shard.index.sha256:
             raise MetadataError(f"{path}: sha256 differs from metadata.json (stale index?)")
         try:
@@ -240,14 +245,53 @@ class RecordSource:
         return {"image": images, "mask": masks, "key": keys}
 
     def index_of(self, key: str) -> int:
-        """The split's record index holding `key` (from the key table, read on first use)."""
+        """The split's record index holding `key` (from the key table, read on first use).
+
+        The table is checked against its sha256 in metadata.json and its line i must place
+        record i, and the record found must hold `key`: a table edited or swapped for
+        another one answers nothing (MetadataError), never another record.
+        """
         if self._keys is None:
-            rows = record_index.parse_key_table(dataset_info.read_file(self._key_table_file))
-            self._keys = {row.key: self._starts[row.shard] + row.record for row in rows}
+            self._keys = self._read_key_table()
         try:
-            return self._keys[key]
+            index = self._keys[key]
         except KeyError:
             raise KeyError(f"key {key!r} is not in split {self.split!r}") from None
+        found = record_key(self.read_serialized(index), f"{self.split} record {index}")
+        if found != key:
+            raise MetadataError(
+                f"{self._key_table.file} places key {key!r} at record {index}, which holds "
+                f"{found!r} (key table does not match the shards)"
+            )
+        return index
+
+    def _read_key_table(self) -> dict[str, int]:
+        ref = self._key_table
+        if ref is None:  # a split with no shards has no table
+            return {}
+        path = dataset_info.join(self.data_dir, ref.file)
+        try:
+            data = read_bounded_local(path, ref.bytes)
+        except TooLargeError as error:
+            raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise MetadataError(f"{path}: sha256 differs from metadata.json (tampered or stale)")
+        try:
+            rows = record_index.parse_key_table(data)
+        except (record_index.IndexFormatError, UnicodeDecodeError, RecursionError) as error:
+            raise MetadataError(f"{path}: {error}") from None
+        if len(rows) != len(self):
+            raise MetadataError(f"{path}: {len(rows)} keys for {len(self)} records")
+        keys = {}
+        for index, row in enumerate(rows):
+            if row.shard >= len(self._shards) or self._starts[row.shard] + row.record != index:
+                raise MetadataError(
+                    f"{path}: line {index + 1} places {row.key!r} at shard {row.shard} record "
+                    f"{row.record}, not at the split's record {index} (rows out of order)"
+                )
+            if keys.setdefault(row.key, index) != index:
+                raise MetadataError(f"{path}: key {row.key!r} is listed twice")
+        return keys
 
     def _fd(self, shard_number: int) -> int:
         if self._pid != os.getpid():  # a forked child: open its own descriptors
@@ -263,7 +307,9 @@ class RecordSource:
 
     @staticmethod
     def _open(shard: _Shard) -> int:
-        fd = os.open(shard.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # A FIFO or device in a shard's place is refused, never blocked on or read.
+        with open_regular(shard.path) as handle:
+            fd = os.dup(handle.fileno())  # not inheritable, as os.open's O_CLOEXEC
         size = os.fstat(fd).st_size
         if size != shard.size:
             os.close(fd)
@@ -296,6 +342,15 @@ class RecordSource:
 
     def __repr__(self) -> str:
         return f"RecordSource({self.data_dir!r}, {self.split!r}, {len(self)} records)"
+
+
+def record_key(serialized: bytes, where: str = "record") -> str:
+    """The key of one serialized record, its pixels left undecoded."""
+    try:
+        feature = tf_example.Example.FromString(serialized).features.feature
+        return feature[features.KEY].bytes_list.value[0].decode("utf-8")
+    except (ValueError, IndexError, UnicodeDecodeError) as error:
+        raise CorruptRecordError(f"{where}: not a segprep example: {error}") from None
 
 
 def decode_example(

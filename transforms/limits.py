@@ -22,3 +22,24 @@ class InputLimits:
 
 
 DEFAULT_LIMITS = InputLimits()
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataLimits:
+    """Caps on what a metadata.json may claim, checked when it is parsed: readers size
+    buffers, permutations and file reads by these numbers, so a tampered one must be
+    refused before anything is allocated by it.
+
+    Each is far above what segprep writes: the writer rejects images over
+    InputLimits.pixels, so no split it wrote has a larger image_shape.
+    """
+
+    json_depth: int = 32  # nesting of objects and arrays (segprep writes 6)
+    image_pixels: int = DEFAULT_LIMITS.pixels  # height x width of a split's image_shape
+    split_examples: int = 100_000_000  # records in one split
+    shard_bytes: int = 1 << 40  # bytes of one shard
+    key_table_bytes: int = 4 << 30  # bytes of one split's key table
+    side_file_bytes: int = 64 * MB  # a TFDS file listed in metadata.json
+
+
+DEFAULT_METADATA_LIMITS = MetadataLimits()

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,14 @@ from transforms.format.naming import (
     key_table_name,
     parse_shard_name,
 )
-from transforms.format.record_index import is_count
+from transforms.format.record_index import FRAME_OVERHEAD, is_count
+from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
+
+# Longest `.idx` line: two uint64 in decimal, a space and a newline.
+INDEX_LINE_BYTES = 2 * 20 + 2
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 
 # Bumped only for changes an older reader would misread; added optional fields keep it.
 FORMAT_VERSION = 1
@@ -288,6 +296,9 @@ class DatasetInfo:
         for ref in tfds_files:
             if ref.file not in TFDS_FILES:
                 raise MetadataError(f"tfds_files lists {ref.file!r}, not one of {TFDS_FILES}")
+            _capped(ref.bytes, LIMITS.side_file_bytes, "bytes", f"tfds_files {ref.file}")
+        if len({ref.file for ref in tfds_files}) != len(tfds_files):
+            raise MetadataError("tfds_files lists a file twice")
         classes = None
         if data.get("classes") is not None:
             classes = ClassesInfo.from_json(data["classes"])
@@ -302,6 +313,38 @@ class DatasetInfo:
             classes=classes,
             extra={key: value for key, value in data.items() if key not in known},
         )
+
+
+def check_json_depth(data: bytes, where: str = "metadata.json") -> None:
+    """Refuse JSON nested deeper than LIMITS.json_depth before it is parsed: json.loads
+    recurses per level, so a tampered file would end in RecursionError, not a reason.
+
+    Linear and in C: escapes and then strings are dropped (a bracket inside a string does
+    not nest), the brackets left are summed as +1/-1.
+    """
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", data)).translate(None, _NOT_BRACKETS)
+    steps = np.frombuffer(brackets, np.uint8)
+    depth = np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1))
+    if depth.size and depth.max() > LIMITS.json_depth:
+        raise MetadataError(
+            f"{where}: JSON nested {int(depth.max())} levels deep, more than the "
+            f"{LIMITS.json_depth} allowed (tampered file?)"
+        )
+
+
+def parse_json(data: bytes, where: str = "metadata.json") -> Any:
+    """`data` parsed as JSON, nesting checked first; MetadataError when it is not JSON."""
+    check_json_depth(data, where)
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise MetadataError(f"{where} is not valid JSON: {error}") from error
+
+
+def _capped(value: int, cap: int, what: str, where: str) -> int:
+    if value > cap:
+        raise MetadataError(f"{where}: {what} {value:,} is more than the {cap:,} allowed")
+    return value
 
 
 def _count(entry: Mapping[str, Any], field: str, where: str) -> int:
@@ -329,7 +372,13 @@ def _split(name: Any, entry: Any) -> SplitInfo:
     if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
         raise MetadataError(f"{where} has no shards list")
     shards = tuple(_shard(name, number, shard) for number, shard in enumerate(entry["shards"]))
-    num_examples = _count(entry, "num_examples", where)
+    twice = sorted(file for file, n in Counter(s.file for s in shards).items() if n > 1)
+    if twice:
+        # A shard listed twice would be served twice per epoch.
+        raise MetadataError(f"{where}: shard {twice[0]} is listed more than once")
+    num_examples = _capped(
+        _count(entry, "num_examples", where), LIMITS.split_examples, "num_examples", where
+    )
     sizes = [shard.num_examples for shard in shards]
     if sum(sizes) != num_examples:
         raise MetadataError(f"{where}: shard counts {sizes} do not add up to {num_examples}")
@@ -340,16 +389,22 @@ def _split(name: Any, entry: Any) -> SplitInfo:
         isinstance(shape, list) and len(shape) == 2 and all(is_count(n) and n for n in shape)
     ):
         raise MetadataError(f"{where}: image_shape {shape!r} is not [height, width]")
+    if shape is not None and shape[0] * shape[1] > LIMITS.image_pixels:
+        raise MetadataError(
+            f"{where}: image_shape {shape[0]}x{shape[1]} is more than the "
+            f"{LIMITS.image_pixels:,} pixels segprep writes"
+        )
     key_table = entry.get("key_table")
+    if key_table is not None:
+        key_table = _file_ref(key_table, f"{where} key_table", key_table_name(name))
+        _capped(key_table.bytes, LIMITS.key_table_bytes, "bytes", f"{where} key_table")
     known = ("num_examples", "num_shards", "image_shape", "shards", "key_table")
     return SplitInfo(
         name=name,
         num_examples=num_examples,
         image_shape=(shape[0], shape[1]) if shape else None,
         shards=shards,
-        key_table=None
-        if key_table is None
-        else _file_ref(key_table, f"{where} key_table", key_table_name(name)),
+        key_table=key_table,
         extra={key: value for key, value in entry.items() if key not in known},
     )
 
@@ -365,14 +420,25 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
     digest = entry.get("sha256")
     if not isinstance(digest, str):
         raise MetadataError(f"{where}: sha256 {digest!r} is not a string")
+    size = _capped(_count(entry, "bytes", where), LIMITS.shard_bytes, "bytes", where)
+    num_examples = _count(entry, "num_examples", where)
+    if num_examples * FRAME_OVERHEAD > size:
+        raise MetadataError(
+            f"{where}: {num_examples:,} records cannot fit in {size:,} bytes "
+            f"(a record takes at least {FRAME_OVERHEAD})"
+        )
     index = entry.get("index")
+    if index is not None:
+        index = _file_ref(index, f"{where} index", index_name(name))
+        cap = num_examples * INDEX_LINE_BYTES
+        _capped(index.bytes, cap, "bytes", f"{where} index of {num_examples} records")
     known = ("file", "num_examples", "bytes", "sha256", "index")
     return ShardInfo(
         file=name,
-        num_examples=_count(entry, "num_examples", where),
-        bytes=_count(entry, "bytes", where),
+        num_examples=num_examples,
+        bytes=size,
         sha256=digest,
-        index=None if index is None else _file_ref(index, f"{where} index", index_name(name)),
+        index=index,
         extra={key: value for key, value in entry.items() if key not in known},
     )
 
@@ -414,10 +480,7 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
             f"{path} not found: no segprep run ever wrote into {data_dir}; pass the "
             "--output_dir of `segprep prepare`"
         )
-    try:
-        return json.loads(read_file(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise MetadataError(f"{path} is not valid JSON: {error}") from error
+    return parse_json(read_file(path), path)
 
 
 def load(data_dir: str | os.PathLike) -> DatasetInfo:

@@ -1,0 +1,317 @@
+"""Readers check what they trust: a tampered metadata.json, key table, cache directory or a
+FIFO in a shard's place gives a one-line error through the real readers, never wrong
+records, a RecursionError, a huge allocation or a hang."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shard_reader
+from shard_reader import dataset as reader_dataset
+from shard_reader.source import RecordSource
+from tests.handmade import write_output
+from transforms.format.dataset_info import MetadataError
+from transforms.format.naming import METADATA_FILE
+
+# A guard against a hang, far above the few seconds each child takes; never a speed check.
+HANG_GUARD_SECONDS = 300
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[str, Path]:
+    """Two small indexed outputs whose records differ in size (so in pixels)."""
+    root = tmp_path_factory.mktemp("trust")
+    write_output(root / "a", [[(40, 32)] * 3, [(40, 32)] * 2])
+    write_output(root / "b", [[(32, 40)] * 2, [(32, 40)] * 3])
+    return {"a": root / "a", "b": root / "b"}
+
+
+@pytest.fixture
+def copy(outputs, tmp_path) -> Path:
+    return Path(shutil.copytree(outputs["a"], tmp_path / "out"))
+
+
+def edit_metadata(directory: Path, change) -> None:
+    metadata = json.loads((directory / METADATA_FILE).read_text())
+    change(metadata)
+    (directory / METADATA_FILE).write_text(json.dumps(metadata))
+
+
+def every_reader_refuses(directory: Path, match: str) -> None:
+    """RecordSource, torch's loader, Grain's and make_dataset all raise MetadataError."""
+    with pytest.raises(MetadataError, match=match):
+        RecordSource(directory, "train")
+    with pytest.raises(MetadataError, match=match):
+        shard_reader.make_dataset(directory, "train", 2)
+    with pytest.raises(MetadataError, match=match):
+        shard_reader.steps_per_epoch(directory, "train", 2)
+    for module in ("shard_reader.torch", "shard_reader.grain"):
+        pytest.importorskip(module.split(".")[1])
+        loader = importlib.import_module(module)
+        with pytest.raises(MetadataError, match=match):
+            loader.make_loader(directory, "train", 2)
+
+
+def test_a_shard_listed_twice_is_refused(copy):
+    def twice(metadata):
+        split = metadata["splits"]["train"]
+        split["shards"].append(split["shards"][0])
+        split["num_shards"] += 1
+        split["num_examples"] += split["shards"][0]["num_examples"]
+
+    edit_metadata(copy, twice)
+    every_reader_refuses(copy, "listed more than once")
+
+
+def test_deeply_nested_metadata_is_a_metadata_error(copy):
+    text = (copy / METADATA_FILE).read_text().rstrip().removesuffix("}")
+    # Deeper than json.loads can recurse: without the check, a RecursionError.
+    depth = 100_000
+    (copy / METADATA_FILE).write_text(text + ', "deep": ' + "[" * depth + "]" * depth + "}")
+    every_reader_refuses(copy, "nested 100001 levels deep")
+
+
+def test_moderate_nesting_in_extra_fields_is_refused_too(copy):
+    """The cap applies anywhere in the file, not only where segprep writes."""
+    edit_metadata(copy, lambda m: m.update(run=json.loads("[" * 40 + "]" * 40)))
+    every_reader_refuses(copy, "nested 4[0-9] levels deep")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda s: s.update(image_shape=[100_000, 100_000]), "100000x100000 is more than"),
+        (lambda s: s.update(image_shape=[1, 10**30]), "is more than"),
+        (lambda s: s["shards"][0].update(bytes=1 << 50), "bytes .* more than"),
+        (lambda s: s["shards"][0]["index"].update(bytes=10**12), "index of 3 records: bytes"),
+        (lambda s: s["key_table"].update(bytes=1 << 40), "key_table: bytes .* more than"),
+    ],
+)
+def test_huge_numbers_are_refused_before_anything_is_sized_by_them(copy, change, match):
+    edit_metadata(copy, lambda m: change(m["splits"]["train"]))
+    every_reader_refuses(copy, match)
+
+
+def test_more_records_than_a_shard_can_hold_are_refused(copy):
+    def inflate(metadata):
+        split = metadata["splits"]["train"]
+        shard = split["shards"][0]
+        split["num_examples"] += shard["bytes"] - shard["num_examples"]
+        shard["num_examples"] = shard["bytes"]  # a frame is at least 16 bytes
+
+    edit_metadata(copy, inflate)
+    every_reader_refuses(copy, "cannot fit in")
+
+
+HUGE_SHAPE_CHILD = """
+import resource, sys
+import torch  # imported before the cap: its own mappings are not what is measured
+import shard_reader.torch
+from transforms.format.dataset_info import MetadataError
+with open("/proc/self/status") as status:
+    size = next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmSize:"))
+# 1 GiB above what is mapped now: a 720 GB batch ring could never be allocated.
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
+try:
+    shard_reader.torch.make_loader(sys.argv[1], "train", 8, num_workers=2)
+except MetadataError as error:
+    print("MetadataError:", error)
+"""
+
+
+def test_a_huge_image_shape_is_refused_by_torch_without_allocating(copy):
+    pytest.importorskip("torch")
+    edit_metadata(copy, lambda m: m["splits"]["train"].update(image_shape=[100_000, 100_000]))
+    child = subprocess.run(
+        [sys.executable, "-c", HUGE_SHAPE_CHILD, str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.startswith("MetadataError:") and "100000x100000" in child.stdout
+
+
+def key_table(directory: Path) -> Path:
+    return (
+        directory
+        / json.loads((directory / METADATA_FILE).read_text())["splits"]["train"]["key_table"][
+            "file"
+        ]
+    )
+
+
+def restamp_key_table(directory: Path) -> None:
+    """metadata.json made to agree with the key table's new bytes (a thorough tamperer)."""
+    data = key_table(directory).read_bytes()
+    edit_metadata(
+        directory,
+        lambda m: m["splits"]["train"]["key_table"].update(
+            bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+        ),
+    )
+
+
+def test_key_lookup_answers_the_record_holding_the_key(copy):
+    """The control for the tampering below: every key leads to its own record."""
+    source = RecordSource(copy, "train")
+    for index in range(len(source)):
+        key = source[index]["key"]
+        assert source.index_of(key) == index
+    with pytest.raises(KeyError):
+        source.index_of("nope")
+
+
+@pytest.mark.parametrize(
+    ("restamp", "match"),
+    [(False, "sha256 differs"), (True, "not at the split's record")],
+)
+def test_swapped_key_table_lines_are_refused(copy, restamp, match):
+    table = key_table(copy)
+    lines = table.read_bytes().splitlines(keepends=True)
+    lines[0], lines[3] = lines[3], lines[0]
+    table.write_bytes(b"".join(lines))
+    if restamp:
+        restamp_key_table(copy)
+    source = RecordSource(copy, "train")
+    key = source[3]["key"]
+    with pytest.raises(MetadataError, match=match):
+        source.index_of(key)
+
+
+def test_swapped_keys_with_their_places_kept_are_refused(copy):
+    """Lines in order, keys exchanged, sha256 restamped: only reading the record tells."""
+    table = key_table(copy)
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    rows[0][0], rows[3][0] = rows[3][0], rows[0][0]
+    table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    restamp_key_table(copy)
+    source = RecordSource(copy, "train")
+    with pytest.raises(MetadataError, match="which holds"):
+        source.index_of(rows[0][0])
+    assert source.index_of(rows[1][0]) == 1  # an untouched line still answers
+
+
+def fill_cache(data_dir: Path, root: Path) -> Path:
+    """The cache directory a full pass over `data_dir` fills under `root` (16x16 pixels)."""
+    dataset = shard_reader.make_dataset(
+        data_dir, "train", 2, training=False, cache=str(root), image_size=(16, 16)
+    )
+    for _ in dataset:
+        pass
+    (directory,) = root.iterdir()
+    assert (directory / "manifest.json").exists()
+    return directory
+
+
+def open_cache(data_dir: Path, root: Path):
+    return shard_reader.make_dataset(
+        data_dir, "train", 2, training=False, cache=str(root), image_size=(16, 16)
+    )
+
+
+@pytest.mark.parametrize("plant", ["other dataset", "no manifest", "own manifest, other files"])
+def test_a_planted_cache_directory_is_refused_not_served(outputs, tmp_path, plant):
+    mine = fill_cache(outputs["a"], tmp_path / "mine")
+    other = fill_cache(outputs["b"], tmp_path / "other")
+    reference = [batch for batch in open_cache(outputs["a"], tmp_path / "mine")]
+    own_manifest = (mine / "manifest.json").read_bytes()
+    # The other dataset's cache files, planted under the name this dataset's settings give.
+    for name in os.listdir(other):
+        if name.startswith("examples") or name == "manifest.json":
+            shutil.copyfile(other / name, mine / name)
+    if plant == "no manifest":
+        (mine / "manifest.json").unlink()
+    elif plant == "own manifest, other files":
+        (mine / "manifest.json").write_bytes(own_manifest)
+    # The planted files would yield other pixels: what must never come back.
+    assert not all(
+        np.array_equal(a[0], b[0])
+        for a, b in zip(reference, open_cache(outputs["b"], tmp_path / "other"), strict=True)
+    )
+    match = {
+        "other dataset": "another dataset",
+        "no manifest": "no manifest.json",
+        "own manifest, other files": "differs from its manifest",
+    }[plant]
+    with pytest.raises(reader_dataset.CacheMismatchError, match=match):
+        open_cache(outputs["a"], tmp_path / "mine")
+    assert (mine / "examples.index").exists(), "a refused cache is left as it was"
+
+
+def test_a_sealed_cache_is_served_by_another_process(outputs, tmp_path):
+    """The control: a cache with its manifest is read back, with the shards gone."""
+    copy = Path(shutil.copytree(outputs["a"], tmp_path / "out"))
+    fill_cache(copy, tmp_path / "cache")
+    for shard in copy.glob("train-*"):
+        shard.unlink()
+    child = textwrap.dedent(
+        """
+        import sys, shard_reader
+        dataset = shard_reader.make_dataset(
+            sys.argv[1], "train", 2, training=False, cache=sys.argv[2], image_size=(16, 16))
+        print(sum(int(images.shape[0]) for images, _ in dataset))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child, str(copy), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["5"]
+
+
+FIFO_CHILD = """
+import sys
+import shard_reader
+from shard_reader.source import RecordSource
+from transforms.files import NotAFileError
+directory, what = sys.argv[1], sys.argv[2]
+try:
+    if what == "index":
+        RecordSource(directory, "train")
+    elif what == "shard":
+        RecordSource(directory, "train")[0]
+    elif what == "key table":
+        source = RecordSource(directory, "train")
+        source.index_of(source[0]["key"])
+    else:
+        for _ in shard_reader.make_dataset(directory, "train", 2, training=False):
+            pass
+except NotAFileError as error:
+    print("NotAFileError:", error)
+"""
+
+
+@pytest.mark.parametrize("what", ["index", "shard", "key table", "make_dataset shard"])
+def test_a_fifo_in_a_files_place_is_an_error_not_a_hang(copy, what):
+    metadata = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    target = {
+        "index": copy / metadata["shards"][0]["index"]["file"],
+        "shard": copy / metadata["shards"][0]["file"],
+        "key table": copy / metadata["key_table"]["file"],
+        "make_dataset shard": copy / metadata["shards"][0]["file"],
+    }[what]
+    target.unlink()
+    os.mkfifo(target)
+    child = subprocess.run(
+        [sys.executable, "-c", FIFO_CHILD, str(copy), what],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.startswith("NotAFileError:") and target.name in child.stdout
