@@ -20,7 +20,7 @@ import pytest
 import shard_reader
 from shard_reader import dataset as reader_dataset
 from shard_reader.source import RecordSource
-from tests.handmade import write_output
+from tests.helpers.handmade import write_output
 from transforms.format.dataset_info import MetadataError
 from transforms.format.naming import METADATA_FILE
 
