@@ -157,7 +157,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     _refuse_output_inside_inputs(output_dir, layout, args)
     paths = (*folders, output_dir)  # what the writers read and write
     if _may_use_writer_pool(args, paths):
-        writer_pool.warm_up()  # before Beam's parser loads Beam: TensorFlow imports beside it
+        writer_pool.warm_up()  # before Beam's parser loads Beam: the record code imports beside it
     beam = _parse_beam_flags(rest, parser)
     runner = _runner(beam, args)
     overrides = _beam_overrides(beam, args, runner)

@@ -2,12 +2,14 @@
 
 Python threads share one interpreter lock, and converting an entry is Python-heavy (mask
 loading, protobuf building), so threads alone leave part of every extra core idle
-(benchmarks/writer.py); Beam's own multi-process mode measured slower still (each worker
-imports TensorFlow after start-up). So on the in-process runner each shard goes to a process
-of a pool that belongs to the run: only a small result comes back, never pixels.
+(benchmarks/writer.py); Beam's own multi-process mode measured slower still (its SDK
+workers start cold and outlive a killed launcher). So on the in-process runner each shard
+goes to a process of a pool that belongs to the run: only a small result comes back, never
+pixels.
 
-Processes are forked from a fork server that imports TensorFlow and the record code once;
-warm_up() starts it early so those imports overlap the job's start-up. The fork server exits
+Processes are forked from a fork server that imports the record code (numpy, Pillow, scipy,
+protobuf; no TensorFlow) once; warm_up() starts it early so those imports overlap the job's
+start-up. The fork server exits
 when the launcher does (multiprocessing closes its lifeline pipe), and every writer watches
 the launcher through a pidfd: however the launcher dies, SIGKILL included, its writers exit
 within a fraction of a second, and they only ever write into the run's staging folder.
