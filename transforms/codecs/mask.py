@@ -263,6 +263,10 @@ def binarize(mask: np.ndarray) -> np.ndarray:
     if mask.dtype == np.uint8:
         if mask.max() <= 1:  # the common 0/1 .mat mask: one pass to check, one to scale
             return mask * np.uint8(MASK_FOREGROUND)
+        # The common 0/255 PNG mask: 1..254 wrap to 0..253 and 0, 255 to 255, 254; one
+        # subtraction and one comparison tell whether any value lies between.
+        if not (mask - np.uint8(1) < np.uint8(MASK_FOREGROUND - 1)).any():
+            return mask
         # bincount is linear; np.unique would sort 480k pixels per mask.
         present = set(np.flatnonzero(np.bincount(mask.ravel(), minlength=256)).tolist())
     else:
@@ -291,16 +295,28 @@ def encode_mask(mask: np.ndarray, mask_format: str) -> bytes:
         return out.getvalue()
     if mask_format != "jpeg":
         raise ValueError(f"unknown mask format {mask_format!r}")
-    expected = mask >= MASK_THRESHOLD
     for quality in JPEG_QUALITIES:
         out = io.BytesIO()
         image.save(out, format="JPEG", quality=quality)
         encoded = out.getvalue()
-        if np.array_equal(decode_mask_threshold(encoded), expected):
+        if _thresholds_back(encoded, mask):
             return encoded
     raise RejectError(
         Reason.MASK_VALUES, "mask does not survive JPEG encoding; use --mask_format png"
     )
+
+
+def _thresholds_back(encoded: bytes, mask: np.ndarray) -> bool:
+    """Whether the stored grey JPEG thresholds (>= 128) to the mask's foreground.
+
+    MASK_THRESHOLD is 128, the top bit of a byte: two pixels agree above it exactly when
+    their XOR has the top bit clear, so one XOR and one max replace two thresholded copies
+    and their comparison.
+    """
+    decoded = Image.open(io.BytesIO(encoded))
+    if decoded.mode != "L" or mask.dtype != np.uint8 or MASK_THRESHOLD != 0x80:
+        return np.array_equal(decode_mask_threshold(encoded), mask >= MASK_THRESHOLD)
+    return int(np.bitwise_xor(np.asarray(decoded), mask).max()) < MASK_THRESHOLD
 
 
 def decode_mask_threshold(encoded: bytes) -> np.ndarray:
