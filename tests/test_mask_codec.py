@@ -149,3 +149,13 @@ def test_binarize_rejects_every_value_between_0_and_255():
         assert caught.value.reason == Reason.MASK_VALUES
         assert str(value) in caught.value.detail
     np.testing.assert_array_equal(binarize(np.full((2, 2), 255, np.uint8)), np.full((2, 2), 255))
+
+
+@pytest.mark.parametrize("where", [140, 300, -40])
+def test_corrupt_compressed_mat_variable_is_unreadable(where):
+    """A broken zlib stream inside a MAT v5 file is a reject, whichever inflater reads it."""
+    data = bytearray(_mat(mask=blob_mask(60, 45)))
+    data[where : where + 24] = bytes(range(24))  # the zlib header or the deflate data
+    with pytest.raises(RejectError) as caught:
+        load_mask(bytes(data), "k_mask.mat")
+    assert caught.value.reason == Reason.MASK_UNREADABLE
