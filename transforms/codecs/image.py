@@ -59,7 +59,7 @@ def open_image(
     reasons: OpenReasons,
     check_header: Callable[[Image.Image], None] | None = None,
 ) -> Image.Image:
-    """Decode every pixel of `data` with Pillow (its verify() would miss a truncated file),
+    """Decode all of `data` with Pillow (its verify() would miss a truncated file),
     behind the decompression-bomb guard: the size in the header is checked against
     `max_pixels` before any pixel buffer is allocated, and Pillow's own bomb warning is an
     error. `check_header` may refuse the file (RejectError) from its header alone, or choose
