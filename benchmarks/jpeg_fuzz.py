@@ -27,7 +27,7 @@ from PIL import ImageFile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.jpeg_corruptions import KINDS, cases, generated_jpegs, verdict  # noqa: E402
+from tests.helpers.jpeg_corruptions import KINDS, cases, generated_jpegs, verdict  # noqa: E402
 
 
 def main() -> int:

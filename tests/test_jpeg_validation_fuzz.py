@@ -10,7 +10,7 @@ import hashlib
 import pytest
 from PIL import ImageFile
 
-from tests.jpeg_corruptions import KINDS, cases, generated_jpegs, verdict
+from tests.helpers.jpeg_corruptions import KINDS, cases, generated_jpegs, verdict
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import pinned_inputs
-from tests.conftest import RUNNER_ARGS
+from tests.helpers import pinned_inputs
+from tests.helpers.runs import RUNNER_ARGS
 
 _MAT_HEADER = 128  # MATLAB v5's text header holds the time the file was written
 
