@@ -148,7 +148,7 @@ def test_binarize_rejects_every_value_between_0_and_255():
 @pytest.mark.parametrize("where", [140, 300, -40])
 def test_corrupt_compressed_mat_variable_is_unreadable(where):
     """A broken zlib stream inside a MAT v5 file is a reject, whichever inflater reads it."""
-    data = bytearray(_mat(mask=blob_mask(60, 45)))
+    data = bytearray(mat_bytes(mask=blob_mask(60, 45)))
     data[where : where + 24] = bytes(range(24))  # the zlib header or the deflate data
     with pytest.raises(RejectError) as caught:
         load_mask(bytes(data), "k_mask.mat")
