@@ -34,6 +34,7 @@ from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
 from transforms.format import dataset_info
 from transforms.format.naming import METADATA_FILE
+from transforms.limits import FILE_LIMITS
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -396,7 +397,8 @@ def _cache_name(
     metadata.json lists every shard with its sha256, so its bytes identify the data: a
     dataset rewritten in place gets a new cache instead of serving stale pixels.
     """
-    metadata = dataset_info.read_file(dataset_info.join(data_dir, METADATA_FILE))
+    path = dataset_info.join(data_dir, METADATA_FILE)
+    metadata = dataset_info.read_file(path, FILE_LIMITS.metadata_bytes)
     num_pipelines, pipeline_id = pipeline
     identity = json.dumps(
         [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True

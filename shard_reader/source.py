@@ -41,6 +41,7 @@ from PIL import Image
 from transforms.format import dataset_info, features, record_index
 from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import ClassesInfo, MetadataError
+from transforms.limits import FILE_LIMITS
 
 _CRC_MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
@@ -242,7 +243,8 @@ class RecordSource:
     def index_of(self, key: str) -> int:
         """The split's record index holding `key` (from the key table, read on first use)."""
         if self._keys is None:
-            rows = record_index.parse_key_table(dataset_info.read_file(self._key_table_file))
+            data = dataset_info.read_file(self._key_table_file, FILE_LIMITS.key_table_bytes)
+            rows = record_index.parse_key_table(data)
             self._keys = {row.key: self._starts[row.shard] + row.record for row in rows}
         try:
             return self._keys[key]

@@ -159,12 +159,6 @@ def test_local_metadata_needs_no_tensorflow(indexed):
         "from transforms.format import dataset_info\n"
         f"info = dataset_info.load({str(indexed)!r})\n"
         "assert info.has_index\n"
-        "try:\n"
-        "    dataset_info.read_file('gs://bucket/x')\n"
-        "except ImportError as error:\n"
-        "    assert 'needs TensorFlow' in str(error)\n"
-        "else:\n"
-        "    raise AssertionError('gs:// without TensorFlow')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

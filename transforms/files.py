@@ -1,16 +1,33 @@
-"""The one file layer: bounded, regular-file-only reads of local paths and gs:// objects.
+"""The one file layer: local paths and gs:// objects, read bounded, written whole or not at all.
 
 Every read of a file segprep did not just write (metadata, index files, key tables, shards,
-caches, class files, inputs) goes through here, so a FIFO never blocks a reader, a link to
+rejects, class files, inputs) goes through here, so a FIFO never blocks a reader, a link to
 /dev/zero is never read until memory runs out, and a file over its cap is refused by its
 size before a byte is read.
+
+Local paths go to the OS; gs:// objects to google-cloud-storage, imported on first use (an
+anonymous client when STORAGE_EMULATOR_HOST names an emulator). Chosen over Beam's
+FileSystems (0.6 s and ~1,900 modules to import, 4-6 ms a call against the emulator, against
+0.12 s and ~1 ms here), etils.epath (gs:// through tf.io.gfile) and fsspec (needs gcsfs): the
+tools and readers that use it need neither Beam nor TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import glob as local_glob
+import hashlib
 import os
-import stat
-from typing import BinaryIO
+import re
+import stat as stat_module
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+_CHUNK = 8 << 20
+_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 
 
 class NotAFileError(OSError):
@@ -21,8 +38,23 @@ class TooLargeError(OSError):
     """The file is larger than the caller's limit: refused before it is read."""
 
 
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    size: int  # bytes
+    mtime_ns: int  # last modification, nanoseconds since the epoch
+    is_file: bool  # a regular file (local) or an object (gs://)
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     return "://" in str(path)
+
+
+def join(directory: str | os.PathLike, name: str) -> str:
+    """`name` (relative, with '/') inside `directory`, local or gs://."""
+    return f"{str(directory).rstrip('/')}/{name}"
+
+
+# --- local --------------------------------------------------------------------------------
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:
@@ -33,7 +65,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     """
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
             raise NotAFileError(f"{path}: not a regular file (FIFO, device, socket or folder)")
         os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
@@ -52,3 +84,260 @@ def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
     return data
+
+
+# --- gs:// ----------------------------------------------------------------------------------
+
+_clients: dict[int, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def gcs_client():
+    """This process's google-cloud-storage client: anonymous against an emulator
+    (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe)."""
+    pid = os.getpid()
+    with _clients_lock:
+        client = _clients.get(pid)
+        if client is None:
+            from google.cloud import storage
+
+            if os.environ.get(_EMULATOR_VARIABLE):
+                client = storage.Client.create_anonymous_client()
+            else:
+                client = storage.Client()
+            _clients.clear()
+            _clients[pid] = client
+    return client
+
+
+def split_gcs(path: str) -> tuple[str, str]:
+    """(bucket, object name) of gs://BUCKET/NAME; ValueError for another scheme."""
+    if not str(path).startswith("gs://"):
+        raise ValueError(f"{path}: only local paths and gs:// are supported")
+    bucket, _, name = str(path)[len("gs://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{path}: no bucket name")
+    return bucket, name
+
+
+def _blob(path: str):
+    """The object's metadata, or FileNotFoundError."""
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(path)
+    if not name or name.endswith("/"):
+        raise NotAFileError(f"{path}: a folder, not an object")
+    try:
+        blob = gcs_client().bucket(bucket).get_blob(name)
+    except exceptions.NotFound:
+        blob = None
+    if blob is None:
+        raise FileNotFoundError(f"{path}: no such object")
+    return blob
+
+
+def _prefix(name: str) -> str:
+    return name.rstrip("/") + "/" if name.strip("/") else ""
+
+
+def _list(path: str, delimiter: str | None, max_results: int | None = None):
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(path)
+    try:
+        return gcs_client().list_blobs(
+            bucket, prefix=_prefix(name), delimiter=delimiter, max_results=max_results
+        )
+    except exceptions.NotFound:
+        return None
+
+
+# --- the layer --------------------------------------------------------------------------------
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file or object of at most `limit` bytes: refused by its size
+    before a byte is read, never more than limit + 1 bytes read. FileNotFoundError when
+    missing, NotAFileError for a FIFO, device or folder, TooLargeError over the limit."""
+    if not is_remote(path):
+        return read_bounded_local(path, limit)
+    blob = _blob(str(path))
+    if blob.size > limit:
+        raise TooLargeError(f"{path}: {blob.size:,} bytes, more than the {limit:,} allowed")
+    if blob.size == 0:
+        return b""
+    data = blob.download_as_bytes(start=0, end=limit, if_generation_match=blob.generation)
+    if len(data) > limit:
+        raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
+    return data
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, int]]:
+    """(handle, size) of a regular file or object, for streaming reads (shards).
+
+    The size is that of the open file (local fstat) or of the object's generation being
+    read (gs://), so a reader bounded by it never reads past what was checked.
+    """
+    if not is_remote(path):
+        with open_regular(path) as handle:
+            yield handle, os.fstat(handle.fileno()).st_size
+        return
+    blob = _blob(str(path))
+    with blob.open("rb", chunk_size=_CHUNK, if_generation_match=blob.generation) as handle:
+        yield handle, blob.size
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a regular file or object, read in chunks."""
+    digest = hashlib.sha256()
+    with opened(path) as (handle, _):
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """A file, folder or object at `path` (a link counts even when broken: it is there)."""
+    if not is_remote(path):
+        return os.path.lexists(path)
+    try:
+        _blob(str(path))
+    except (FileNotFoundError, NotAFileError):
+        return isdir(path)
+    return True
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    """A local folder, or a gs:// prefix with at least one object under it (or a bucket)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    bucket, name = split_gcs(str(path))
+    if not name.strip("/"):
+        from google.api_core import exceptions
+
+        try:
+            return gcs_client().bucket(bucket).exists()
+        except exceptions.Forbidden:  # listing may still be allowed
+            pass
+    listing = _list(str(path), None, max_results=1)
+    return listing is not None and any(True for _ in listing)
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+    """Sorted names directly inside a folder or gs:// prefix (sub-folders without '/').
+    FileNotFoundError when there is none."""
+    if not is_remote(path):
+        return sorted(os.listdir(path))
+    listing = _list(str(path), "/")
+    _, name = split_gcs(str(path))
+    prefix = _prefix(name)
+    names = set()
+    if listing is not None:
+        for page in listing.pages:
+            names.update(blob.name[len(prefix) :] for blob in page)
+            names.update(sub[len(prefix) :].rstrip("/") for sub in page.prefixes)
+    names.discard("")
+    if not names and not isdir(path):
+        raise FileNotFoundError(f"{path}: no such folder")
+    return sorted(names)
+
+
+def list_files(path: str | os.PathLike) -> list[str]:
+    """Paths of every file under a folder or gs:// prefix, recursively; [] when there is none.
+
+    Errors (no credentials, network) propagate: they must not read as "empty".
+    """
+    if not is_remote(path):
+        found = []
+        for root, _, names in os.walk(path):
+            found.extend(os.path.join(root, name) for name in names)
+        return sorted(found)
+    bucket, _ = split_gcs(str(path))
+    listing = _list(str(path), None)
+    return [] if listing is None else [f"gs://{bucket}/{blob.name}" for blob in listing]
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted paths matching `pattern`, whose * and ? never cross a '/'."""
+    if not is_remote(pattern):
+        return sorted(local_glob.glob(pattern))
+    bucket, name = split_gcs(pattern)
+    literal = re.split(r"[*?\[]", name, maxsplit=1)[0]
+    regex = re.compile(
+        "".join(
+            "[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char) for char in name
+        )
+        + r"\Z"
+    )
+    from google.api_core import exceptions
+
+    try:
+        blobs = gcs_client().list_blobs(bucket, prefix=literal)
+        return sorted(f"gs://{bucket}/{blob.name}" for blob in blobs if regex.match(blob.name))
+    except exceptions.NotFound:
+        return []
+
+
+def stat(path: str | os.PathLike) -> FileStat:
+    """Size and modification time of a file or object (a local link is followed)."""
+    if not is_remote(path):
+        info = os.stat(path)
+        return FileStat(info.st_size, info.st_mtime_ns, stat_module.S_ISREG(info.st_mode))
+    blob = _blob(str(path))
+    updated = blob.updated
+    mtime = int(updated.timestamp() * 1e9) if updated is not None else 0
+    return FileStat(blob.size, mtime, True)
+
+
+def makedirs(path: str | os.PathLike) -> None:
+    """A local folder and its parents (gs:// has no folders: nothing to do)."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """A file, whole or not at all: local through a temporary name and a rename, gs:// as
+    one object upload (an object is only visible once complete)."""
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                handle.write(data)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        return
+    bucket, name = split_gcs(str(path))
+    gcs_client().bucket(bucket).blob(name).upload_from_string(data)
+
+
+def write_new(path: str | os.PathLike, data: bytes) -> bool:
+    """Write `data` at `path` whole, only if nothing is there; False when the name is taken.
+
+    Local: written under a temporary name, then hard-linked to `path` (link fails if the name
+    exists, so two writers never share it); gs://: an upload on the condition that no
+    generation of the object exists.
+    """
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                handle.write(data)
+            try:
+                os.link(partial, path)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(str(path))
+    try:
+        gcs_client().bucket(bucket).blob(name).upload_from_string(data, if_generation_match=0)
+    except exceptions.PreconditionFailed:
+        return False
+    return True

@@ -22,3 +22,17 @@ class InputLimits:
 
 
 DEFAULT_LIMITS = InputLimits()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLimits:
+    """Caps on the files segprep reads back whole (metadata, index, key tables, rejects): a
+    file over its cap is refused by its size, a FIFO or device is refused outright."""
+
+    metadata_bytes: int = 64 * MB  # metadata.json, manifest.json, TFDS json files
+    index_bytes: int = 256 * MB  # one shard's index file (16 bytes a record)
+    key_table_bytes: int = 1024 * MB  # one split's key table
+    rejects_bytes: int = 1024 * MB  # rejects.jsonl
+
+
+FILE_LIMITS = FileLimits()

@@ -6,8 +6,8 @@ exact epochs and sharding rely on the per-shard counts, and every file name in i
 checked against transforms.format.naming, so a tampered file cannot point a reader outside the
 output directory.
 
-Local paths are read with the standard library (no TensorFlow needed); remote ones (gs://)
-through tf.io.gfile, imported only then.
+Files are read through the file layer (transforms.files: local paths and gs://, bounded, no
+TensorFlow), so a FIFO or a link to /dev/zero as metadata.json is a one-line error.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from transforms import files
 from transforms.class_stats import ClassStats, median_frequency_weights
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
@@ -32,6 +33,7 @@ from transforms.format.naming import (
     parse_shard_name,
 )
 from transforms.format.record_index import is_count
+from transforms.limits import FILE_LIMITS
 
 # Bumped only for changes an older reader would misread; added optional fields keep it.
 FORMAT_VERSION = 1
@@ -378,43 +380,31 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
 
 def join(data_dir: str | os.PathLike, name: str) -> str:
     """`name` (relative, from metadata.json) inside the output directory."""
-    return f"{str(data_dir).rstrip('/')}/{name}"
+    return files.join(data_dir, name)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
+    return files.is_remote(path)
 
 
-def read_file(path: str) -> bytes:
-    """Bytes of a local file (standard library) or a remote one (tf.io.gfile)."""
-    if not is_remote(path):
-        with open(path, "rb") as handle:
-            return handle.read()
-    gfile = _gfile(path)
-    with gfile.GFile(path, "rb") as handle:
-        return handle.read()
+def read_file(path: str, limit: int = FILE_LIMITS.index_bytes) -> bytes:
+    """Bytes of a file of the output (local or gs://), at most `limit` of them: a FIFO, a
+    device or a larger file is refused (OSError) before it is read."""
+    return files.read_bounded(path, limit)
 
 
 def file_exists(path: str) -> bool:
-    return os.path.exists(path) if not is_remote(path) else _gfile(path).exists(path)
-
-
-def _gfile(path: str):
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise ImportError(f"reading {path} needs TensorFlow (tf.io.gfile) installed") from None
-    return tf.io.gfile
+    return files.exists(path)
 
 
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     """The parsed metadata.json of `data_dir`, unchecked (for tools that report problems)."""
-    if not is_remote(data_dir) and not os.path.isdir(data_dir):
-        reason = "is not a directory" if os.path.exists(data_dir) else "does not exist"
+    if not files.isdir(data_dir):
+        reason = "is not a directory" if files.exists(data_dir) else "does not exist"
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
     path = join(data_dir, METADATA_FILE)
     if not file_exists(path):
-        if is_remote(data_dir) or os.path.isdir(join(data_dir, SEGPREP_DIR)):
+        if is_remote(data_dir) or files.isdir(join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
                 "(the job failed or is still running); re-run `segprep prepare`"
@@ -424,7 +414,11 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
             "--output_dir of `segprep prepare`"
         )
     try:
-        return json.loads(read_file(path))
+        data = files.read_bounded(path, FILE_LIMITS.metadata_bytes)
+    except (files.NotAFileError, files.TooLargeError) as error:
+        raise MetadataError(str(error)) from None
+    try:
+        return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise MetadataError(f"{path} is not valid JSON: {error}") from error
 
