@@ -80,7 +80,7 @@ def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise TooLargeError(f"{path}: {size:,} bytes, more than the {limit:,} allowed")
-        data = handle.read(limit + 1)
+        data = handle.read(min(limit, size) + 1)  # grown since fstat: still caught below
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
     return data
@@ -88,25 +88,26 @@ def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
 
 # --- gs:// ----------------------------------------------------------------------------------
 
-_clients: dict[int, Any] = {}
+_clients: dict[tuple[int, str | None], Any] = {}
 _clients_lock = threading.Lock()
 
 
 def gcs_client():
     """This process's google-cloud-storage client: anonymous against an emulator
-    (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe)."""
-    pid = os.getpid()
+    (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe) and
+    emulator address (the client reads it once, when it is made)."""
+    identity = (os.getpid(), os.environ.get(_EMULATOR_VARIABLE) or None)
     with _clients_lock:
-        client = _clients.get(pid)
+        client = _clients.get(identity)
         if client is None:
             from google.cloud import storage
 
-            if os.environ.get(_EMULATOR_VARIABLE):
+            if identity[1] is not None:
                 client = storage.Client.create_anonymous_client()
             else:
                 client = storage.Client()
             _clients.clear()
-            _clients[pid] = client
+            _clients[identity] = client
     return client
 
 
@@ -140,16 +141,23 @@ def _prefix(name: str) -> str:
     return name.rstrip("/") + "/" if name.strip("/") else ""
 
 
-def _list(path: str, delimiter: str | None, max_results: int | None = None):
+def _pages(path: str, delimiter: str | None, max_results: int | None = None):
+    """The listing's pages under the prefix `path` names; none for a missing bucket (other
+    errors, such as no credentials, propagate: they must not read as "empty")."""
     from google.api_core import exceptions
 
     bucket, name = split_gcs(path)
+    listing = gcs_client().list_blobs(
+        bucket, prefix=_prefix(name), delimiter=delimiter, max_results=max_results
+    )
     try:
-        return gcs_client().list_blobs(
-            bucket, prefix=_prefix(name), delimiter=delimiter, max_results=max_results
-        )
+        yield from listing.pages
     except exceptions.NotFound:
-        return None
+        return
+
+
+def _any_under(path: str) -> bool:
+    return any(page.num_items for page in _pages(path, None, max_results=1))
 
 
 # --- the layer --------------------------------------------------------------------------------
@@ -166,7 +174,8 @@ def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
         raise TooLargeError(f"{path}: {blob.size:,} bytes, more than the {limit:,} allowed")
     if blob.size == 0:
         return b""
-    data = blob.download_as_bytes(start=0, end=limit, if_generation_match=blob.generation)
+    end = min(limit, blob.size)  # inclusive: one byte past the listed size, if it is there
+    data = blob.download_as_bytes(start=0, end=end, if_generation_match=blob.generation)
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
     return data
@@ -220,8 +229,7 @@ def isdir(path: str | os.PathLike) -> bool:
             return gcs_client().bucket(bucket).exists()
         except exceptions.Forbidden:  # listing may still be allowed
             pass
-    listing = _list(str(path), None, max_results=1)
-    return listing is not None and any(True for _ in listing)
+    return _any_under(str(path))
 
 
 def listdir(path: str | os.PathLike) -> list[str]:
@@ -229,14 +237,12 @@ def listdir(path: str | os.PathLike) -> list[str]:
     FileNotFoundError when there is none."""
     if not is_remote(path):
         return sorted(os.listdir(path))
-    listing = _list(str(path), "/")
     _, name = split_gcs(str(path))
     prefix = _prefix(name)
     names = set()
-    if listing is not None:
-        for page in listing.pages:
-            names.update(blob.name[len(prefix) :] for blob in page)
-            names.update(sub[len(prefix) :].rstrip("/") for sub in page.prefixes)
+    for page in _pages(str(path), "/"):
+        names.update(blob.name[len(prefix) :] for blob in page)
+        names.update(sub[len(prefix) :].rstrip("/") for sub in page.prefixes)
     names.discard("")
     if not names and not isdir(path):
         raise FileNotFoundError(f"{path}: no such folder")
@@ -254,8 +260,7 @@ def list_files(path: str | os.PathLike) -> list[str]:
             found.extend(os.path.join(root, name) for name in names)
         return sorted(found)
     bucket, _ = split_gcs(str(path))
-    listing = _list(str(path), None)
-    return [] if listing is None else [f"gs://{bucket}/{blob.name}" for blob in listing]
+    return [f"gs://{bucket}/{blob.name}" for page in _pages(str(path), None) for blob in page]
 
 
 def glob(pattern: str) -> list[str]:
@@ -273,10 +278,10 @@ def glob(pattern: str) -> list[str]:
     from google.api_core import exceptions
 
     try:
-        blobs = gcs_client().list_blobs(bucket, prefix=literal)
-        return sorted(f"gs://{bucket}/{blob.name}" for blob in blobs if regex.match(blob.name))
-    except exceptions.NotFound:
+        blobs = list(gcs_client().list_blobs(bucket, prefix=literal))
+    except exceptions.NotFound:  # no such bucket
         return []
+    return sorted(f"gs://{bucket}/{blob.name}" for blob in blobs if regex.match(blob.name))
 
 
 def stat(path: str | os.PathLike) -> FileStat:
@@ -336,8 +341,82 @@ def write_new(path: str | os.PathLike, data: bytes) -> bool:
     from google.api_core import exceptions
 
     bucket, name = split_gcs(str(path))
+    blob = gcs_client().bucket(bucket).blob(name)
+    if blob.exists():  # the precondition alone decides on GCS; not every emulator checks it
+        return False
     try:
-        gcs_client().bucket(bucket).blob(name).upload_from_string(data, if_generation_match=0)
+        blob.upload_from_string(data, if_generation_match=0)
     except exceptions.PreconditionFailed:
         return False
     return True
+
+
+@contextlib.contextmanager
+def streamed(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A file written in pieces, whole or not at all: local under a temporary name renamed
+    at the end; gs:// spooled to a local temporary file and uploaded as one object."""
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                yield handle
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        return
+    import tempfile
+
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.seek(0)
+        bucket, name = split_gcs(str(path))
+        gcs_client().bucket(bucket).blob(name).upload_from_file(spool, rewind=True)
+
+
+def upload_file(local_path: str | os.PathLike, remote_path: str) -> None:
+    """Copy a finished local file to a gs:// object (created whole, or not at all)."""
+    bucket, name = split_gcs(remote_path)
+    gcs_client().bucket(bucket).blob(name).upload_from_filename(str(local_path))
+
+
+def download_file(remote_path: str, local_path: str | os.PathLike) -> None:
+    """Copy a gs:// object to a local file in chunks (never whole in memory)."""
+    blob = _blob(remote_path)
+    blob.download_to_filename(str(local_path), if_generation_match=blob.generation)
+
+
+def delete(paths: list[str]) -> None:
+    """Delete files or objects that are there (a missing one is already gone)."""
+    from google.api_core import exceptions
+
+    for path in paths:
+        if not is_remote(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        bucket, name = split_gcs(path)
+        with contextlib.suppress(exceptions.NotFound):
+            gcs_client().bucket(bucket).blob(name).delete()
+
+
+def rename(sources: list[str], targets: list[str]) -> None:
+    """Rename files within one file system (local: atomic replace; gs://: copy, then delete
+    the source: a reader sees the target only once it is whole)."""
+    for source, target in zip(sources, targets, strict=True):
+        if not is_remote(source):
+            os.replace(source, target)
+            continue
+        source_bucket, source_name = split_gcs(source)
+        target_bucket, target_name = split_gcs(target)
+        client = gcs_client()
+        bucket = client.bucket(source_bucket)
+        bucket.copy_blob(bucket.blob(source_name), client.bucket(target_bucket), target_name)
+        bucket.blob(source_name).delete()
+
+
+def has_files(path: str | os.PathLike) -> bool:
+    """True when at least one file lies under the folder or prefix; cheap on huge buckets."""
+    if not is_remote(path):
+        return any(names for _, _, names in os.walk(path))
+    return _any_under(str(path))

@@ -77,15 +77,6 @@ def is_dataflow(name: str) -> bool:
     return name.lower() in DATAFLOW_RUNNERS
 
 
-def storage_client():
-    """A google-cloud-storage client: anonymous against the emulator, else the default one."""
-    from google.cloud import storage
-
-    if emulator_host() is not None:
-        return storage.Client.create_anonymous_client()
-    return storage.Client()
-
-
 def _gcs_problem(flag: str, path: str | None, *, required: bool = True) -> str | None:
     if path is None:
         return f"{flag} gs://BUCKET/FOLDER is missing" if required else None

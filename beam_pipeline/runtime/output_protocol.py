@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.format.naming import (
     INDEX_DIR,
     LOCK_FILE,
@@ -335,12 +336,8 @@ class RunLock:
 
 
 def _lock_blob(output_dir: str):
-    from apache_beam.io.gcp import gcsio
-
-    from beam_pipeline.launch import cloud
-
-    bucket, name = gcsio.parse_gcs_path(storage.join(output_dir, LOCK_FILE))
-    return cloud.storage_client().bucket(bucket).blob(name)
+    bucket, name = files.split_gcs(storage.join(output_dir, LOCK_FILE))
+    return files.gcs_client().bucket(bucket).blob(name)
 
 
 def release_remote_lock(output_dir: str, generation: int) -> None:
