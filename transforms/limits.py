@@ -38,8 +38,22 @@ class MetadataLimits:
     image_pixels: int = DEFAULT_LIMITS.pixels  # height x width of a split's image_shape
     split_examples: int = 100_000_000  # records in one split
     shard_bytes: int = 1 << 40  # bytes of one shard
-    key_table_bytes: int = 4 << 30  # bytes of one split's key table
+    key_table_bytes: int = 1024 * MB  # bytes of one split's key table (FileLimits reads no more)
     side_file_bytes: int = 64 * MB  # a TFDS file listed in metadata.json
 
 
 DEFAULT_METADATA_LIMITS = MetadataLimits()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLimits:
+    """Caps on the files segprep reads back whole (metadata, index, key tables, rejects): a
+    file over its cap is refused by its size, a FIFO or device is refused outright."""
+
+    metadata_bytes: int = 64 * MB  # metadata.json, manifest.json, TFDS json files
+    index_bytes: int = 256 * MB  # one shard's index file (16 bytes a record)
+    key_table_bytes: int = 1024 * MB  # one split's key table
+    rejects_bytes: int = 1024 * MB  # rejects.jsonl
+
+
+FILE_LIMITS = FileLimits()

@@ -34,7 +34,7 @@ from beam_pipeline.runtime.commit_journal import (
     is_published_name,
     own_folder,
 )
-from transforms import gcs_client
+from transforms import files
 from transforms.format.naming import (
     INDEX_DIR,
     LOCK_FILE,
@@ -337,7 +337,8 @@ class RunLock:
 
 
 def _lock_blob(output_dir: str):
-    return gcs_client.blob(storage.join(output_dir, LOCK_FILE))
+    bucket, name = files.split_gcs(storage.join(output_dir, LOCK_FILE))
+    return files.gcs_client().bucket(bucket).blob(name)
 
 
 def release_remote_lock(output_dir: str, generation: int) -> None:

@@ -6,8 +6,8 @@ exact epochs and sharding rely on the per-shard counts, and every file name in i
 checked against transforms.format.naming, so a tampered file cannot point a reader outside the
 output directory.
 
-Local paths are read with the standard library, gs:// objects with google-cloud-storage
-(transforms.gcs_client): no TensorFlow either way.
+Files are read through the file layer (transforms.files: local paths and gs://, bounded, no
+TensorFlow), so a FIFO or a link to /dev/zero as metadata.json is a one-line error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms import gcs_client
+from transforms import files
 from transforms.class_stats import ClassStats, median_frequency_weights
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
@@ -35,6 +35,7 @@ from transforms.format.naming import (
 )
 from transforms.format.record_index import FRAME_OVERHEAD, is_count
 from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
+from transforms.limits import FILE_LIMITS
 
 # Longest `.idx` line: two uint64 in decimal, a space and a newline.
 INDEX_LINE_BYTES = 2 * 20 + 2
@@ -445,33 +446,31 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
 
 def join(data_dir: str | os.PathLike, name: str) -> str:
     """`name` (relative, from metadata.json) inside the output directory."""
-    return f"{str(data_dir).rstrip('/')}/{name}"
+    return files.join(data_dir, name)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
+    return files.is_remote(path)
 
 
-def read_file(path: str) -> bytes:
-    """Bytes of a local file (standard library) or a gs:// object (google-cloud-storage)."""
-    if not is_remote(path):
-        with open(path, "rb") as handle:
-            return handle.read()
-    return gcs_client.read_object(path)
+def read_file(path: str, limit: int = FILE_LIMITS.index_bytes) -> bytes:
+    """Bytes of a file of the output (local or gs://), at most `limit` of them: a FIFO, a
+    device or a larger file is refused (OSError) before it is read."""
+    return files.read_bounded(path, limit)
 
 
 def file_exists(path: str) -> bool:
-    return os.path.exists(path) if not is_remote(path) else gcs_client.object_exists(path)
+    return files.exists(path)
 
 
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     """The parsed metadata.json of `data_dir`, unchecked (for tools that report problems)."""
-    if not is_remote(data_dir) and not os.path.isdir(data_dir):
-        reason = "is not a directory" if os.path.exists(data_dir) else "does not exist"
+    if not files.isdir(data_dir):
+        reason = "is not a directory" if files.exists(data_dir) else "does not exist"
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
     path = join(data_dir, METADATA_FILE)
     if not file_exists(path):
-        if is_remote(data_dir) or os.path.isdir(join(data_dir, SEGPREP_DIR)):
+        if is_remote(data_dir) or files.isdir(join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
                 "(the job failed or is still running); re-run `segprep prepare`"
@@ -480,7 +479,11 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
             f"{path} not found: no segprep run ever wrote into {data_dir}; pass the "
             "--output_dir of `segprep prepare`"
         )
-    return parse_json(read_file(path), path)
+    try:
+        data = files.read_bounded(path, FILE_LIMITS.metadata_bytes)
+    except (files.NotAFileError, files.TooLargeError) as error:
+        raise MetadataError(str(error)) from None
+    return parse_json(data, path)
 
 
 def load(data_dir: str | os.PathLike) -> DatasetInfo:
