@@ -11,8 +11,8 @@ import json
 import pytest
 from PIL import Image
 
-from tests.gcs_server import gcs  # noqa: F401 - the fixture
-from tests.process_tree import SEGPREP
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.process_tree import SEGPREP
 from transforms import files
 from transforms.format.naming import METADATA_FILE
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.process_tree import SEGPREP  # noqa: E402 - the console script
+from tests.helpers.process_tree import SEGPREP  # noqa: E402 - the console script
 from transforms.format import dataset_info
 from transforms.format.naming import METADATA_FILE
 

@@ -12,7 +12,7 @@ import sys
 
 from PIL import Image
 
-from tests.conftest import job_args
+from tests.helpers.runs import job_args
 
 NO_TENSORFLOW = (
     "import sys\n"
