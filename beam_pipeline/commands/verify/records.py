@@ -9,7 +9,8 @@ import numpy as np
 
 from beam_pipeline.commands.shard_records import record_format, shard_records
 from beam_pipeline.commands.verify import pixels
-from beam_pipeline.commands.verify.classes import SHOWN, ClassCount
+from beam_pipeline.commands.verify.class_count import ClassCount
+from beam_pipeline.commands.verify.classes import SHOWN
 from beam_pipeline.commands.verify.state import Checked
 from transforms import files
 from transforms.format import features

@@ -7,7 +7,7 @@ import collections
 import dataclasses
 from typing import Any
 
-from beam_pipeline.commands.verify.classes import ClassCount
+from beam_pipeline.commands.verify.class_count import ClassCount
 from beam_pipeline.commands.verify.report import VerifyReport
 from transforms.format.dataset_info import ClassesInfo, MetadataError
 
