@@ -32,7 +32,7 @@ import tensorflow as tf
 from shard_reader import sharding
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 from transforms.format.naming import METADATA_FILE
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -188,6 +188,12 @@ def make_dataset(
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
     image_size = _check_image_size(image_size)
     info = load_split(data_dir, split)
+    if not record_formats.get(info.record_format).tf_data:
+        raise ValueError(
+            f"{data_dir} holds {info.record_format} shards, which tf.data cannot read: use "
+            "shard_reader.RecordSource, shard_reader.torch, shard_reader.grain or TFDS "
+            "(tfds.builder_from_directory(...).as_data_source())"
+        )
     if info.image_shape is None and image_size is None and augment is None and batch_size > 1:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "

@@ -23,7 +23,7 @@ import tensorflow as tf
 from beam_pipeline.commands.verify import file_sha256
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import output_protocol, storage
-from transforms.format import dataset_info, metadata, record_index, tfds_info
+from transforms.format import dataset_info, metadata, record_formats, record_index, tfds_info
 from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.features import KEY
@@ -33,6 +33,7 @@ from transforms.format.naming import (
     key_table_name,
     run_dir,
 )
+from transforms.format.record_formats import CorruptRecordError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,14 +110,16 @@ def _stage(
         with tf.io.gfile.GFile(table_path, "wb") as table:
             table.write(b"")  # GFile creates the file on its first write: an empty split too
             for shard in split.shards:
-                indexed = _index_shard(base, shard)
-                path = f"{staging}/{indexed.index_file}"
-                _write(base, path, indexed.index_bytes)
-                staged.append(indexed.index_file)
+                indexed = _index_shard(base, shard, info.adapter)
                 rows = record_index.key_table_bytes(indexed.key_rows)
                 table.write(rows)
                 table_digest.update(rows)
                 table_size += len(rows)
+                if not info.adapter.offset_index:  # key table only: random access is native
+                    shards.append(shard)
+                    continue
+                _write(base, f"{staging}/{indexed.index_file}", indexed.index_bytes)
+                staged.append(indexed.index_file)
                 ref = FileRef(
                     indexed.index_file,
                     len(indexed.index_bytes),
@@ -139,7 +142,9 @@ def _stage(
     return staged, records, dataclasses.replace(info, tfds_files=tuple(refs))
 
 
-def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.ShardIndex:
+def _index_shard(
+    base: str, shard: dataset_info.ShardInfo, adapter: record_formats.RecordFormat
+) -> record_index.ShardIndex:
     """The index of one shard, read back from the file, which must match metadata.json."""
     path = f"{base}/{shard.file}"
     if not tf.io.gfile.exists(path):
@@ -151,15 +156,17 @@ def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.Shard
         )
     records = []
     try:
-        for serialized in tf.data.TFRecordDataset(path).as_numpy_iterator():
-            example = tf_example.Example.FromString(serialized)
-            key = example.features.feature[KEY].bytes_list.value[0].decode("utf-8")
-            records.append((key, len(serialized)))
-    except (tf.errors.OpError, IndexError, ValueError) as error:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            for serialized in adapter.read_records(handle, shard.file, shard.bytes):
+                example = tf_example.Example.FromString(serialized)
+                key = example.features.feature[KEY].bytes_list.value[0].decode("utf-8")
+                records.append((key, len(serialized)))
+    except (CorruptRecordError, tf.errors.OpError, IndexError, ValueError) as error:
         raise UsageError(f"{shard.file} cannot be indexed: {error}") from None
     indexed = record_index.index_shard(shard.file, records)
     frames = record_index.frame_offsets(length for _, length in records)
-    end = frames[-1][0] + frames[-1][1] if frames else 0
+    # Offsets exist for formats framed back to back; the others are checked by count alone.
+    end = (frames[-1][0] + frames[-1][1] if frames else 0) if adapter.offset_index else shard.bytes
     if len(frames) != shard.num_examples or end != shard.bytes:
         raise UsageError(
             f"{shard.file}: {len(frames)} records in {end} bytes, metadata.json says "

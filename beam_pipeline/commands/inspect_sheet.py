@@ -288,29 +288,51 @@ def _split_total(metadata: dict, directory: str, split: str) -> int:
 def shard_entries(
     directory: str, metadata: dict, split: str, count: int
 ) -> tuple[list[Entry], int]:
-    """The first `count` examples of `split` exactly as the training reader yields them."""
-    import tensorflow as tf
-
-    from shard_reader.dataset import make_dataset
+    """The first `count` examples of `split` exactly as the training readers yield them
+    (shard_reader.source's decoding: the pixels make_dataset gives too)."""
+    from shard_reader.source import decode_example
 
     total = _split_total(metadata, directory, split)
-    dataset = make_dataset(directory, split, batch_size=1, training=False, with_keys=True)
     entries = []
     try:
-        for image, mask, key in dataset.take(count):
-            binary = mask.numpy()[0, ..., 0]  # the reader's {0, 1} after thresholding at 128
-            pixels = image.numpy()[0].astype(np.uint8)
+        for serialized in _first_records(directory, metadata, split, count):
+            item = decode_example(serialized, metadata["mask_format"])
+            binary = item["mask"][..., 0]  # the reader's {0, 1} after thresholding at 128
+            pixels = item["image"]
             caption = (
-                key.numpy()[0].decode("utf-8", "replace"),
+                item["key"],
                 f"{pixels.shape[0]}x{pixels.shape[1]} (HxW), foreground {binary.mean():.1%}",
             )
             display = (binary * 255).astype(np.uint8)
             entries.append(Entry(caption[0], pixels, display, caption))
-    except tf.errors.OpError as error:
+    except OSError as error:  # CorruptRecordError, a missing or unreadable shard
         raise UsageError(
             f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
         ) from None
     return entries, total
+
+
+def _first_records(directory: str, metadata: dict, split: str, count: int) -> Iterator[bytes]:
+    """The first `count` serialized records of `split`, through its record format's adapter."""
+    import tensorflow as tf
+
+    from transforms.format import record_formats
+
+    if count <= 0:
+        return
+    adapter = record_formats.get(metadata.get("record_format", record_formats.DEFAULT))
+    base = directory.rstrip("/")
+    for shard in metadata["splits"][split]["shards"]:
+        path = f"{base}/{shard['file']}"
+        try:
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                for serialized in adapter.read_records(handle, shard["file"], shard["bytes"]):
+                    yield serialized
+                    count -= 1
+                    if count == 0:
+                        return
+        except tf.errors.OpError as error:
+            raise OSError(f"{shard['file']}: {error.message}") from None
 
 
 def class_palette(classes: dict) -> np.ndarray:
@@ -348,11 +370,9 @@ def class_entries(
     num_classes = classes["num_classes"]
     names = classes.get("names") or [f"class {index}" for index in range(num_classes)]
     colours = class_palette(classes)
-    base = directory.rstrip("/")
-    files = [f"{base}/{shard['file']}" for shard in metadata["splits"][split]["shards"]]
     entries, shown = [], set()
     try:
-        for record in tf.data.TFRecordDataset(files).take(count):
+        for record in _first_records(directory, metadata, split, count):
             parsed = tf.io.parse_single_example(record, FEATURE_SPEC)
             key = parsed[features.KEY].numpy().decode("utf-8", "replace")
             pixels = tf.io.decode_jpeg(parsed[features.IMAGE], channels=3).numpy()
@@ -362,7 +382,7 @@ def class_entries(
             labelled = [names[c] for c in present if c < num_classes]
             caption = (key, f"{len(labelled)} classes: {', '.join(labelled)}")
             entries.append(Entry(key, pixels, colours[ids], caption))
-    except (tf.errors.OpError, ValueError) as error:
+    except (tf.errors.OpError, OSError, ValueError) as error:
         raise UsageError(
             f"{directory} cannot be read ({type(error).__name__}): run `segprep verify {directory}`"
         ) from None

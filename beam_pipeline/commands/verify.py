@@ -27,16 +27,18 @@ from beam_pipeline.errors import UsageError
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
 from transforms.class_stats import ClassStats
-from transforms.format import features, record_index, tfds_info
+from transforms.format import features, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import (
     INDEX_DIR,
     MANIFEST_FILE,
     METADATA_FILE,
     REJECTS_FILE,
-    SHARD_SUFFIX,
+    looks_like_shard,
     parse_shard_name,
 )
+from transforms.format.record_formats import DEFAULT as DEFAULT_FORMAT
+from transforms.format.record_formats import CorruptRecordError
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.
@@ -97,7 +99,12 @@ def check_output(directory: str) -> VerifyReport:
     if not isinstance(metadata, dict) or not isinstance(metadata.get("splits"), dict):
         report.problems.append("metadata.json has no `splits` table")
         return report
-    checker = _Checker(base, metadata, report)
+    try:
+        adapter = record_formats.get(metadata.get("record_format", DEFAULT_FORMAT))
+    except (ValueError, TypeError) as error:  # TypeError: not a string
+        report.problems.append(f"metadata.json: record_format: {error}")
+        return report
+    checker = _Checker(base, metadata, report, adapter)
     checker.check_splits()
     checker.check_class_stats()
     checker.check_index()
@@ -152,11 +159,18 @@ def _short(error: Exception) -> str:
 
 
 class _Checker:
-    def __init__(self, base: str, metadata: dict[str, Any], report: VerifyReport) -> None:
+    def __init__(
+        self,
+        base: str,
+        metadata: dict[str, Any],
+        report: VerifyReport,
+        adapter: record_formats.RecordFormat,
+    ) -> None:
         self.base = base
         self.metadata = metadata
         self.report = report
         self.mask_format = metadata.get("mask_format")
+        self.adapter = adapter
         self.listed: set[str] = set()
         self.keys: collections.Counter[str] = collections.Counter()
         self.records_complete = True  # False once a shard could not be read to its end
@@ -222,7 +236,7 @@ class _Checker:
                 self._uncounted(split)
                 continue
             self.listed.add(name)
-            if parse_shard_name(name) != (split, index, len(shards)):
+            if parse_shard_name(name, self.adapter.suffix) != (split, index, len(shards)):
                 self.problem(
                     f"{name}: name does not match its place in metadata.json "
                     f"(split {split!r}, shard {index} of {len(shards)})"
@@ -257,16 +271,17 @@ class _Checker:
         count = 0
         records = []
         try:
-            # The TFRecord reader checks the length and data CRC of every record.
-            for record in tf.data.TFRecordDataset(path):
-                serialized = record.numpy()
-                key = self._check_record(serialized, f"{name} record {count}", image_shape, split)
-                records.append((key, len(serialized)))
-                count += 1
-        except tf.errors.OpError as error:
+            # The record format's reader checks every record (TFRecord: length and data CRC).
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                for serialized in self.adapter.read_records(handle, name, size):
+                    where = f"{name} record {count}"
+                    key = self._check_record(serialized, where, image_shape, split)
+                    records.append((key, len(serialized)))
+                    count += 1
+        except (CorruptRecordError, tf.errors.OpError) as error:
             self.problem(
-                f"{name}: record {count} fails the TFRecord check (bad CRC or framing): "
-                f"{_short(error)}"
+                f"{name}: record {count} fails the {self.adapter.name} check (bad checksum or "
+                f"framing): {_short(error)}"
             )
             self.records_complete = False
             self._uncounted(split)
@@ -517,8 +532,7 @@ class _Checker:
     def check_extra_shards(self) -> None:
         for name in sorted(tf.io.gfile.listdir(self.base)):
             name = name.rstrip("/")
-            is_shard = parse_shard_name(name) is not None or name.endswith(SHARD_SUFFIX)
-            if is_shard and name not in self.listed:
+            if looks_like_shard(name) and name not in self.listed:
                 self.problem(f"{name}: extra shard, present but not in metadata.json")
 
     def check_rejects(self) -> None:

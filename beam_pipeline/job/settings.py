@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from transforms.format import record_formats
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.pairing import Entries, Layout
 from transforms.splits import SplitFractions
@@ -34,6 +35,7 @@ class PlanningSettings:
     num_shards: int | None = None
     shard_size_mb: float | None = None
     min_total_shards: int = 1
+    record_format: str = record_formats.DEFAULT  # transforms.format.record_formats: the shard names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ShardWriterSettings:
     limits: InputLimits = DEFAULT_LIMITS
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
+    record_format: str = record_formats.DEFAULT  # transforms.format.record_formats: the writer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +79,7 @@ class CommitSettings:
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
+    record_format: str = record_formats.DEFAULT  # metadata.json's record_format
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,9 @@ A frame written here is byte for byte what `tf.io.TFRecordWriter` writes.
 
 from __future__ import annotations
 
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import google_crc32c
@@ -105,3 +106,33 @@ class Writer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RandomReader:
+    """Record number -> payload of one local shard: one pread of exactly the record's frame,
+    located by the shard's record index (`frames`: (offset, framed length) per record), then
+    its two CRC checks. pread keeps no file position, so threads share the descriptor."""
+
+    def __init__(self, path: str, size: int, frames: Sequence[tuple[int, int]]) -> None:
+        self._name = os.path.basename(path)
+        self._frames = frames
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        actual = os.fstat(self._fd).st_size
+        if actual != size:
+            self.close()
+            raise CorruptRecordError(
+                f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
+            )
+
+    def read(self, record: int) -> bytes:
+        offset, length = (int(value) for value in self._frames[record])
+        framed = os.pread(self._fd, length, offset)
+        where = f"{self._name} record {record}"
+        if len(framed) != length:
+            raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
+        return unframe(framed, where)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
