@@ -383,7 +383,9 @@ def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFo
     name = entry.get("file")
     parsed = parse_shard_name(name, adapter.suffix) if isinstance(name, str) else None
     if parsed is None or parsed[0] != split:
-        raise MetadataError(f"{name!r} is not a {adapter.name} shard name of split {split!r}")
+        raise MetadataError(
+            f"{name!r} is not a shard name of split {split!r} in record format {adapter.name}"
+        )
     where = f"shard {name}"
     digest = entry.get("sha256")
     if not isinstance(digest, str):
