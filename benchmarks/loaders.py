@@ -55,10 +55,11 @@ CONTENDERS = (
 FORMAT_CONTENDERS = ("PyTorch, num_workers=2", "Grain, in-process")
 
 
-def prepare_data(count: int, seed: int, record_format: str = "tfrecord") -> Path:
-    """The prepared and indexed output, reused while the cache holds."""
+def prepare_data(count: int, seed: int, record_format: str | None = None) -> Path:
+    """The prepared and indexed output, reused while the cache holds (None: the default
+    record format, in the folder earlier runs cached it in)."""
     root = CACHE / f"loaders-{count}-seed{seed}"
-    output = root / ("prepared" if record_format == "tfrecord" else f"prepared-{record_format}")
+    output = root / ("prepared" if record_format is None else f"prepared-{record_format}")
     if (output / "dataset_info.json").exists():
         return output
     from beam_pipeline.commands.index import index_output
@@ -77,7 +78,7 @@ def prepare_data(count: int, seed: int, record_format: str = "tfrecord") -> Path
             "--mask_dir", str(sample / "masks"),
             "--output_dir", str(output),
             "--num_shards", str(NUM_SHARDS),
-            "--record_format", record_format,
+            *(["--record_format", record_format] if record_format else []),
             "--overwrite",
             "--runner", "FnApiRunner",
         ]

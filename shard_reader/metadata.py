@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
 
 __all__ = [
@@ -38,7 +38,7 @@ class SplitInfo:
     mask_format: str
     image_shape: tuple[int, int] | None  # (height, width) when every record has it
     classes: ClassesInfo | None = None  # class-id masks; None: binary 0/255 masks
-    record_format: str = "tfrecord"  # transforms.format.record_formats: how to read `files`
+    record_format: str = record_formats.DEFAULT  # how to read `files` (its adapter's name)
 
 
 def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
