@@ -6,6 +6,7 @@ is compared with the session's TFRecord output of the same inputs (`prepared`, 3
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -17,9 +18,10 @@ from beam_pipeline import cli
 from shard_reader.source import RecordSource
 from tests.conftest import job_args
 from tests.process_tree import SEGPREP
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import INDEX_DIR, METADATA_FILE, TFDS_DATASET_INFO
+from transforms.format.record_formats import CorruptRecordError
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +218,17 @@ def test_an_unknown_record_format_is_one_line_and_exit_2(sample_dataset, tmp_pat
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--record_format: invalid choice: 'parquet'" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_read_from_a_stream_is_read_as_from_its_file(array_output):
+    """verify and index read remote shards through file objects: the adapter copies a stream
+    without a local file to a temporary one, and refuses one cut short."""
+    adapter = record_formats.get("array_record")
+    name = "validation-00000-of-00001.array_record"
+    data = (array_output / name).read_bytes()
+    with open(array_output / name, "rb") as handle:
+        from_file = list(adapter.read_records(handle, name, len(data)))
+    assert list(adapter.read_records(io.BytesIO(data), name, len(data))) == from_file
+    assert len(from_file) == dataset_info.load(array_output).split("validation").num_examples
+    with pytest.raises(CorruptRecordError):
+        list(adapter.read_records(io.BytesIO(data[: len(data) // 2]), name, len(data) // 2))

@@ -71,7 +71,7 @@ class RandomReader:
                 f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
             )
         self._name = os.path.basename(path)
-        self._reader = _open(path, RANDOM_READER_OPTIONS)
+        self._reader = _open(path, self._name, RANDOM_READER_OPTIONS)
         count = self._reader.num_records()
         if count != num_records:
             self._reader.close()
@@ -90,11 +90,22 @@ class RandomReader:
             self._reader.close()
 
 
-def _open(path: str, options: str = ""):
+def _open(path: str, where: str, options: str = ""):
+    """A reader of `path` that has read its footer index, or CorruptRecordError naming
+    `where` (the shard, also when `path` is a temporary copy)."""
     try:
-        return _module().ArrayRecordReader(path, options)
+        reader = _module().ArrayRecordReader(path, options)
     except RuntimeError as error:
-        raise CorruptRecordError(f"{os.path.basename(path)}: {error}") from None
+        raise CorruptRecordError(f"{where}: {error}") from None
+    if not reader.ok():
+        # Some damage leaves the reader open but failed, counting no records; closing it
+        # raises the reason.
+        try:
+            reader.close()
+        except RuntimeError as error:
+            raise CorruptRecordError(f"{where}: {error}") from None
+        raise CorruptRecordError(f"{where}: not a readable ArrayRecord file")
+    return reader
 
 
 def read_records(handle: BinaryIO, where: str, size: int) -> Iterator[bytes]:
@@ -116,7 +127,7 @@ def read_records(handle: BinaryIO, where: str, size: int) -> Iterator[bytes]:
 
 
 def _read_path(path: str, where: str) -> Iterator[bytes]:
-    reader = _open(path)
+    reader = _open(path, where)
     try:
         count = reader.num_records()
         for start in range(0, count, _BATCH):
