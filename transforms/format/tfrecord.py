@@ -23,7 +23,8 @@ _FOOTER = struct.Struct("<I")
 
 
 class CorruptRecordError(OSError):
-    """A record's bytes fail the TFRecord length or CRC check, or do not decode."""
+    """A record's bytes fail their format's checks (TFRecord: length and CRCs; ArrayRecord:
+    chunk hashes, transforms/format/array_record.py raises it too), or do not decode."""
 
 
 def masked_crc(data: bytes) -> int:
