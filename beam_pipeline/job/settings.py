@@ -35,7 +35,8 @@ class PlanningSettings:
     num_shards: int | None = None
     shard_size_mb: float | None = None
     min_total_shards: int = 1
-    record_format: str = record_formats.DEFAULT  # transforms.format.record_formats: the shard names
+    # transforms.format.record_formats: each ShardSpec carries it, naming and writing its shard
+    record_format: str = record_formats.DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,6 @@ class ShardWriterSettings:
     limits: InputLimits = DEFAULT_LIMITS
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
-    record_format: str = record_formats.DEFAULT  # transforms.format.record_formats: the writer
 
 
 @dataclasses.dataclass(frozen=True)

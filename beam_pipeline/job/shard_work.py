@@ -72,7 +72,7 @@ def write_shard(
     transcoded = exif_ignored = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
-    adapter = record_formats.get(settings.record_format)
+    adapter = record_formats.get(spec.record_format)  # the format the shard's name says
     try:
         with adapter.writer(partial) as writer:
             for pair, record in ordered_map(convert, ordered, settings.threads):

@@ -208,7 +208,6 @@ def make_plan(argv: list[str]) -> RunPlan:
         progress_dir=os.path.join(staging, "progress") if progress else None,
         classes=mask_plan.classes,
         coco_fill=mask_plan.coco_fill,
-        record_format=args.record_format,
     )
     started_at = time.time()
     parameters = {
