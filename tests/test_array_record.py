@@ -232,3 +232,18 @@ def test_a_shard_read_from_a_stream_is_read_as_from_its_file(array_output):
     assert len(from_file) == dataset_info.load(array_output).split("validation").num_examples
     with pytest.raises(CorruptRecordError):
         list(adapter.read_records(io.BytesIO(data[: len(data) // 2]), name, len(data) // 2))
+
+
+def test_overwriting_a_tfrecord_output_with_array_record_leaves_no_tfrecord_file(
+    prepared, sample_dataset, tmp_path, capsys
+):
+    from beam_pipeline.launch import launcher
+
+    copy = tmp_path / "out"
+    shutil.copytree(prepared[0], copy)
+    args = ["--num_shards", "3", "--record_format", "array_record", "--overwrite"]
+    launcher.run(job_args(sample_dataset, copy, *args))
+    names = {path.name for path in copy.rglob("*")}
+    assert not [name for name in names if name.endswith((".tfrecord", ".idx"))], names
+    assert len([name for name in names if name.endswith(".array_record")]) == 3
+    assert cli.main(["verify", str(copy)]) == 0
