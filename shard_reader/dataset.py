@@ -33,7 +33,7 @@ from shard_reader.cache_dir import CacheMismatchError as CacheMismatchError  # r
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
 from transforms.files import NotAFileError, open_regular
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -179,6 +179,12 @@ def make_dataset(
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
     image_size = _check_image_size(image_size)
     info = load_split(data_dir, split)
+    if not record_formats.get(info.record_format).tf_data:
+        raise ValueError(
+            f"{data_dir} holds {info.record_format} shards, which tf.data cannot read: use "
+            "shard_reader.RecordSource, shard_reader.torch, shard_reader.grain or TFDS "
+            "(tfds.builder_from_directory(...).as_data_source())"
+        )
     _check_regular(info)
     if info.image_shape is None and image_size is None and augment is None and batch_size > 1:
         raise ValueError(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
 
 __all__ = [
@@ -38,6 +38,7 @@ class SplitInfo:
     mask_format: str
     image_shape: tuple[int, int] | None  # (height, width) when every record has it
     classes: ClassesInfo | None = None  # class-id masks; None: binary 0/255 masks
+    record_format: str = record_formats.DEFAULT  # how to read `files` (its adapter's name)
 
 
 def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def load_split(data_dir: str | os.PathLike, split: str) -> SplitInfo:
         mask_format=metadata.mask_format,
         image_shape=info.image_shape,
         classes=metadata.classes,
+        record_format=metadata.record_format,
     )
 
 

@@ -8,16 +8,18 @@ For an output with class-id masks (metadata.json `classes`), "mask" is the store
 and ignore index as they are, uint8 from 8-bit PNGs and int32 from 16-bit ones
 (`source.mask_dtype`), as make_dataset returns them.
 
-Record i is found through the record index (transforms/format/record_index.py; `segprep index DIR`
-builds it for an output that lacks one): one pread of exactly its frame, the frame's two
-CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf
-(transforms.format.example_schema),
-then JPEG decoding by simplejpeg with TensorFlow's default DCT, so pixels equal what
-`make_dataset` yields (and it measured 1.5-2x faster than Pillow here), PNG masks by Pillow.
+Record i is read through the output's record format (transforms/format/record_formats.py;
+metadata.json `record_format`). TFRecord shards: the record index gives its frame
+(transforms/format/record_index.py; `segprep index DIR` builds it for an output that lacks
+one), read with one pread and its two CRC-32C checks (google-crc32c); ArrayRecord shards:
+the native reader's random access, no offset index needed. Then the tf.train.Example is
+parsed by protobuf (transforms.format.example_schema), JPEG decoding by simplejpeg with
+TensorFlow's default DCT, so pixels equal what `make_dataset` yields (and it measured
+1.5-2x faster than Pillow here), PNG masks by Pillow.
 Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, so they too
 equal make_dataset's.
 
-The source is picklable and fork-safe (file descriptors are opened lazily, per process),
+The source is picklable and fork-safe (shard readers are opened lazily, per process),
 so PyTorch and Grain worker processes can each hold a copy. Local directories only.
 """
 
@@ -28,24 +30,21 @@ import dataclasses
 import hashlib
 import io
 import os
-import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import simplejpeg
 from PIL import Image
 
-from transforms.files import TooLargeError, open_regular, read_bounded_local
-from transforms.format import dataset_info, features, record_index
+from transforms.files import TooLargeError, read_bounded_local
+from transforms.format import dataset_info, features, record_formats, record_index
 from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import INDEX_LINE_BYTES, ClassesInfo, MetadataError
 
-_CRC_MASK_DELTA = 0xA282EAD8
-_HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
-_FOOTER = struct.Struct("<I")  # masked CRC-32C of the payload
+# Re-exported: callers catch shard_reader.source.CorruptRecordError, whatever the format.
+from transforms.format.tfrecord import CorruptRecordError, masked_crc, unframe  # noqa: F401
 
 
 def usable_cores() -> int:
@@ -59,44 +58,12 @@ class IndexMissingError(MetadataError):
     """The output has no record index (written before indexes existed)."""
 
 
-class CorruptRecordError(OSError):
-    """A record's bytes fail the TFRecord length or CRC check, or do not decode."""
-
-
-def masked_crc(data: bytes) -> int:
-    """TFRecord's masked CRC-32C: the CRC rotated right by 15 bits plus a constant.
-
-    TFRecord masks CRCs so that a CRC of data that itself holds CRCs stays well mixed.
-    """
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
-
-
-def unframe(framed: bytes, where: str) -> bytes:
-    """The payload of one TFRecord frame, after checking its length and both CRCs."""
-    if len(framed) < record_index.FRAME_OVERHEAD:
-        raise CorruptRecordError(f"{where}: {len(framed)} bytes, shorter than a frame")
-    length, length_crc = _HEADER.unpack_from(framed)
-    if masked_crc(framed[:8]) != length_crc:
-        raise CorruptRecordError(f"{where}: length CRC mismatch (corrupt shard)")
-    if length + record_index.FRAME_OVERHEAD != len(framed):
-        raise CorruptRecordError(
-            f"{where}: the frame holds {length} bytes, the index says "
-            f"{len(framed) - record_index.FRAME_OVERHEAD} (stale index)"
-        )
-    payload = framed[12 : 12 + length]
-    (payload_crc,) = _FOOTER.unpack_from(framed, 12 + length)
-    if masked_crc(payload) != payload_crc:
-        raise CorruptRecordError(f"{where}: data CRC mismatch (corrupt shard)")
-    return payload
-
-
 @dataclasses.dataclass(frozen=True)
 class _Shard:
     path: str
     size: int  # bytes, from metadata.json
-    offsets: np.ndarray  # int64 frame offsets
-    lengths: np.ndarray  # int64 frame lengths
+    num_records: int
+    frames: np.ndarray | None  # int64 [records, 2] (offset, length): formats with offset_index
 
 
 class RecordSource:
@@ -126,18 +93,23 @@ class RecordSource:
         self.mask_format = metadata.mask_format
         self.image_shape = info.image_shape
         self.classes = metadata.classes  # None: binary masks, returned as 0/1
+        self.record_format = metadata.record_format
+        self._format = metadata.adapter
         self._shards = tuple(self._load_shard(shard, verify_index) for shard in info.shards)
         starts = [0]
         for shard in self._shards:
-            starts.append(starts[-1] + len(shard.offsets))
+            starts.append(starts[-1] + shard.num_records)
         self._starts = starts  # global index of each shard's first record, then the total
         self._key_table = info.key_table
         self._keys: dict[str, int] | None = None
-        self._fds: dict[int, int] = {}
+        self._readers: dict[int, record_formats.RandomReader] = {}
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
+        shard_path = dataset_info.join(self.data_dir, shard.file)
+        if not self._format.offset_index:
+            return _Shard(shard_path, shard.bytes, shard.num_examples, None)
         path = dataset_info.join(self.data_dir, shard.index.file)
         cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
         try:
@@ -157,9 +129,7 @@ class RecordSource:
                 f"says {shard.num_examples} records in {shard.bytes} bytes"
             )
         table = np.array(frames, dtype=np.int64).reshape(-1, 2)
-        return _Shard(
-            dataset_info.join(self.data_dir, shard.file), shard.bytes, table[:, 0], table[:, 1]
-        )
+        return _Shard(shard_path, shard.bytes, shard.num_examples, table)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -180,15 +150,10 @@ class RecordSource:
         return shard, index - self._starts[shard]
 
     def read_serialized(self, index: int) -> bytes:
-        """The serialized tf.train.Example of record `index`, CRC-checked."""
+        """The serialized tf.train.Example of record `index`, checked as its format allows
+        (TFRecord: both CRCs; ArrayRecord: the chunk hash)."""
         shard_number, record = self.locate(index)
-        shard = self._shards[shard_number]
-        offset, length = int(shard.offsets[record]), int(shard.lengths[record])
-        framed = os.pread(self._fd(shard_number), length, offset)
-        where = f"{os.path.basename(shard.path)} record {record}"
-        if len(framed) != length:
-            raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
-        return unframe(framed, where)
+        return self._reader(shard_number).read(record)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         serialized = self.read_serialized(index)
@@ -293,37 +258,27 @@ class RecordSource:
                 raise MetadataError(f"{path}: key {row.key!r} is listed twice")
         return keys
 
-    def _fd(self, shard_number: int) -> int:
-        if self._pid != os.getpid():  # a forked child: open its own descriptors
-            self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
-        fd = self._fds.get(shard_number)
-        if fd is None:
+    def _reader(self, shard_number: int) -> record_formats.RandomReader:
+        if self._pid != os.getpid():  # a forked child: open its own readers
+            self._readers, self._pid, self._lock = {}, os.getpid(), threading.Lock()
+        reader = self._readers.get(shard_number)
+        if reader is None:
             with self._lock:
-                fd = self._fds.get(shard_number)
-                if fd is None:
-                    fd = self._open(self._shards[shard_number])
-                    self._fds[shard_number] = fd
-        return fd
-
-    @staticmethod
-    def _open(shard: _Shard) -> int:
-        # A FIFO or device in a shard's place is refused, never blocked on or read.
-        with open_regular(shard.path) as handle:
-            fd = os.dup(handle.fileno())  # not inheritable, as os.open's O_CLOEXEC
-        size = os.fstat(fd).st_size
-        if size != shard.size:
-            os.close(fd)
-            raise CorruptRecordError(
-                f"{shard.path}: {size} bytes, metadata.json says {shard.size} (changed file?)"
-            )
-        return fd
+                reader = self._readers.get(shard_number)
+                if reader is None:
+                    shard = self._shards[shard_number]
+                    reader = self._format.random_reader(
+                        shard.path, shard.size, shard.num_records, shard.frames
+                    )
+                    self._readers[shard_number] = reader
+        return reader
 
     def close(self) -> None:
-        """Close this process's file descriptors (reopened on the next read)."""
+        """Close this process's shard readers (reopened on the next read)."""
         if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
+            for reader in self._readers.values():
+                reader.close()
+        self._readers = {}
 
     def __del__(self) -> None:
         try:
@@ -333,7 +288,7 @@ class RecordSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fds={}, _lock=None, _keys=None)
+        state.update(_readers={}, _lock=None, _keys=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -105,9 +105,12 @@ def _stage(
         table = []
         for shard in split.shards:
             indexed = _index_shard(base, shard, adapter)
+            table.append(record_index.key_table_bytes(indexed.key_rows))
+            if not adapter.offset_index:  # key table only: random access is native
+                shards.append(shard)
+                continue
             _write(base, f"{staging}/{indexed.index_file}", indexed.index_bytes)
             staged.append(indexed.index_file)
-            table.append(record_index.key_table_bytes(indexed.key_rows))
             ref = FileRef(
                 indexed.index_file,
                 len(indexed.index_bytes),
@@ -158,7 +161,8 @@ def _index_shard(
         raise UsageError(f"{shard.file} cannot be indexed: {error}") from None
     indexed = record_index.index_shard(shard.file, records)
     frames = record_index.frame_offsets(length for _, length in records)
-    end = frames[-1][0] + frames[-1][1] if frames else 0
+    # Offsets exist for formats framed back to back; the others are checked by count alone.
+    end = (frames[-1][0] + frames[-1][1] if frames else 0) if adapter.offset_index else shard.bytes
     if len(frames) != shard.num_examples or end != shard.bytes:
         raise UsageError(
             f"{shard.file}: {len(frames)} records in {end} bytes, metadata.json says "

@@ -18,7 +18,7 @@ from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol, storage
-from transforms.format import features, metadata, record_index, tfds_info
+from transforms.format import features, metadata, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
     REJECTS_FILE,
@@ -28,7 +28,6 @@ from transforms.format.naming import (
     parse_shard_name,
 )
 from transforms.rejects import Reason, Reject
-from transforms.splits import ShardSpec
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -68,19 +67,16 @@ def final_names(shards: list[WrittenShard]) -> dict[str, str]:
     for split in sorted({shard.spec.split for shard in shards}):
         kept = sorted(s.spec for s in shards if s.spec.split == split and s.num_examples)
         for index, spec in enumerate(kept):
-            names[spec.name] = ShardSpec(split, index, len(kept)).name
+            names[spec.name] = dataclasses.replace(spec, index=index, num_shards=len(kept)).name
     return names
 
 
-def _shard_dict(shard: WrittenShard, name: str) -> dict[str, Any]:
+def _shard_dict(shard: WrittenShard, name: str, offsets: bool) -> dict[str, Any]:
+    index = {"file": index_name(name), "bytes": shard.index_bytes, "sha256": shard.index_sha256}
     return {
         "split": shard.spec.split,
         "file": name,
-        "index": {
-            "file": index_name(name),
-            "bytes": shard.index_bytes,
-            "sha256": shard.index_sha256,
-        },
+        "index": index if offsets else None,
         "num_examples": shard.num_examples,
         "bytes": shard.bytes,
         "sha256": shard.sha256,
@@ -120,8 +116,11 @@ def commit(
             f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
     key_tables = {split: _stage_key_table(staged, split, shards, published) for split in SPLITS}
+    adapter = record_formats.get(settings.record_format)
     written = [
-        _shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples
+        _shard_dict(shard, published[shard.spec.name], adapter.offset_index)
+        for shard in shards
+        if shard.num_examples
     ]
     info = metadata.build_metadata(
         written,
@@ -130,6 +129,7 @@ def commit(
         parameters=settings.parameters,
         versions=package_versions(),
         key_tables=key_tables,
+        record_format=adapter.name,
     )
     info["num_discovered"] = discovered
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
@@ -152,7 +152,11 @@ def commit(
     info = metadata.with_tfds_files(info, tfds)
     moves = [
         *sorted(published.items()),
-        *sorted((index_name(old), index_name(new)) for old, new in published.items()),
+        *sorted(
+            (index_name(old), index_name(new))
+            for old, new in published.items()
+            if adapter.offset_index
+        ),
         *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),

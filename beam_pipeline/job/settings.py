@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from transforms.format import record_formats
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.pairing import Entries, Layout
 from transforms.splits import SplitFractions
@@ -34,6 +35,8 @@ class PlanningSettings:
     num_shards: int | None = None
     shard_size_mb: float | None = None
     min_total_shards: int = 1
+    # transforms.format.record_formats: each ShardSpec carries it, naming and writing its shard
+    record_format: str = record_formats.DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +88,7 @@ class CommitSettings:
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
+    record_format: str = record_formats.DEFAULT  # metadata.json's record_format
 
 
 @dataclasses.dataclass(frozen=True)

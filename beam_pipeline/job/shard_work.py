@@ -47,7 +47,9 @@ class WrittenShard:
     sha256: str
     image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
     transcoded_images: int
-    index_bytes: int = 0  # the staged record index (index/<name>.idx), see transforms/record_index
+    # The staged offset index (index/<name>.idx, transforms/format/record_index), for record
+    # formats that need one (record_formats: offset_index); 0 and "" for the others.
+    index_bytes: int = 0
     index_sha256: str = ""
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
@@ -70,8 +72,9 @@ def write_shard(
     transcoded = exif_ignored = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
+    adapter = record_formats.get(spec.record_format)  # the format the shard's name says
     try:
-        with record_formats.get(record_formats.DEFAULT).writer(partial) as writer:
+        with adapter.writer(partial) as writer:
             for pair, record in ordered_map(convert, ordered, settings.threads):
                 progress.add()
                 if isinstance(record, RejectError):
@@ -93,7 +96,9 @@ def write_shard(
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    index_bytes, index_sha256 = stage_index(settings.staging_dir, spec, written)
+    index_bytes, index_sha256 = stage_index(
+        settings.staging_dir, spec, written, adapter.offset_index
+    )
     shard = WrittenShard(
         spec,
         len(written),
@@ -109,18 +114,24 @@ def write_shard(
     return shard, tuple(rejects)
 
 
-def stage_index(staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]]):
-    """Stage the shard's record index and key rows beside it; (index bytes, sha256).
+def stage_index(
+    staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]], offsets: bool = True
+):
+    """Stage the shard's key rows, and its offset index when `offsets`; (index bytes, sha256),
+    (0, "") without one.
 
     The commit renames the index with its shard and joins the key rows into the split's key
     table, renumbered if shards emptied by rejects were dropped.
     """
     indexed = record_index.index_shard(spec.name, written)
-    storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
+    if offsets:
+        storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
     storage.write_bytes(
         storage.join(staging_dir, staged_key_rows(spec.name)),
         record_index.key_table_bytes(indexed.key_rows),
     )
+    if not offsets:
+        return 0, ""
     return len(indexed.index_bytes), hashlib.sha256(indexed.index_bytes).hexdigest()
 
 

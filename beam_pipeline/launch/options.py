@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from transforms.format import record_formats
 from transforms.format.features import (
     COCO_UNLABELED,
     DEFAULT_COCO_UNLABELED,
@@ -187,6 +188,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         choices=MASK_FORMATS,
         help=f"how masks are stored; default {DEFAULT_MASK_FORMAT['binary']} for binary masks, "
         f"{DEFAULT_MASK_FORMAT['classes']} for classes (JPEG is refused for class ids)",
+    )
+    parser.add_argument(
+        "--record_format",
+        choices=record_formats.names(),
+        default=record_formats.DEFAULT,
+        help="shard file format: tfrecord (tf.data, every reader) or array_record (random "
+        "access without an offset index: RecordSource, PyTorch, Grain, TFDS data sources)",
     )
     parser.add_argument(
         "--mask_key",

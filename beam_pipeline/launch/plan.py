@@ -106,6 +106,7 @@ class RunPlan:
             "writer_processes": self.writer_processes,
             "threads_per_shard": self.job.writing.threads,
             "min_total_shards": planning.min_total_shards,
+            "record_format": planning.record_format,
             "progress": self.progress,
             "masks": self.masks.describe(),
         }
@@ -196,6 +197,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         num_shards=args.num_shards,
         shard_size_mb=shard_size,
         min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
+        record_format=args.record_format,
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
@@ -218,6 +220,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         "num_shards": args.num_shards,
         "shard_size_mb": shard_size,
         "mask_format": mask_plan.mask_format,
+        "record_format": args.record_format,
         "mask_key": args.mask_key,
         **mask_plan.parameters(args),
         "max_reject_fraction": args.max_reject_fraction,
@@ -235,6 +238,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         release_lock=not runner.local and not runner.template,
         classes=mask_plan.classes,
         coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
+        record_format=args.record_format,
     )
     coco = None
     if mask_plan.coco is not None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from transforms import files
 from transforms.class_stats import ClassStats, median_frequency_weights
+from transforms.format import record_formats
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
     METADATA_FILE,
@@ -94,6 +95,8 @@ class SplitInfo:
     shards: tuple[ShardInfo, ...]
     key_table: FileRef | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The record format's shards need an offset index each (record_formats: offset_index).
+    offset_index: bool = dataclasses.field(default=True, compare=False)
 
     @property
     def num_shards(self) -> int:
@@ -101,10 +104,10 @@ class SplitInfo:
 
     @property
     def has_index(self) -> bool:
-        """Every shard has its index file and the split its key table (or it is empty)."""
-        return all(shard.index is not None for shard in self.shards) and (
-            self.key_table is not None or not self.shards
-        )
+        """The split has its key table (or no shards), and every shard its offset index when
+        the record format needs one."""
+        offsets = not self.offset_index or all(shard.index is not None for shard in self.shards)
+        return offsets and (self.key_table is not None or not self.shards)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.extra)
@@ -238,6 +241,13 @@ class DatasetInfo:
     tfds_files: tuple[FileRef, ...] = ()
     classes: ClassesInfo | None = None  # a `--mask_type classes` output; None: binary masks
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
+    # metadata.json's record_format; absent in outputs older than the field: tfrecord.
+    record_format: str = record_formats.DEFAULT
+
+    @property
+    def adapter(self) -> record_formats.RecordFormat:
+        """The record format's adapter: how to write, read and name this output's shards."""
+        return record_formats.get(self.record_format)
 
     def split(self, name: str) -> SplitInfo:
         if name not in self.splits:
@@ -263,6 +273,7 @@ class DatasetInfo:
         data.update(
             format_version=self.format_version,
             mask_format=self.mask_format,
+            record_format=self.record_format,
             splits={name: split.to_json() for name, split in self.splits.items()},
         )
         if self.tfds_files:
@@ -300,6 +311,13 @@ class DatasetInfo:
             _capped(ref.bytes, LIMITS.side_file_bytes, "bytes", f"tfds_files {ref.file}")
         if len({ref.file for ref in tfds_files}) != len(tfds_files):
             raise MetadataError("tfds_files lists a file twice")
+        record_format = data.get("record_format", record_formats.DEFAULT)
+        if not isinstance(record_format, str) or record_format not in record_formats.FORMATS:
+            raise MetadataError(
+                f"record_format {record_format!r} is not one of {record_formats.names()}: "
+                "written by a newer segprep? upgrade segprep to read it"
+            )
+        adapter = record_formats.get(record_format)
         classes = None
         if data.get("classes") is not None:
             classes = ClassesInfo.from_json(data["classes"])
@@ -309,10 +327,13 @@ class DatasetInfo:
         return cls(
             format_version=version,
             mask_format=mask_format,
-            splits={name: _split(name, entry) for name, entry in splits.items()},
+            splits={name: _split(name, entry, adapter) for name, entry in splits.items()},
             tfds_files=tfds_files,
             classes=classes,
-            extra={key: value for key, value in data.items() if key not in known},
+            extra={
+                key: value for key, value in data.items() if key not in (*known, "record_format")
+            },
+            record_format=record_format,
         )
 
 
@@ -366,13 +387,15 @@ def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileR
     return FileRef(name, _count(entry, "bytes", where), digest)
 
 
-def _split(name: Any, entry: Any) -> SplitInfo:
+def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> SplitInfo:
     where = f"split {name!r}"
     if not re.fullmatch(r"[a-z]+", name):
         raise MetadataError(f"{where}: a split name is lowercase letters only")
     if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
         raise MetadataError(f"{where} has no shards list")
-    shards = tuple(_shard(name, number, shard) for number, shard in enumerate(entry["shards"]))
+    shards = tuple(
+        _shard(name, number, shard, adapter) for number, shard in enumerate(entry["shards"])
+    )
     twice = sorted(file for file, n in Counter(s.file for s in shards).items() if n > 1)
     if twice:
         # A shard listed twice would be served twice per epoch.
@@ -407,16 +430,19 @@ def _split(name: Any, entry: Any) -> SplitInfo:
         shards=shards,
         key_table=key_table,
         extra={key: value for key, value in entry.items() if key not in known},
+        offset_index=adapter.offset_index,
     )
 
 
-def _shard(split: str, number: int, entry: Any) -> ShardInfo:
+def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFormat) -> ShardInfo:
     if not isinstance(entry, dict):
         raise MetadataError(f"split {split!r} shard {number}: not an object")
     name = entry.get("file")
-    parsed = parse_shard_name(name) if isinstance(name, str) else None
+    parsed = parse_shard_name(name, adapter.suffix) if isinstance(name, str) else None
     if parsed is None or parsed[0] != split:
-        raise MetadataError(f"{name!r} is not a shard name of split {split!r}")
+        raise MetadataError(
+            f"{name!r} is not a shard name of split {split!r} in record format {adapter.name}"
+        )
     where = f"shard {name}"
     digest = entry.get("sha256")
     if not isinstance(digest, str):
@@ -429,6 +455,8 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
             f"(a record takes at least {FRAME_OVERHEAD})"
         )
     index = entry.get("index")
+    if index is not None and not adapter.offset_index:
+        raise MetadataError(f"{where}: lists an offset index, which {adapter.name} has none of")
     if index is not None:
         index = _file_ref(index, f"{where} index", index_name(name))
         cap = num_examples * INDEX_LINE_BYTES

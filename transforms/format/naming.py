@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 
+from transforms.format import record_formats
+
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
-SHARD_SUFFIX = ".tfrecord"
+# The default format's shard suffix; every registered format's is a shard suffix
+# (record_formats: `.tfrecord`, `.array_record`).
+SHARD_SUFFIX = record_formats.get(record_formats.DEFAULT).suffix
+SHARD_SUFFIXES = tuple(sorted(fmt.suffix for fmt in record_formats.FORMATS.values()))
 SPLITS = ("train", "validation")
 
 # segprep's own folder inside an output directory (hidden: a `*.tfrecord` glob never sees it).
@@ -26,27 +31,39 @@ def run_dir(run_id: str) -> str:
     return f"{RUNS_DIR}/{run_id}"
 
 
-_SHARD_RE = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord$")
+_SHARD_RE = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.\w+)$")
 
 
-def shard_name(split: str, index: int, num_shards: int) -> str:
-    """`train-00003-of-00010.tfrecord`: sortable, self-describing, TFDS-like."""
+def shard_name(split: str, index: int, num_shards: int, suffix: str = SHARD_SUFFIX) -> str:
+    """`train-00003-of-00010.tfrecord`: sortable, self-describing, TFDS-like; the suffix is
+    the record format's (`train-00003-of-00010.array_record`)."""
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} outside 0..{num_shards - 1}")
-    return f"{split}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+    if suffix not in SHARD_SUFFIXES:
+        raise ValueError(f"{suffix!r} is not a record format's suffix: {SHARD_SUFFIXES}")
+    return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
-def parse_shard_name(name: str) -> tuple[str, int, int] | None:
-    """(split, index, num_shards) for a shard file name, None for any other name."""
+def parse_shard_name(name: str, suffix: str | None = None) -> tuple[str, int, int] | None:
+    """(split, index, num_shards) for a shard file name, None for any other name.
+
+    `suffix`: only shards of that record format; None: of any registered format.
+    """
     match = _SHARD_RE.match(name)
-    if not match:
+    if not match or match["suffix"] not in ((suffix,) if suffix else SHARD_SUFFIXES):
         return None
     return match["split"], int(match["index"]), int(match["count"])
 
 
+def looks_like_shard(name: str) -> bool:
+    """A shard name, or any file ending in a record format's suffix."""
+    return parse_shard_name(name) is not None or name.endswith(SHARD_SUFFIXES)
+
+
 # The record index (transforms/format/record_index.py) lives in its own folder, so a shard glob
 # such as
-# `train-*-of-*.tfrecord` run at the top of the output never sees it.
+# `train-*-of-*.tfrecord` run at the top of the output never sees it. Its `.idx` offset files
+# exist for formats that need them (record_formats: `offset_index`).
 INDEX_DIR = "index"
 INDEX_SUFFIX = ".idx"
 KEY_TABLE_SUFFIX = ".keys.jsonl"
@@ -54,8 +71,11 @@ KEY_TABLE_SUFFIX = ".keys.jsonl"
 TFDS_DATASET_INFO = "dataset_info.json"
 TFDS_FEATURES = "features.json"
 TFDS_FILES = (TFDS_DATASET_INFO, TFDS_FEATURES)
-# TFDS's name for the shards, in its template language: it expands to shard_name()'s output.
-TFDS_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}" + SHARD_SUFFIX
+
+
+def tfds_file_template(suffix: str) -> str:
+    """TFDS's name for the shards, in its template language: it expands to shard_name()'s."""
+    return "{SPLIT}-{SHARD_X_OF_Y}" + suffix
 
 
 def index_name(shard_file: str) -> str:

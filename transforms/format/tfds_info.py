@@ -3,7 +3,9 @@
 Both are TFDS's own JSON forms (its DatasetInfo and Feature protos through protobuf's JSON
 mapping), written from metadata.json alone, so neither TFDS nor TensorFlow is needed to
 make them. The shards keep their names: each split's `filepathTemplate` spells
-`{split}-{index:05d}-of-{count:05d}.tfrecord` in TFDS's template language. The features
+`{split}-{index:05d}-of-{count:05d}.tfrecord` (or the record format's suffix) in TFDS's
+template language, and `fileFormat` is the record format's TFDS name (TFDS reads
+array_record shards through `as_data_source()`, not `as_dataset()`). The features
 describe the records as they are: TFDS decodes `image` (JPEG) to uint8 HxWx3 and `mask`
 to uint8 HxWx1 with its stored values 0/255 (not the 0/1 that shard_reader yields), or to
 the stored class ids: uint8, uint16 for 16-bit PNGs (declared uint8, TFDS would scale them).
@@ -16,7 +18,7 @@ from typing import Any
 
 from transforms.format import features
 from transforms.format.dataset_info import DatasetInfo
-from transforms.format.naming import TFDS_DATASET_INFO, TFDS_FEATURES, TFDS_FILE_TEMPLATE
+from transforms.format.naming import TFDS_DATASET_INFO, TFDS_FEATURES, tfds_file_template
 
 TFDS_NAME = "segprep"
 TFDS_VERSION = "1.0.0"
@@ -66,12 +68,13 @@ def features_json(info: DatasetInfo) -> dict[str, Any]:
 
 def dataset_info_json(info: DatasetInfo) -> dict[str, Any]:
     """TFDS DatasetInfo: non-empty splits with their shard lengths and our file names."""
+    adapter = info.adapter
     splits = [
         {
             "name": split.name,
             "shardLengths": [str(shard.num_examples) for shard in split.shards],
             "numBytes": str(sum(shard.bytes for shard in split.shards)),
-            "filepathTemplate": TFDS_FILE_TEMPLATE,
+            "filepathTemplate": tfds_file_template(adapter.suffix),
         }
         for split in info.splits.values()
         if split.num_examples
@@ -80,7 +83,7 @@ def dataset_info_json(info: DatasetInfo) -> dict[str, Any]:
         "name": TFDS_NAME,
         "version": TFDS_VERSION,
         "description": "Images and segmentation masks prepared by segprep (see metadata.json).",
-        "fileFormat": "tfrecord",
+        "fileFormat": adapter.tfds_file_format,
         "splits": splits,
         # as_supervised=True yields (image, mask) pairs.
         "supervisedKeys": {"tuple": {"items": [{"featureKey": "image"}, {"featureKey": "mask"}]}},

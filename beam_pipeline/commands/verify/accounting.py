@@ -16,15 +16,14 @@ from transforms.format.naming import (
     MANIFEST_FILE,
     METADATA_FILE,
     REJECTS_FILE,
-    SHARD_SUFFIX,
-    parse_shard_name,
+    looks_like_shard,
 )
 from transforms.limits import FILE_LIMITS
 
 
 def check_extra_shards(state: Checked) -> None:
     for name in files.listdir(state.base):
-        is_shard = parse_shard_name(name) is not None or name.endswith(SHARD_SUFFIX)
+        is_shard = looks_like_shard(name)
         if is_shard and name not in state.listed:
             state.problem(f"{name}: extra shard, present but not in metadata.json")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from beam_pipeline.commands.shard_records import record_format
 from beam_pipeline.commands.verify import accounting, classes, indexes, records
 from beam_pipeline.commands.verify.report import VerifyReport
 from beam_pipeline.commands.verify.state import Checked
@@ -33,6 +34,11 @@ def check_output(directory: str) -> VerifyReport:
         return report
     if not isinstance(metadata, dict) or not isinstance(metadata.get("splits"), dict):
         report.problems.append("metadata.json has no `splits` table")
+        return report
+    try:
+        record_format(metadata)
+    except (ValueError, TypeError) as error:  # TypeError: not a string
+        report.problems.append(f"metadata.json: record_format: {error}")
         return report
     state = Checked(base, metadata, report)
     records.check_splits(state)

@@ -68,7 +68,11 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
             state.uncounted(split)
             continue
         state.listed.add(name)
-        if parse_shard_name(name) != (split, index, len(shards)):
+        if parse_shard_name(name, record_format(state.metadata).suffix) != (
+            split,
+            index,
+            len(shards),
+        ):
             state.problem(
                 f"{name}: name does not match its place in metadata.json "
                 f"(split {split!r}, shard {index} of {len(shards)})"
@@ -120,7 +124,7 @@ def _check_shard(
                 count += 1
     except (OSError, ValueError) as error:
         state.problem(
-            f"{name}: record {count} fails the {adapter_name(state)} check (bad CRC or "
+            f"{name}: record {count} fails the {adapter.name} check (bad checksum or "
             f"framing): {type(error).__name__}: {error}"
         )
         _unread(state, split)
@@ -129,11 +133,6 @@ def _check_shard(
         state.problem(f"{name}: {count} records, metadata.json says {entry.get('num_examples')}")
     state.records[name] = records
     return count
-
-
-def adapter_name(state: Checked) -> str:
-    name = state.metadata.get("record_format") or "tfrecord"
-    return "TFRecord" if name == "tfrecord" else str(name)
 
 
 def _check_record(

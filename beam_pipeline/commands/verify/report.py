@@ -27,6 +27,6 @@ class VerifyReport:
         index = ", record index" if self.indexed else ""
         return (
             f"OK {self.directory}: {sum(self.examples.values())} examples ({splits}) in "
-            f"{self.shards} shards, {self.rejects} rejects; CRCs, sha256, sizes, "
+            f"{self.shards} shards, {self.rejects} rejects; record checksums, sha256, sizes, "
             f"images and masks{classes}{index} checked"
         )
