@@ -102,7 +102,7 @@ ERRORS = [
     (["--mask_type", "classes", "--num_classes", "3", "--ignore_index", "-1"], "must be 0 or"),
     (["--mask_type", "classes", "--class_names", "{root}/none.txt"], "none.txt: no such file"),
     (["--mask_type", "classes", "--class_names", "{root}/dupes.txt"], "duplicate class names"),
-    (["--mask_type", "classes", "--class_names", "{root}/images"], "images: Is a directory"),
+    (["--mask_type", "classes", "--class_names", "{root}/images"], "images: not a regular file"),
     (["--mask_type", "classes", "--colormap", "{root}/broken.json"], "not valid JSON"),
     (
         ["--mask_type", "classes", "--class_names", "{root}/names.txt", "--num_classes", "4"],

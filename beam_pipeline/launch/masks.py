@@ -164,7 +164,8 @@ def _read_flag_file(source: str, path: str) -> bytes:
     except FileNotFoundError:
         raise UsageError(f"{source}: no such file") from None
     except OSError as error:
-        raise UsageError(f"{source}: {error.strerror or error}") from None
+        reason = error.strerror or str(error).removeprefix(f"{path}: ")
+        raise UsageError(f"{source}: {reason}") from None
 
 
 def read_annotations(path: str, unlabeled: str) -> CocoDataset:

@@ -374,6 +374,8 @@ def staging_dir(output_dir: str, run_id: str) -> str:
 def make_staging_dir(output_dir: str, run_id: str) -> str:
     """Create this run's staging folder (local; gs:// has no folders); its path."""
     staged = staging_dir(output_dir, run_id)
+    if storage.is_local(output_dir):
+        os.makedirs(output_dir, exist_ok=True)  # the output folder itself may be new
     own_folder(output_dir, f"{run_dir(run_id)}/{INDEX_DIR}")  # writers create no folders
     return staged
 
