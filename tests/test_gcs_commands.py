@@ -46,7 +46,7 @@ def test_verify_finds_a_damaged_gcs_shard(gcs, remote, tmp_path):  # noqa: F811
     gcs.put(f"{prefix}/{name}", bytes(data))
     done = _run("verify", remote, cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"{name}: sha256 " in done.stdout and "fails the TFRecord check" in done.stdout
+    assert f"{name}: sha256 " in done.stdout and "fails the tfrecord check" in done.stdout
 
 
 def test_inspect_a_gcs_output(remote, tmp_path):
