@@ -39,7 +39,7 @@ from transforms.pairing import (
     unrecognized,
 )
 from transforms.rejects import Reason, Reject
-from transforms.spill import ExternalSort, RecordFiles
+from transforms.spill import ExternalSort, RecordFiles, read_records
 
 PAIRS_PER_FILE = 10_000  # the job reads one record file per work item
 
@@ -66,20 +66,9 @@ class LocalListing:
     def discovered(self) -> int:
         return self.paired + self.rejects
 
-    def pairs(self):
-        """Every staged pair, in key order (reads the staged files)."""
-        for path in self.staged.pair_files:
-            yield from read_staged(path, self.staged.record_limit)
-
-    def reject_list(self):
-        for path in self.staged.reject_files:
-            yield from read_staged(path, self.staged.record_limit)
-
 
 def read_staged(path: str, limit: int):
     """The pickled pairs or rejects of one staged record file (written by this launcher)."""
-    from transforms.spill import read_records
-
     with open(path, "rb") as handle:
         for payload in read_records(handle, path, os.fstat(handle.fileno()).st_size, limit):
             yield pickle.loads(payload)
