@@ -17,6 +17,7 @@ import itertools
 import os
 import pickle
 import struct
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
@@ -25,6 +26,7 @@ from transforms.format import tfrecord
 CHUNK_BYTES = 4 << 20  # pickled rows held before a chunk is sorted and spilled
 MERGE_FAN_IN = 64  # run files open at once; more runs are merged in rounds
 _LENGTH = struct.Struct("<Q")
+_ROW_OVERHEAD = 160  # bytes object, (key, blob) tuple, key tuple, list slot
 
 
 class ExternalSort:
@@ -46,7 +48,8 @@ class ExternalSort:
     def add(self, key: tuple[Any, ...], value: Any = None) -> None:
         blob = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
         self._chunk.append((key, blob))
-        self._held += len(blob) + 64 * len(key)  # a rough cost of the key's objects
+        # What the row costs in memory: the pickled value, the key's objects, the two tuples.
+        self._held += len(blob) + sum(map(sys.getsizeof, key)) + _ROW_OVERHEAD
         self.rows += 1
         if self._held >= self._chunk_bytes:
             self._spill()
