@@ -19,9 +19,19 @@ class InputLimits:
     mask_bytes: int = 64 * MB  # file size of one mask
     pixels: int = 40_000_000  # width x height of an image or a mask (decompression bombs)
     mask_array_bytes: int = 160 * MB  # a decoded mask array (40 Mpx of float32)
+    # One COCO image record, checked by the launcher as it reads the annotations file. Real
+    # outlines have tens to a few thousand points; pycocotools walks every point, so the
+    # count (not the outline's length: 10^7 identical points have none) is what costs.
+    coco_polygon_points: int = 100_000  # points of one polygon
+    coco_image_points: int = 1_000_000  # polygon points of all of one image's annotations
+    coco_rle_chars: int = 16_000_000  # one compressed RLE string (or uncompressed run count)
+    coco_record_bytes: int = 64 * MB  # one image's staged record, all annotations
 
 
 DEFAULT_LIMITS = InputLimits()
+# One record the launcher stages for the job (a pair, a reject or a COCO image record): at
+# most one capped COCO record plus paths. A longer one was not written by this launcher.
+STAGED_RECORD_BYTES = DEFAULT_LIMITS.coco_record_bytes + MB
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from transforms.format import record_formats
 from transforms.limits import DEFAULT_LIMITS, InputLimits
-from transforms.pairing import Entries, Layout
+from transforms.pairing import Layout, StagedEntries
 from transforms.splits import SplitFractions
 
 if TYPE_CHECKING:
@@ -43,14 +43,17 @@ class PlanningSettings:
 class CocoSettings:
     """A COCO run: where the job finds each image's annotations.
 
-    The launcher reads the annotations file once and stages one JSON line per image record
-    (`staged`, in the run's staging folder); the job reads that file in parallel and joins
-    the lines to the pairs by key. The job graph carries these two paths, never annotations.
+    Local image folders: the launcher pairs each image record with its image file and
+    stages the pairs, annotations included (`JobSettings.entries`). Cloud Storage folders:
+    the launcher stages the image records as record files (`staged`, in the run's staging
+    folder, launch/masks.py), and the job reads them in parallel, one file per work item,
+    while it lists the folder. The job graph carries paths, never annotations.
     """
 
     annotations: str  # the user's COCO file (rejects.jsonl names it)
-    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/masks.py: stage_coco)
+    staged: tuple[str, ...]  # record files of image records (image_payload JSON), if staged
     fill: int  # the value of pixels no annotation covers: 0 or the ignore index
+    record_limit: int = 0  # bytes of one staged record, framing aside
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +99,7 @@ class JobSettings:
     """Everything the graph needs, stage by stage."""
 
     layout: Layout
-    entries: Entries | None  # local folders: listed and paired by the launcher
+    entries: StagedEntries | None  # local folders: listed, paired and staged by the launcher
     planning: PlanningSettings
     writing: ShardWriterSettings
     commit: CommitSettings

@@ -75,8 +75,9 @@ def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
 
 
 def _stage_inputs(plan: RunPlan) -> None:
-    """What the job reads from the run's staging folder: a COCO file's image records."""
-    if plan.job.coco is not None:
+    """What the job reads from the run's staging folder: a COCO file's image records, when
+    the job lists the images itself (a local listing's pairs carry them)."""
+    if plan.job.coco is not None and plan.job.coco.staged:
         stage_coco(plan.masks.coco, plan.job.coco.staged)
 
 

@@ -36,6 +36,7 @@ from beam_pipeline.launch.options import (
 )
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
+from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
 from transforms.splits import MIN_SHARDS, SplitFractions
 
@@ -68,7 +69,7 @@ class RunPlan:
     output_dir: str
     overwrite: bool
     dry_run: bool
-    listing: LocalListing | None  # local inputs, listed and paired once
+    listing: LocalListing | None  # local inputs, listed, paired and staged once
     output: output_protocol.OutputState | None  # None: a dry run on gs:// (touches nothing)
     writer_processes: int
     progress: bool
@@ -84,7 +85,7 @@ class RunPlan:
     @property
     def discovered(self) -> int | None:
         """Entries found before the job (local inputs), the summary's first figure."""
-        return self.listing.entries.discovered if self.listing else None
+        return self.listing.discovered if self.listing else None
 
     @property
     def decided_before_writing(self) -> int:
@@ -92,9 +93,7 @@ class RunPlan:
         splits. The progress display counts them done from the start."""
         if self.listing is None:
             return 0
-        fractions = self.job.planning.fractions
-        left_out = sum(fractions.split_of(pair.key) is None for pair in self.listing.entries.pairs)
-        return len(self.listing.entries.rejects) + left_out
+        return self.listing.rejects + self.listing.left_out
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able data: what a dry run prints besides the job's steps."""
@@ -111,14 +110,11 @@ class RunPlan:
             "masks": self.masks.describe(),
         }
         if self.listing is not None:
-            entries = self.listing.entries
-            reasons: dict[str, int] = {}
-            for reject in entries.rejects:
-                reasons[reject.reason.value] = reasons.get(reject.reason.value, 0) + 1
+            listing = self.listing
             described["listing"] = {
-                "discovered": entries.discovered,
-                "paired": len(entries.pairs),
-                "rejected_by_listing": dict(sorted(reasons.items())),
+                "discovered": listing.discovered,
+                "paired": listing.paired,
+                "rejected_by_listing": dict(sorted(listing.rejected.items())),
                 "hidden_files_ignored": self.listing.hidden,
             }
         if self.output is not None:
@@ -181,7 +177,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     except ValueError as error:
         raise UsageError(str(error)) from None
     mask_plan = masks.plan_masks(args)
-    listing = _inputs(args, layout, mask_plan)
+    listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)
 
     processes = _writer_processes(args, runner, paths)
@@ -242,11 +238,9 @@ def make_plan(argv: list[str]) -> RunPlan:
     )
     coco = None
     if mask_plan.coco is not None:
-        coco = CocoSettings(
-            mask_plan.annotations,
-            storage.join(staging, masks.STAGED_COCO_FILE),
-            mask_plan.coco_fill,
-        )
+        # Pairs of a local listing carry their image records; the job lists anything else.
+        staged = () if listing else masks.staged_coco_files(staging, mask_plan.coco)
+        coco = CocoSettings(mask_plan.annotations, staged, mask_plan.coco_fill, STAGED_RECORD_BYTES)
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -262,14 +256,14 @@ def make_plan(argv: list[str]) -> RunPlan:
         writer_processes=processes,
         progress=progress,
         job=JobSettings(
-            layout, listing.entries if listing else None, planning, writing, commit, coco
+            layout, listing.staged if listing else None, planning, writing, commit, coco
         ),
         masks=mask_plan,
     )
 
 
 def _inputs(
-    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan
+    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan, fractions: SplitFractions
 ) -> LocalListing | None:
     """Local inputs are listed and paired here, once; gs:// ones are only checked for files
     (the job lists them). A dry run reads what exists and needs nothing to exist."""
@@ -283,7 +277,9 @@ def _inputs(
                 if mask_plan.coco is None
                 else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
             )
-            listing = list_local(layout, *flags, coco=coco)
+            listing = list_local(
+                layout, *flags, coco=coco, left_out=lambda key: fractions.split_of(key) is None
+            )
             preflight.check_listing(layout, listing, flags)
     elif not args.dry_run:
         preflight.check_remote_inputs(layout, flags)

@@ -9,6 +9,7 @@ therefore goes through one table entry that knows its trap, and every value is c
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
@@ -26,6 +27,7 @@ from transforms.format.features import (
     MAX_CLASS_ID,
     class_png_bit_depth,
 )
+from transforms.json_shape import check_shape
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.rejects import Reason, RejectError
 
@@ -33,6 +35,7 @@ PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
 
 RGB = tuple[int, int, int]
+FLAG_JSON_DEPTH = 8  # --class_names and --colormap JSON: 2 levels needed, deeper is refused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +176,9 @@ def _text(data: bytes | str, source: str) -> str:
 
 
 def _json(text: str, source: str, **options):
+    # A list of names or an object of colours is 2 levels deep; deep nesting would exhaust
+    # json's recursion (RecursionError) instead of being a usage error.
+    check_shape([text.encode("utf-8", "surrogatepass")], source, FLAG_JSON_DEPTH)
     try:
         return json.loads(text, **options)
     except json.JSONDecodeError as error:
@@ -185,7 +191,7 @@ def _check_names(names: Sequence[str], source: str) -> None:
     for position, name in enumerate(names):
         if not name.strip():
             raise ValueError(f"{source}: class {position} has an empty name")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, count in collections.Counter(names).items() if count > 1)
     if duplicates:
         raise ValueError(f"{source}: duplicate class names {duplicates}")
 

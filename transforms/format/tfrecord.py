@@ -65,10 +65,13 @@ def unframe(framed: bytes, where: str) -> bytes:
     return payload
 
 
-def read_frames(handle: BinaryIO, where: str, size: int) -> Iterator[tuple[int, bytes]]:
+def read_frames(
+    handle: BinaryIO, where: str, size: int, max_length: int | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(offset, payload) of every frame of a stream of `size` bytes, each CRC-checked.
 
-    A length that runs past `size` is corruption, found before anything is allocated for it.
+    A length that runs past `size` (or `max_length`) is refused before anything is
+    allocated for it.
     """
     offset = 0
     while offset < size:
@@ -81,6 +84,10 @@ def read_frames(handle: BinaryIO, where: str, size: int) -> Iterator[tuple[int, 
         if offset + length + FRAME_OVERHEAD > size:
             raise CorruptRecordError(
                 f"{where}: a {length}-byte record at byte {offset} runs past the end"
+            )
+        if max_length is not None and length > max_length:
+            raise CorruptRecordError(
+                f"{where}: a {length}-byte record at byte {offset}, more than {max_length}"
             )
         payload = handle.read(length)
         footer = handle.read(4)
