@@ -72,3 +72,45 @@ def test_json_shape_ignores_brackets_in_strings_across_chunk_edges(size):
 def test_json_shape_names_the_first_bad_utf8_byte():
     with pytest.raises(JsonShapeError, match=r"s: not UTF-8 text \(byte 9"):
         check_shape(_chunks(b'["abc", "\xff"]', 4), "s", 4)
+
+
+def test_a_killed_processs_temporary_folders_are_removed_by_the_next(tmp_path, monkeypatch):
+    """SIGKILL leaves a process's spill folder behind; the next process to make one removes
+    every folder of a process that is gone, and never a live process's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from transforms import spill
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    code = (
+        "import os, sys, time; sys.path.insert(0, sys.argv[1]);"
+        "from transforms import spill; folder = spill.temporary_folder('listing');"
+        "open(os.path.join(folder.name, 'rows'), 'w').write('x'); print(folder.name, flush=True);"
+        "sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, os.getcwd()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    orphan = child.stdout.readline().strip()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdin.close()
+    child.stdout.close()
+    assert os.path.isdir(orphan)  # SIGKILL left it
+    live = tmp_path / f"segprep-coco-{os.getpid()}-keep"
+    live.mkdir()
+    foreign = tmp_path / "segprep-notes"  # not a spill folder's name: never touched
+    foreign.mkdir()
+    with spill.temporary_folder("listing") as mine:
+        assert os.path.isdir(mine)
+    assert not os.path.exists(orphan)
+    assert live.is_dir() and foreign.is_dir()

@@ -16,8 +16,12 @@ import heapq
 import itertools
 import os
 import pickle
+import re
+import shutil
+import stat
 import struct
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
@@ -146,3 +150,46 @@ def read_records(handle: BinaryIO, where: str, size: int, limit: int) -> Iterato
     `limit` is refused before its bytes are read (CorruptRecordError)."""
     for _, payload in tfrecord.read_frames(handle, where, size, max_length=limit):
         yield payload
+
+
+_TEMP_NAME = re.compile(r"^segprep-[a-z]+-(?P<pid>\d+)-")
+
+
+def temporary_folder(kind: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder for spilled rows, named for this process (`segprep-KIND-PID-...`).
+
+    A process killed with SIGKILL cannot remove its folder; the next one to make a folder
+    removes every `segprep-*-PID-*` folder of this user whose process is gone. A folder of a
+    live process, or of another user, is never touched.
+    """
+    _remove_orphans()
+    return tempfile.TemporaryDirectory(prefix=f"segprep-{kind}-{os.getpid()}-")
+
+
+def _remove_orphans() -> None:
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if match is None or _alive(int(match["pid"])):
+            continue
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

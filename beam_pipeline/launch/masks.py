@@ -15,13 +15,13 @@ import argparse
 import dataclasses
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from beam_pipeline.runtime import storage
+from transforms import spill
 from transforms.format.features import DEFAULT_COCO_UNLABELED
 from transforms.pairing import CocoEntry, coco_entry
 from transforms.rejects import Reject
@@ -182,7 +182,7 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
         if not os.path.isfile(path):
             raise UsageError(f"{source}: no such file")
         return _read(read_coco, path, source, unlabeled)
-    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
+    with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
         try:
             storage.download_file(path, local)
@@ -229,7 +229,7 @@ def stage_coco(dataset: CocoDataset, staged: tuple[str, ...]) -> None:
     """
     from transforms.spill import RecordFiles
 
-    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
+    with spill.temporary_folder("coco") as folder:
         records = RecordFiles(os.path.join(folder, STAGED_COCO_PREFIX), STAGED_COCO_PER_FILE)
         for _, _, payload in dataset.staged():
             records.write(payload.encode("utf-8"))

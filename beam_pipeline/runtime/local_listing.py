@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 
 from beam_pipeline.errors import UsageError
+from transforms import spill
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
     CocoEntry,
@@ -84,7 +85,7 @@ def list_local(
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
     image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes."""
-    folder = tempfile.TemporaryDirectory(prefix="segprep-listing-")
+    folder = spill.temporary_folder("listing")
     sort = ExternalSort(folder.name, "keyed")
     rejects = RecordFiles(os.path.join(folder.name, "rejects"), PAIRS_PER_FILE)
     rejected: collections.Counter[str] = collections.Counter()

@@ -36,6 +36,7 @@ import ijson
 import numpy as np
 from pycocotools import mask as mask_utils
 
+from transforms import spill
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.codecs.image import validate_image
 from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, MAX_CLASS_ID
@@ -171,7 +172,7 @@ def read_coco(
         check_shape(iter(lambda: stream.read(CHUNK_BYTES), b""), source, MAX_DEPTH)
     categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
     class_of = {category.coco_id: category.class_id for category in categories}
-    folder = tempfile.TemporaryDirectory(prefix="segprep-coco-")
+    folder = spill.temporary_folder("coco")
     images = _read_images(_items(open_file, source, "images"), source, folder.name)
     annotations = ExternalSort(folder.name, "annotations")
     total = 0
