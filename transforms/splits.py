@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from transforms.format import record_formats
 from transforms.format.naming import SPLITS, shard_name
+from transforms.settings_error import SettingError
 
 _TWO_64 = float(2**64)
 
@@ -33,14 +34,14 @@ class SplitFractions:
     def __post_init__(self) -> None:
         for name, value in (("train_size", self.train), ("validation_size", self.validation)):
             if not (0.0 <= value <= 1.0) or math.isnan(value):
-                raise ValueError(f"--{name} must be a fraction between 0 and 1, got {value}")
+                raise SettingError(f"{{{name}}} must be a fraction between 0 and 1, got {value}")
         if self.train + self.validation > 1.0 + 1e-9:
-            raise ValueError(
-                f"--train_size + --validation_size must be at most 1, got "
+            raise SettingError(
+                "{train_size} + {validation_size} must be at most 1, got "
                 f"{self.train} + {self.validation} = {self.train + self.validation:g}"
             )
         if self.train + self.validation == 0:
-            raise ValueError("--train_size and --validation_size are both 0: nothing to write")
+            raise SettingError("{train_size} and {validation_size} are both 0: nothing to write")
 
     def split_of(self, key: str) -> str | None:
         """Same key, same split, whatever else is in the dataset; None if left out."""

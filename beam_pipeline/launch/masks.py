@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from beam_pipeline.runtime import storage
 from transforms import spill
@@ -153,7 +153,7 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             colormap=colormap,
         )
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise usage_error(error) from None
     return MaskPlan(classes, mask_format, coco, annotations)
 
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
     CocoSettings,
     CommitSettings,
@@ -175,7 +175,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise usage_error(error) from None
     mask_plan = masks.plan_masks(args)
     listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)

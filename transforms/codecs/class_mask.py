@@ -30,6 +30,7 @@ from transforms.format.features import (
 from transforms.json_shape import check_shape
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.rejects import Reason, RejectError
+from transforms.settings_error import SettingError
 
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
@@ -53,17 +54,19 @@ class ClassMaskSettings:
             raise ValueError(f"mask type must be one of {', '.join(MASK_TYPES)}")
         if self.mask_type == "binary":
             if (self.num_classes, self.class_names, self.colormap) != (None, None, None):
-                raise ValueError("class names, colormap and class count need --mask_type classes")
+                raise SettingError("class names, colormap and class count need {mask_type} classes")
             return
         n, ignore = self.num_classes, self.ignore_index
         if not (type(n) is int and 2 <= n <= MAX_CLASS_ID):
-            raise ValueError(f"--num_classes must be an integer from 2 to {MAX_CLASS_ID}, got {n}")
+            raise SettingError(
+                f"{{num_classes}} must be an integer from 2 to {MAX_CLASS_ID}, got {n}"
+            )
         if not (type(ignore) is int and 0 <= ignore <= MAX_CLASS_ID):
-            raise ValueError(f"--ignore_index must be an integer from 0 to {MAX_CLASS_ID}")
+            raise SettingError(f"{{ignore_index}} must be an integer from 0 to {MAX_CLASS_ID}")
         if ignore < n:
-            raise ValueError(
-                f"--ignore_index {ignore} is a class id (num_classes {n}): pass --ignore_index "
-                f"{255 if n <= 255 else MAX_CLASS_ID} or another value >= {n}"
+            raise SettingError(
+                f"{{ignore_index}} {ignore} is a class id (num_classes {n}): pass "
+                f"{{ignore_index}} {255 if n <= 255 else MAX_CLASS_ID} or another value >= {n}"
             )
         for label, values in (("class names", self.class_names), ("colormap", self.colormap)):
             if values is not None and len(values) != n:
@@ -98,7 +101,7 @@ def class_mask_settings(
     """
     if mask_type != "classes":
         if ignore_index is not None:
-            raise ValueError("--ignore_index needs --mask_type classes")
+            raise SettingError("{ignore_index} needs {mask_type} classes")
         return ClassMaskSettings(
             mask_type,
             num_classes,
@@ -108,11 +111,13 @@ def class_mask_settings(
     colour_names = None if colormap is None else tuple(name for name, _ in colormap)
     names = None if class_names is None else tuple(class_names)
     if names is not None and colour_names is not None and names != colour_names:
-        raise ValueError("--class_names and --colormap name different classes (or orders)")
+        raise SettingError("{class_names} and {colormap} name different classes (or orders)")
     names = names or colour_names
     if num_classes is None:
         if names is None:
-            raise ValueError("--mask_type classes needs --num_classes, --class_names or --colormap")
+            raise SettingError(
+                "{mask_type} classes needs {num_classes}, {class_names} or {colormap}"
+            )
         num_classes = len(names)
     return ClassMaskSettings(
         mask_type,
@@ -211,7 +216,7 @@ def load_class_mask(
     Sizes are checked against `limits` from the file's header, before pixels are decoded.
     """
     if not settings.is_classes:
-        raise ValueError("load_class_mask needs --mask_type classes settings")
+        raise SettingError("load_class_mask needs {mask_type} classes settings")
     if not data:
         raise RejectError(Reason.MASK_EMPTY, "file is empty (0 bytes)")
     extension = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
