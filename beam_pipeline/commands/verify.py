@@ -27,7 +27,7 @@ from beam_pipeline.errors import UsageError
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
 from transforms.class_stats import ClassStats
-from transforms.format import features, record_index, tfds_info
+from transforms.format import digest_table, features, record_index, tfds_info
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import (
     INDEX_DIR,
@@ -36,6 +36,8 @@ from transforms.format.naming import (
     REJECTS_FILE,
     SHARD_SUFFIX,
     parse_shard_name,
+    shard_name,
+    shard_version,
 )
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
@@ -220,6 +222,7 @@ class _Checker:
         shape = info.get("image_shape")
         image_shape = tuple(shape) if shape else None
         read = 0
+        expected_names = _expected_shard_names(split, shards)
         for index, shard in enumerate(shards):
             name = shard.get("file") if isinstance(shard, dict) else None
             if not isinstance(name, str):
@@ -228,10 +231,10 @@ class _Checker:
                 self._uncounted(split)
                 continue
             self.listed.add(name)
-            if parse_shard_name(name) != (split, index, len(shards)):
+            if name != expected_names[index]:
                 self.problem(
                     f"{name}: name does not match its place in metadata.json "
-                    f"(split {split!r}, shard {index} of {len(shards)})"
+                    f"(split {split!r}, shard {index} of {len(shards)}: {expected_names[index]})"
                 )
             count = self._check_shard(name, shard, image_shape, split)
             read += count or 0
@@ -432,20 +435,30 @@ class _Checker:
                     f"metadata.json: split {split.name!r} lacks part of its record index: "
                     "run `segprep index` to rebuild it"
                 )
-            expected_rows: list[record_index.KeyRow] | None = []
+            # Per version (one key table each): the rows of the records it added.
+            versions = sorted({shard_version(shard.file) for shard in split.shards} | {1})
+            expected: dict[int, list[record_index.KeyRow] | None] = {v: [] for v in versions}
             for number, shard in enumerate(split.shards):
                 records = self.records.get(shard.file)
-                if records is None or expected_rows is None:
-                    expected_rows = None  # the shard was not read to its end
+                version = shard_version(shard.file)
+                if records is None or expected.get(version) is None:
+                    expected[version] = None  # the shard was not read to its end
                 else:
-                    expected_rows.extend(
+                    expected[version].extend(
                         record_index.KeyRow(key or "", number, position)
                         for position, (key, _) in enumerate(records)
                     )
                 if shard.index is not None:
                     self._check_shard_index(shard.file, shard.index, records)
-            if split.key_table is not None:
-                self._check_key_table(split.key_table, expected_rows)
+            for version, ref in enumerate(split.key_tables, start=1):
+                self._check_key_table(ref, expected.get(version, []))
+            for version in info.dataset_versions:
+                ref = version.digest_tables.get(split.name)
+                if ref is not None:
+                    rows = expected.get(version.version, [])
+                    keys = None if rows is None else sorted(row.key for row in rows)
+                    self._check_digest_table(ref, keys)
+        self._check_versions(info)
         expected = tfds_info.tfds_files(info)
         for ref in info.tfds_files:
             data = self._listed_file(ref)
@@ -510,6 +523,40 @@ class _Checker:
                 return
         if len(rows) != len(expected):
             self.problem(f"{ref.file}: {len(rows)} keys, the shards hold {len(expected)} records")
+
+    def _check_digest_table(self, ref: FileRef, keys: list[str] | None) -> None:
+        """A version's content digests: sorted [key, sha256] rows of exactly its keys."""
+        data = self._listed_file(ref)
+        if data is None or keys is None:
+            return
+        try:
+            listed = [key for key, _ in digest_table.iter_rows(data.splitlines())]
+        except (digest_table.DigestTableError, UnicodeDecodeError) as error:
+            self.problem(f"{ref.file}: {error}")
+            return
+        if listed != keys:
+            missing = sorted(set(keys) - set(listed))[:3]
+            extra = sorted(set(listed) - set(keys))[:3]
+            self.problem(
+                f"{ref.file}: {len(listed)} keys, its version's shards hold {len(keys)} "
+                f"(missing e.g. {missing}, extra e.g. {extra})"
+            )
+
+    def _check_versions(self, info: DatasetInfo) -> None:
+        """Every version reads as it was published: its splits' records, counted in the
+        shards as read, are the counts it records."""
+        for version in info.dataset_versions:
+            pinned = info.at_version(version.version)
+            for split in pinned.splits.values():
+                files = [shard.file for shard in split.shards]
+                if not all(file in self.records for file in files):
+                    continue  # a shard was not read to its end: reported already
+                read = sum(len(self.records[file]) for file in files)
+                if read != version.num_examples.get(split.name, 0):
+                    self.problem(
+                        f"metadata.json: version {version.version} split {split.name!r} says "
+                        f"{version.num_examples.get(split.name)} records, its shards hold {read}"
+                    )
 
     def _check_extra_index_files(self, listed: set[str]) -> None:
         folder = f"{self.base}/{INDEX_DIR}"
@@ -637,17 +684,45 @@ def _stat_differences(recorded: ClassStats, counted: ClassStats) -> list[str]:
     return found
 
 
+def _expected_shard_names(split: str, shards: list[Any]) -> list[str]:
+    """The name each listed shard must have at its place: version 1's shards, then each
+    later version's, each numbered `-of-N` over its own version's shards."""
+    versions = []
+    for shard in shards:
+        name = shard.get("file") if isinstance(shard, dict) else None
+        try:
+            versions.append(shard_version(name) if isinstance(name, str) else 1)
+        except ValueError:
+            versions.append(1)
+    counts = collections.Counter(versions)
+    seen: collections.Counter[int] = collections.Counter()
+    names = []
+    for version in versions:
+        try:
+            names.append(shard_name(split, seen[version], counts[version], version))
+        except ValueError:
+            names.append("?")
+        seen[version] += 1
+    if versions != sorted(versions):
+        names = [f"{name} (versions out of order)" for name in names]
+    return names
+
+
 def _lists_index(metadata: dict[str, Any]) -> set[str]:
     """Every index or TFDS file name metadata.json lists, read leniently (it may be damaged)."""
     names = set()
     for entry in metadata.get("tfds_files") or []:
         names.add(entry.get("file") if isinstance(entry, dict) else None)
+    refs = []
     for split in metadata["splits"].values():
         if not isinstance(split, dict):
             continue
-        refs = [split.get("key_table")]
+        refs += [split.get("key_table"), *(split.get("appended_key_tables") or [])]
         refs += [s.get("index") for s in split.get("shards") or [] if isinstance(s, dict)]
-        names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
+    for version in metadata.get("dataset_versions") or []:
+        tables = version.get("digest_tables") if isinstance(version, dict) else None
+        refs += list(tables.values()) if isinstance(tables, dict) else []
+    names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
     names.discard(None)
     return {name for name in names if isinstance(name, str)}
 
