@@ -120,14 +120,23 @@ class SortedTable:
                 low = after
             else:
                 high = middle
-        position = low
-        while (found := self._line_from(position)) is not None:
-            line, position = found
-            row_key, digest = parse_row(line)
+        # The key's line starts at or after `low`, within a block of `high`: scan that range
+        # from one read, reading on only for a line that crosses its end.
+        position, buffer = low, b""
+        while position + len(buffer) < self._size or buffer:
+            end = buffer.find(b"\n")
+            if end < 0:
+                chunk = self._read_at(position + len(buffer), max(_BLOCK, high - low + _BLOCK))
+                if not chunk:
+                    raise DigestTableError(f"the last line (from byte {position}) has no newline")
+                buffer += chunk
+                continue
+            row_key, digest = parse_row(buffer[:end])
             if row_key == key:
                 return digest
             if row_key > key:
                 return None
+            position, buffer = position + end + 1, buffer[end + 1 :]
         return None
 
 
