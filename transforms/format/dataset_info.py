@@ -493,8 +493,8 @@ class DatasetInfo:
 
 
 def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, ...]:
-    """The checked version list: versions 1..N, each split's shards exactly the union of the
-    versions' shards, in version order, and the counts adding up."""
+    """The checked version list: versions 1..N, each split's shards those of the versions in
+    version order, and every earlier version's counts and key tables as the splits hold them."""
     if data is None:
         return ()
     if not isinstance(data, list) or not data:
@@ -502,15 +502,19 @@ def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, 
     if len(data) > MAX_VERSION:
         raise MetadataError(f"metadata.json lists more than {MAX_VERSION} versions")
     versions = tuple(VersionInfo.from_json(entry, number) for number, entry in enumerate(data, 1))
+    # The splits are the latest version; each earlier one must be a prefix of them, as a
+    # reader pinned to it reads exactly those shards (the latest record only describes).
     for name, split in splits.items():
-        listed = [file for v in versions for file in v.shards.get(name, ())]
-        if listed != [shard.file for shard in split.shards]:
+        earlier = [file for v in versions[:-1] for file in v.shards.get(name, ())]
+        files = [shard.file for shard in split.shards]
+        later = {shard_version(file) for file in files[len(earlier) :]}
+        if files[: len(earlier)] != earlier or later - {len(versions)}:
             raise MetadataError(
                 f"split {name!r}: its shards are not those its versions added, in version order"
             )
         sizes = {shard.file: shard.num_examples for shard in split.shards}
         total = 0
-        for v in versions:
+        for v in versions[:-1]:
             added = sum(sizes[file] for file in v.shards.get(name, ()))
             total += added
             if v.added.get(name, 0) != added or v.num_examples.get(name, 0) != total:
@@ -519,8 +523,10 @@ def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, 
                     f"{v.num_examples.get(name)} in all, but its shards hold {added} of {total}"
                 )
         tables = split.key_tables
-        expected = [v.key_tables[name] for v in versions if name in v.key_tables]
-        if split.key_table is not None and list(tables) != expected:
+        expected = [v.key_tables[name] for v in versions[:-1] if name in v.key_tables]
+        if split.key_table is not None and (
+            list(tables[: len(expected)]) != expected or len(tables) > len(versions)
+        ):
             raise MetadataError(f"split {name!r}: its key tables are not its versions' ones")
     return versions
 
