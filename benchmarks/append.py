@@ -33,7 +33,7 @@ POOL = 200
 def _segprep(*args: str) -> float:
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "prepare", *args, "--runner", "FnApiRunner"],
+        [str(Path(sys.executable).parent / "segprep"), "prepare", *args, "--runner", "FnApiRunner"],
         check=True,
         stdout=subprocess.DEVNULL,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},

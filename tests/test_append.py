@@ -336,3 +336,23 @@ def test_digest_table_lookups_bisect_a_sorted_file(tmp_path):
         assert sum(reads) < 40 * 4096  # a few blocks, never the whole file
     for absent in ("key-", "zzz", "key-0000005", "key-000499x"):
         assert table.get(absent) is None
+
+
+def test_inspect_and_report_take_a_version(grown, tmp_path):
+    import re
+
+    from beam_pipeline.commands.inspect_sheet import build_sheet
+
+    out = grown["out"]
+    v1_train = grown["v1_keys"]["train"]
+    sheet = build_sheet(str(out), "train", 64, False, version=1)
+    assert set(sheet.keys) <= set(v1_train) and len(sheet.keys) == len(v1_train)
+    png = tmp_path / "sheet.png"
+    argv = ["inspect", str(out), "--split", "train", "--version", "1", "--out", str(png)]
+    assert main(argv) == 0 and png.exists()
+    for version, keys in ((1, grown["v1_keys"]), (2, _keys_by_split(out))):
+        page = tmp_path / f"report{version}.html"
+        assert main(["report", str(out), "--version", str(version), "--out", str(page)]) == 0
+        shown = re.search(r'data-count="accepted">([\d,]+)<', page.read_text())
+        assert int(shown[1].replace(",", "")) == sum(map(len, keys.values()))
+    assert main(["report", str(out), "--version", "3", "--out", str(tmp_path / "x.html")]) == 2
