@@ -73,6 +73,7 @@ def open_directory(
     pipeline: tuple[int, int],
     size: Sequence[int] | None,
     with_keys: bool,
+    version: int | None = None,
 ) -> CacheDirectory:
     """The cache directory of these settings under `root`: claimed for filling when empty,
     checked against its manifest when filled (CacheMismatchError, CacheBusyError)."""
@@ -80,9 +81,10 @@ def open_directory(
         dataset_info.join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes
     )
     num_pipelines, pipeline_id = pipeline
-    identity = json.dumps(
-        [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True
-    )
+    fields = [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys]
+    if version is not None:  # a pinned version reads other records than the latest
+        fields.append(version)
+    identity = json.dumps(fields, sort_keys=True)
     digest = hashlib.sha256(metadata + identity.encode()).hexdigest()
     shape = "x".join(map(str, size)) if size else "mixed"
     keys = "-keys" if with_keys else ""

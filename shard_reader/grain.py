@@ -44,6 +44,7 @@ def make_loader(
     drop_remainder: bool = False,
     worker_count: int = 0,
     image_size: tuple[int, int] | None = None,
+    version: int | None = None,
 ) -> grain.IterDataset:
     """A Grain IterDataset of batches; `iter()` it for a checkpointable iterator.
 
@@ -53,10 +54,12 @@ def make_loader(
     worker_count: processes that read and decode (grain's mp_prefetch); 0: threads in this
         process, one per core (simplejpeg decodes without holding the GIL).
     image_size: (height, width) to resize to; needed for batches when sizes differ.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    source = RecordSource(data_dir, split)
+    source = RecordSource(data_dir, split, version=version)
     if source.image_shape is None and image_size is None and batch_size > 1:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "

@@ -46,13 +46,14 @@ def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
     return dataset_info.read_metadata_json(data_dir)
 
 
-def load_split(data_dir: str | os.PathLike, split: str) -> SplitInfo:
+def load_split(data_dir: str | os.PathLike, split: str, version: int | None = None) -> SplitInfo:
     """The split's shards and shape, checked for consistency before any record is read.
 
     Exact epochs and sharding rely on the per-shard counts, so a metadata.json whose counts
-    do not add up is refused rather than trusted.
+    do not add up is refused rather than trusted. `version`: the split as that version of a
+    dataset that grew (`prepare --append`) was published; None: the latest.
     """
-    metadata = dataset_info.load(data_dir)
+    metadata = dataset_info.load(data_dir, version)
     info = metadata.split(split)
     if info.num_examples == 0:
         raise ValueError(f"split {split!r} of {data_dir} has no examples")

@@ -74,7 +74,12 @@ class RecordSource:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike, split: str, *, verify_index: bool = True
+        self,
+        data_dir: str | os.PathLike,
+        split: str,
+        *,
+        verify_index: bool = True,
+        version: int | None = None,
     ) -> None:
         if dataset_info.is_remote(data_dir):
             raise ValueError(
@@ -83,7 +88,7 @@ class RecordSource:
             )
         self.data_dir = str(data_dir)
         self.split = split
-        metadata = dataset_info.load(data_dir)
+        metadata = dataset_info.load(data_dir, version)
         info = metadata.split(split)
         if not info.has_index:
             raise IndexMissingError(
@@ -100,7 +105,7 @@ class RecordSource:
         for shard in self._shards:
             starts.append(starts[-1] + shard.num_records)
         self._starts = starts  # global index of each shard's first record, then the total
-        self._key_table = info.key_table
+        self._key_tables = info.key_tables
         self._keys: dict[str, int] | None = None
         self._readers: dict[int, record_formats.RandomReader] = {}
         self._pid = os.getpid()
@@ -225,26 +230,31 @@ class RecordSource:
         found = record_key(self.read_serialized(index), f"{self.split} record {index}")
         if found != key:
             raise MetadataError(
-                f"{self._key_table.file} places key {key!r} at record {index}, which holds "
+                f"the key table places key {key!r} at record {index}, which holds "
                 f"{found!r} (key table does not match the shards)"
             )
         return index
 
     def _read_key_table(self) -> dict[str, int]:
-        ref = self._key_table
-        if ref is None:  # a split with no shards has no table
+        """The split's key tables (one per version read), concatenated: line i, record i."""
+        if not self._key_tables:  # a split with no shards has no table
             return {}
-        path = dataset_info.join(self.data_dir, ref.file)
-        try:
-            data = read_bounded_local(path, ref.bytes)
-        except TooLargeError as error:
-            raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise MetadataError(f"{path}: sha256 differs from metadata.json (tampered or stale)")
-        try:
-            rows = record_index.parse_key_table(data)
-        except (record_index.IndexFormatError, UnicodeDecodeError, RecursionError) as error:
-            raise MetadataError(f"{path}: {error}") from None
+        rows = []
+        for ref in self._key_tables:
+            path = dataset_info.join(self.data_dir, ref.file)
+            try:
+                data = read_bounded_local(path, ref.bytes)
+            except TooLargeError as error:
+                raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
+            if hashlib.sha256(data).hexdigest() != ref.sha256:
+                raise MetadataError(
+                    f"{path}: sha256 differs from metadata.json (tampered or stale)"
+                )
+            try:
+                rows += record_index.parse_key_table(data)
+            except (record_index.IndexFormatError, UnicodeDecodeError, RecursionError) as error:
+                raise MetadataError(f"{path}: {error}") from None
+        path = "the key tables"
         if len(rows) != len(self):
             raise MetadataError(f"{path}: {len(rows)} keys for {len(self)} records")
         keys = {}

@@ -310,6 +310,7 @@ def make_loader(
     with_keys: bool = False,
     image_size: tuple[int, int] | None = None,
     prefetch_factor: int | None = 2,
+    version: int | None = None,
 ) -> SegmentationLoader:
     """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, keys])` of one split; mask uint8 0/1,
     or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
@@ -321,12 +322,14 @@ def make_loader(
     drop_last: drop each rank's last, short batch (equal on every rank either way).
     image_size: (height, width) to resize to (image bilinear, mask nearest); needed for
         batches when the split's records differ in size.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-    source = RecordSource(data_dir, split)
+    source = RecordSource(data_dir, split, version=version)
     if world_size > len(source):
         raise ValueError(f"{world_size} ranks for {len(source)} records: some would get none")
     if source.image_shape is None and image_size is None and batch_size > 1:

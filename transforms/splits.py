@@ -68,7 +68,7 @@ class ShardSpec:
     @property
     def name(self) -> str:
         suffix = record_formats.get(self.record_format).suffix
-        return shard_name(self.split, self.index, self.num_shards, suffix)
+        return shard_name(self.split, self.index, self.num_shards, suffix=suffix)
 
 
 @dataclasses.dataclass(frozen=True)

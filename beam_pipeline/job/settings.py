@@ -81,6 +81,16 @@ class ShardWriterSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AppendSettings:
+    """`--append`: the version this run adds, and what it was planned against."""
+
+    version: int  # the new version's number: the output's latest + 1
+    previous_sha256: str  # of the output's metadata.json when planned; the commit rechecks it
+    # split -> the digest tables of versions 1..version-1 (names relative to the output)
+    digest_tables: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class CommitSettings:
     output_dir: str
     run_id: str
@@ -92,6 +102,7 @@ class CommitSettings:
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
     record_format: str = record_formats.DEFAULT  # metadata.json's record_format
+    append: AppendSettings | None = None  # `--append`: a new version of the output
 
 
 @dataclasses.dataclass(frozen=True)

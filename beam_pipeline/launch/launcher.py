@@ -84,7 +84,9 @@ def _stage_inputs(plan: RunPlan) -> None:
 def _recheck(plan: RunPlan) -> output_protocol.OutputState:
     """The output as it is now that this run holds the lock (the plan looked before)."""
     state = output_protocol.inspect_output(plan.output_dir, holder=False)
-    output_protocol.check_output(state, overwrite=plan.overwrite)
+    output_protocol.check_output(
+        state, overwrite=plan.overwrite, append=plan.job.commit.append is not None
+    )
     return state
 
 

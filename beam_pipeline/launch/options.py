@@ -229,6 +229,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "segprep did not write (which are never deleted)",
     )
     parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add the keys --output_dir lacks as a new version of its finished output; no "
+        "earlier file is touched (keys present with the same bytes are skipped, with other "
+        "bytes rejected key_exists); the record-shaping flags must equal the output's",
+    )
+    parser.add_argument(
         "--no_wait",
         action="store_true",
         help="Dataflow: return once the job is submitted (prints its id and console URL) "

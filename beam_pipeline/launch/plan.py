@@ -179,6 +179,11 @@ def make_plan(argv: list[str]) -> RunPlan:
     mask_plan = masks.plan_masks(args)
     listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)
+    append = None
+    if args.append:
+        from beam_pipeline.launch.append import plan_append
+
+        append = plan_append(args, output_dir, output, mask_plan, fractions)
 
     processes = _writer_processes(args, runner, paths)
     threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
@@ -235,6 +240,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         classes=mask_plan.classes,
         coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
         record_format=args.record_format,
+        append=append,
     )
     coco = None
     if mask_plan.coco is not None:
@@ -294,7 +300,7 @@ def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.Output
         return None
     output = output_protocol.inspect_output(output_dir)
     if not args.dry_run or output.ours or output.foreign:
-        output_protocol.check_output(output, overwrite=args.overwrite)
+        output_protocol.check_output(output, overwrite=args.overwrite, append=args.append)
     return output
 
 

@@ -98,11 +98,25 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     return OutputState(output_dir, ours, finished, foreign, running)
 
 
-def check_output(state: OutputState, *, overwrite: bool) -> None:
-    """Refuse, in one line, a run that would mix outputs or touch files that are not ours."""
+def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -> None:
+    """Refuse, in one line, a run that would mix outputs or touch files that are not ours.
+
+    `append`: the run adds a version to the finished output there (which it requires)."""
     out = state.output_dir
     if state.holder is not None:
         raise UsageError(f"--output_dir {out} is in use by {state.holder.describe()}")
+    if append:
+        if state.colliding:
+            raise UsageError(
+                f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write: "
+                "move it away before appending"
+            )
+        if not state.finished:
+            raise UsageError(
+                f"--append needs a finished segprep output in --output_dir {out}: there is "
+                "none (run `segprep prepare` without --append first)"
+            )
+        return
     if state.colliding:
         raise UsageError(
             f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write and "

@@ -26,7 +26,9 @@ from beam_pipeline.errors import UsageError
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 
 
-def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
+def build_sheet(
+    directory: str, split: str, count: int, rejects: bool, version: int | None = None
+) -> Sheet:
     """The contact sheet for `directory`: shard examples of `split`, or rejects."""
     if count < 1:
         raise UsageError(f"--count must be at least 1, got {count}")
@@ -40,6 +42,13 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
         )
         return render(entries, title)
     metadata = load_metadata(directory)
+    if version is not None:  # the split as that version of a grown output was
+        from transforms.format.dataset_info import DatasetInfo, MetadataError
+
+        try:
+            metadata = DatasetInfo.from_json(metadata).at_version(version).to_json()
+        except (MetadataError, ValueError) as error:
+            raise UsageError(f"{directory}: {error}") from None
     if "classes" in metadata:
         entries, total, legend = class_entries(directory, metadata, split, count)
         colours = "the run's colormap" if metadata["classes"].get("colormap") else "VOC's palette"
@@ -56,7 +65,14 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
     return render(entries, title)
 
 
-def run_inspect(directory: str, split: str, count: int, out: str | None, rejects: bool) -> int:
+def run_inspect(
+    directory: str,
+    split: str,
+    count: int,
+    out: str | None,
+    rejects: bool,
+    version: int | None = None,
+) -> int:
     """CLI body: write the sheet PNG under a new name; the last line printed is its path."""
     require_dir(directory)  # before --out's checks: a wrong dataset is the likelier mistake
     path = check_out(default_sheet_path(directory, out, split, rejects), directory)
@@ -69,7 +85,7 @@ def run_inspect(directory: str, split: str, count: int, out: str | None, rejects
         )
         count = MAX_COUNT
     try:
-        sheet = build_sheet(directory, split, count, rejects)
+        sheet = build_sheet(directory, split, count, rejects, version)
     except NoRejects as news:
         print(news)
         return 0

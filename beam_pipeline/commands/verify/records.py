@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from beam_pipeline.commands.verify.state import Checked
 from transforms import files
 from transforms.format import features
 from transforms.format.example import ExampleError, parse_example
-from transforms.format.naming import parse_shard_name
+from transforms.format.naming import shard_name, shard_version
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.
@@ -60,6 +61,7 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
     shape = info.get("image_shape")
     image_shape = tuple(shape) if shape else None
     read = 0
+    expected_names = _expected_shard_names(split, shards, record_format(state.metadata).suffix)
     for index, shard in enumerate(shards):
         name = shard.get("file") if isinstance(shard, dict) else None
         if not isinstance(name, str):
@@ -68,14 +70,10 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
             state.uncounted(split)
             continue
         state.listed.add(name)
-        if parse_shard_name(name, record_format(state.metadata).suffix) != (
-            split,
-            index,
-            len(shards),
-        ):
+        if name != expected_names[index]:
             state.problem(
                 f"{name}: name does not match its place in metadata.json "
-                f"(split {split!r}, shard {index} of {len(shards)})"
+                f"(split {split!r}, shard {index} of {len(shards)}: {expected_names[index]})"
             )
         count = _check_shard(state, name, shard, image_shape, split)
         read += count or 0
@@ -245,3 +243,27 @@ def _check_mask(state: Checked, encoded: bytes, where: str, height: int, width: 
             f"{where}: {ambiguous} mask pixels in {low}..{high - 1}, too close to the "
             f"threshold {features.MASK_THRESHOLD} to be clean 0/255"
         )
+
+
+def _expected_shard_names(split: str, shards: list[Any], suffix: str) -> list[str]:
+    """The name each listed shard must have at its place: version 1's shards, then each
+    later version's, each numbered `-of-N` over its own version's shards."""
+    versions = []
+    for shard in shards:
+        name = shard.get("file") if isinstance(shard, dict) else None
+        try:
+            versions.append(shard_version(name) if isinstance(name, str) else 1)
+        except ValueError:
+            versions.append(1)
+    counts = collections.Counter(versions)
+    seen: collections.Counter[int] = collections.Counter()
+    names = []
+    for version in versions:
+        try:
+            names.append(shard_name(split, seen[version], counts[version], version, suffix))
+        except (ValueError, TypeError):
+            names.append("?")
+        seen[version] += 1
+    if versions != sorted(versions):
+        names = [f"{name} (versions out of order)" for name in names]
+    return names
