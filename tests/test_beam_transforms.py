@@ -159,7 +159,7 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
-    assert len(list((tmp_path / "staging" / "index").iterdir())) == 4  # .idx + key rows
+    assert len(list((tmp_path / "staging" / "index").iterdir())) == 6  # .idx, key and digest rows
     assert (tmp_path / "staging" / "train-00001-of-00002.tfrecord").stat().st_size == 0
 
 
