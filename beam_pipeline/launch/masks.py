@@ -114,6 +114,8 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
             raise UsageError("--coco_annotations is COCO: it takes no other --annotation_format")
         args.annotations, args.annotation_format = args.coco_annotations, "coco"
     if args.coco_unlabeled is not None:
+        if args.annotations is None:
+            raise UsageError("--coco_unlabeled needs --coco_annotations")
         if args.unlabeled not in (None, args.coco_unlabeled):
             raise UsageError("give --unlabeled or --coco_unlabeled, not both")
         args.unlabeled = args.coco_unlabeled
@@ -139,12 +141,13 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
 
 def check_mask_flags(args: argparse.Namespace) -> None:
     """The checks that need no file: combinations of flags that cannot work."""
-    resolve_annotation_flags(args)
+    args.tool_annotations = None
     given = [f"--{name}" for name in CLASS_FLAGS if getattr(args, name) is not None]
     if args.mask_type != "classes":
         if given:
             raise UsageError(f"{given[0]} needs --mask_type classes")
         return
+    resolve_annotation_flags(args)
     if args.mask_format == "jpeg":
         raise UsageError(
             "--mask_format jpeg would change class ids at every edge: class masks are stored "
