@@ -459,7 +459,11 @@ class SegmentationLoader:
             for batch in self._loader:
                 if isinstance(batch, _Collated):
                     self._yielded += batch.size
-                    yield batch.value
+                    if records.collate_fn is not None:
+                        yield batch.value  # the user's collate: as it made it
+                        continue
+                    *pixels, keys = batch.value
+                    yield (*pixels, keys) if self.with_keys else tuple(pixels)
                     continue
                 if isinstance(batch, _Ringed):
                     images, masks = ring.hand_over(batch)
