@@ -243,7 +243,7 @@ class _Records(torch.utils.data.Dataset):
             item.pop("valid", None)
         elif "valid" not in item:
             item["valid"] = np.ones_like(item["mask"], np.uint8)
-        sample = item if self.sample_format == samples.NUMPY_FORMAT else _torch_form(item)
+        sample = item if self.sample_format == samples.NUMPY_FORMAT else torch_form(item)
         if self.transform is None:
             return sample
         seed = samples.sample_seed(self.seed, epoch, index)
@@ -275,8 +275,8 @@ class _Records(torch.utils.data.Dataset):
         return (*pixels, batch["key"])
 
 
-def _torch_form(item: dict[str, Any]) -> dict[str, Any]:
-    """A RecordSource item as the "torch" sample form: CHW tv_tensors (or plain tensors)."""
+def torch_form(item: dict[str, Any]) -> dict[str, Any]:
+    """A RecordSource item in the "torch" sample form: CHW tv_tensors (or plain tensors)."""
     image_type, mask_type = _tv_types()
     sample = {
         "image": image_type(torch.from_numpy(item["image"]).permute(2, 0, 1)),
