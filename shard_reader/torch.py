@@ -1,6 +1,6 @@
 """PyTorch: batches of a segprep split with a global shuffle, equal rank parts and exact resume.
 
-    loader = make_loader("build/output", "train", 8, rank=rank, world_size=world_size)
+    loader = make_loader("build/output", "train", 8)  # ranks from torch.distributed
     for epoch in range(start_epoch, epochs):
         loader.set_epoch(epoch)
         for images, masks in loader:        # uint8 [B,3,H,W] and [B,1,H,W] of 0/1 (*)
@@ -14,6 +14,12 @@ shard_reader.load_classes).
 Built on torch.utils.data: a map-style dataset over shard_reader.source.RecordSource (one
 pread per record, no TensorFlow) and a batch sampler that walks a permutation of the
 split's record numbers drawn from (seed, epoch), so the shuffle is global without a buffer.
+Without a transform, workers decode each batch straight into shared-memory buffers
+(shard_reader.batch_ring); with one, each record is decoded, transformed under its own
+seed (shard_reader.samples) and the batch stacked, in the worker.
+
+Under torch.distributed, rank and world_size come from the process group and the worker
+count from torchrun's LOCAL_WORLD_SIZE (shard_reader.ranks).
 
 Rank parts: the epoch's order is dealt out round-robin, record j to rank j % world_size.
 Every rank gets the same number of records, floor(remaining / world_size): the last
@@ -23,28 +29,27 @@ a batch that never comes. Dealing round-robin makes what all ranks have consumed
 steps a prefix of the order; a state_dict() records that prefix's length, which is why it
 restores exactly with any number of workers, and with a different world_size too (the
 new ranks deal out the rest of the order; with a batch size that changed as well).
+For evaluation, uneven_ranks=True deals out the whole order instead: every record once,
+ranks differing by at most one record.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.distributed
 import torch.utils.data
 
 from shard_reader import resizing, samples
-from shard_reader.source import RecordSource, usable_cores
+from shard_reader.batch_ring import Ring, Ringed
+from shard_reader.ranks import default_num_workers, resolve_ranks
+from shard_reader.source import RecordSource
 
 STATE_VERSION = 1
-# RecordSource's mask dtypes: 0/1 and 8-bit class ids, 16-bit class ids widened.
-_TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int32): torch.int32}
 
 
 def epoch_order(num_records: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -64,94 +69,6 @@ def rank_part(
         return rest[rank::world_size]
     per_rank = len(rest) // world_size
     return rest[: per_rank * world_size][rank::world_size]
-
-
-class _Ringed:
-    """A worker's batch, left in slot `slot` of its part of the ring: only this is pickled.
-
-    Unpickled in the main process it holds the slot until hand_over gives the slot to the
-    batch's tensors. One the DataLoader drops unseen (a pass abandoned with persistent
-    workers, whose results in flight are discarded) frees its slot when it is collected.
-    """
-
-    __slots__ = ("ring", "worker", "slot", "size", "keys", "held")
-
-    def __init__(self, ring: int, worker: int, slot: int, size: int, keys: list[str]) -> None:
-        self.ring, self.worker, self.slot, self.size, self.keys = ring, worker, slot, size, keys
-        self.held = False  # True only in the main process, until handed over
-
-    def __reduce__(self):
-        return _unpickle_ringed, (self.ring, self.worker, self.slot, self.size, self.keys)
-
-    def __del__(self) -> None:
-        if self.held:
-            ring = _RINGS.get(self.ring)
-            if ring is not None:
-                ring.busy.numpy()[self.worker, self.slot] = 0
-
-
-def _unpickle_ringed(*fields: Any) -> _Ringed:
-    batch = _Ringed(*fields)
-    batch.held = True
-    return batch
-
-
-_RINGS: weakref.WeakValueDictionary[int, _Ring] = weakref.WeakValueDictionary()
-
-
-class _Ring:
-    """Batch buffers in shared memory, reused once the batch handed out from them is gone.
-
-    A batch in fresh shared memory costs a page fault and a zeroed page per 4 KB: measured
-    here, decoding into fresh shared memory ran at 60 % of the rate of decoding into reused
-    memory, and copying each batch out in the main process cost another tenth. So a worker
-    decodes into a free slot of its own, and the main process hands out tensors over that
-    slot itself; the slot is free again when the last reference to them is dropped (a
-    finalizer on the arrays under them). A slot is never written while anything can still
-    see it. A worker that finds none free within GRACE_SECONDS (the caller keeps batches)
-    decodes into fresh memory instead of waiting: slower, never stuck. The ring lives as
-    long as the loader, so persistent workers keep using it from epoch to epoch.
-    """
-
-    GRACE_SECONDS = 0.05
-
-    def __init__(
-        self, workers: int, slots: int, batch: int, shape: tuple[int, int], mask_dtype: np.dtype
-    ) -> None:
-        self.images = torch.empty((workers, slots, batch, *shape, 3), dtype=torch.uint8)
-        self.masks = torch.empty((workers, slots, batch, *shape, 1), dtype=_TORCH[mask_dtype])
-        self.busy = torch.zeros((workers, slots, 2), dtype=torch.int32)  # images, masks held
-        for tensor in (self.images, self.masks, self.busy):
-            tensor.share_memory_()
-        self.id = id(self)
-        _RINGS[self.id] = self
-
-    def acquire(self, worker: int) -> int | None:
-        """In a worker: a slot nobody holds, or None after GRACE_SECONDS."""
-        busy = self.busy.numpy()[worker]
-        deadline = time.monotonic() + self.GRACE_SECONDS
-        while True:
-            free = np.flatnonzero(~busy.any(axis=1))
-            if free.size:
-                busy[free[0]] = 1
-                return int(free[0])
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.0005)
-
-    def hand_over(self, batch: _Ringed) -> tuple[torch.Tensor, torch.Tensor]:
-        """In the main process: tensors over the slot; it is freed when they are gone."""
-        busy = self.busy.numpy()
-        where = (batch.worker, batch.slot, slice(0, batch.size))
-        images, masks = self.images.numpy()[where], self.masks.numpy()[where]
-        for flag, array in enumerate((images, masks)):
-            weakref.finalize(array, _release, busy, batch.worker, batch.slot, flag)
-        batch.held = False
-        return torch.from_numpy(images), torch.from_numpy(masks)
-
-
-def _release(busy: np.ndarray, worker: int, slot: int, flag: int) -> None:
-    busy[worker, slot, flag] = 0
 
 
 class _Indices(list):
@@ -219,7 +136,7 @@ class _Records(torch.utils.data.Dataset):
         self.image_size, self.resize, self.with_valid = image_size, resize, with_valid
         self.transform, self.sample_format = transform, sample_format
         self.collate_fn, self.seed = collate_fn, seed
-        self.ring: _Ring | None = None  # set before the first pass with worker processes
+        self.ring: Ring | None = None  # set before the first pass with worker processes
 
     @property
     def per_sample(self) -> bool:
@@ -249,7 +166,7 @@ class _Records(torch.utils.data.Dataset):
         seed = samples.sample_seed(self.seed, epoch, index)
         return samples.apply(self.transform, sample, seed)
 
-    def __getitems__(self, indices: Sequence[int]) -> tuple | _Ringed | _Collated:
+    def __getitems__(self, indices: Sequence[int]) -> tuple | Ringed | _Collated:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""
         if self.per_sample:
             epoch = getattr(indices, "epoch", 0)
@@ -265,7 +182,7 @@ class _Records(torch.utils.data.Dataset):
             batch = self.source.read_batch(
                 indices, image_size=self.image_size, out=out, resize=self.resize
             )
-            return _Ringed(self.ring.id, worker.id, slot, len(indices), batch["key"])
+            return Ringed(self.ring.id, worker.id, slot, len(indices), batch["key"])
         batch = self.source.read_batch(
             indices, image_size=self.image_size, resize=self.resize, valid=self.with_valid
         )
@@ -448,7 +365,7 @@ class SegmentationLoader:
         if records.ring is None and self._workers > 0 and not records.per_sample:
             if records.shape is not None and not records.with_valid:
                 slots = self._prefetch + 1
-                records.ring = _Ring(
+                records.ring = Ring(
                     self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
                 )
         ring = records.ring
@@ -465,7 +382,7 @@ class SegmentationLoader:
                     *pixels, keys = batch.value
                     yield (*pixels, keys) if self.with_keys else tuple(pixels)
                     continue
-                if isinstance(batch, _Ringed):
+                if isinstance(batch, Ringed):
                     images, masks = ring.hand_over(batch)
                     pixels, keys = [images, masks], batch.keys
                     if pin:
@@ -518,37 +435,6 @@ class SegmentationLoader:
             raise ValueError(f"loader state consumed {consumed} outside 0..{len(self.source)}")
         self._epoch, self._resume, self._start, self._yielded = state["epoch"], consumed, 0, 0
         self._finished = False
-
-
-def local_world_size() -> int:
-    """Processes of this job on this host: torchrun's LOCAL_WORLD_SIZE, else 1."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def default_num_workers() -> int:
-    """Usable cores shared among this host's ranks (LOCAL_WORLD_SIZE), at least 1."""
-    return max(1, usable_cores() // local_world_size())
-
-
-def resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size): as given, else torch.distributed's when its group is up, else
-    (0, 1). Given values that disagree with an initialised group are refused: each rank
-    would read another rank's part, or the same records as another rank."""
-    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if distributed:
-        group_rank, group_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        pairs = (("rank", rank, group_rank), ("world_size", world_size, group_size))
-        for name, given, actual in pairs:
-            if given is not None and given != actual:
-                raise ValueError(
-                    f"{name}={given} disagrees with torch.distributed ({name} {actual}): "
-                    "leave rank and world_size out to take them from the process group"
-                )
-        return group_rank, group_size
-    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 def make_loader(
