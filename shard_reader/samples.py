@@ -61,12 +61,15 @@ def current_seed() -> int:
 def seeded(seed: int) -> Iterator[None]:
     """Global generators seeded with `seed` inside, as they were outside."""
     torch = sys.modules.get("torch")
+    # The CPU generator only: torch.manual_seed would also queue CUDA seeding, which
+    # records a stack trace per call (about 1 ms) without a GPU.
+    generator = torch.default_generator if torch is not None else None
     saved = (random.getstate(), np.random.get_state())
-    torch_state = torch.random.get_rng_state() if torch is not None else None
+    torch_state = generator.get_state() if generator is not None else None
     random.seed(seed)
     np.random.seed(seed)
-    if torch is not None:
-        torch.manual_seed(seed)
+    if generator is not None:
+        generator.manual_seed(seed)
     _current.append(seed)
     try:
         yield
@@ -74,8 +77,8 @@ def seeded(seed: int) -> Iterator[None]:
         _current.pop()
         random.setstate(saved[0])
         np.random.set_state(saved[1])
-        if torch_state is not None:
-            torch.random.set_rng_state(torch_state)
+        if generator is not None:
+            generator.set_state(torch_state)
 
 
 def check_format(sample_format: str) -> str:

@@ -110,8 +110,19 @@ def default_collate(samples: list[dict[str, Any]]) -> tuple:
                 "transform give one size (e.g. end with a crop or resize), or pass collate_fn= "
                 "that combines samples of different shapes"
             )
-        stacked.append(torch.stack(values))
+        stacked.append(_stack(values))
     return (*stacked, [sample["key"] for sample in samples])
+
+
+def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """[B,C,H,W] of CHW tensors, by numpy: torch.stack measured 10-300x slower here for
+    uint8 images (a strided, threaded copy). Views of HWC arrays (untransformed samples, or
+    a transform that kept them so) are stacked as HWC, and stay channels_last in memory as
+    the loader's other batches."""
+    if all(value.permute(1, 2, 0).is_contiguous() for value in values):
+        hwc = np.stack([value.permute(1, 2, 0).numpy() for value in values])
+        return torch.from_numpy(hwc).permute(0, 3, 1, 2)
+    return torch.from_numpy(np.stack([value.numpy() for value in values]))
 
 
 class _Records(torch.utils.data.Dataset):
