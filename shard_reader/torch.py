@@ -128,8 +128,9 @@ def _stack(values: list[torch.Tensor]) -> torch.Tensor:
 class _Records(torch.utils.data.Dataset):
     """RecordSource as batches: __getitems__ decodes a whole batch into its tensors.
 
-    `loader.dataset` is this: dataset[i] is record i as a "torch"-form sample (see
-    shard_reader.samples), transform applied (for epoch 0) when the loader has one.
+    `loader.dataset` is this: dataset[i] is record i as a sample in the loader's
+    sample_format (see shard_reader.samples), transformed (with epoch 0's draws) when the
+    loader has a transform.
     """
 
     def __init__(
@@ -256,7 +257,7 @@ class _BatchSampler(torch.utils.data.Sampler):
         return _batches(part, loader.batch_size, loader.drop_last, loader._epoch)
 
     def __len__(self) -> int:
-        return self.loader._num_batches(self.loader._part_size(self.loader._start))
+        return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
         """As DistributedSampler.set_epoch: the loader's set_epoch."""
