@@ -29,6 +29,7 @@ import os
 import grain
 import numpy as np
 
+from shard_reader import resizing, samples
 from shard_reader.source import RecordSource, usable_cores
 
 
@@ -43,7 +44,11 @@ def make_loader(
     shard_options: grain.sharding.ShardOptions | None = None,
     drop_remainder: bool = False,
     worker_count: int = 0,
-    image_size: tuple[int, int] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    resize: str = resizing.STRETCH,
+    with_valid: bool = False,
+    transform: samples.Transform | None = None,
+    sample_format: str = samples.NUMPY_FORMAT,
     version: int | None = None,
 ) -> grain.IterDataset:
     """A Grain IterDataset of batches; `iter()` it for a checkpointable iterator.
@@ -53,14 +58,28 @@ def make_loader(
         remainder is always dropped so that parts are equal; see the module docstring).
     worker_count: processes that read and decode (grain's mp_prefetch); 0: threads in this
         process, one per core (simplejpeg decodes without holding the GIL).
-    image_size: (height, width) to resize to; needed for batches when sizes differ.
+    image_size: an int (square) or (height, width) to resize to; needed for batches when
+        sizes differ. resize: "stretch" or "fit" (aspect kept, padded; see
+        shard_reader.resizing); with_valid adds "valid" [B,H,W,1], 0 on the padding.
+    transform: f(sample) -> sample per record before batching, with its own random state
+        from (seed, epoch, record) (see shard_reader.samples); sample_format "numpy" (HWC
+        arrays, as albumentations takes; the default here) or "torch". Outputs are stacked
+        into the batch, so they must share one shape.
     version: read exactly the records of this version of a dataset that grew (`segprep
         prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    size = resizing.image_size_arg(image_size)
+    resize = resizing.resize_arg(resize, size)
+    samples.check_format(sample_format)
     source = RecordSource(data_dir, split, version=version)
-    if source.image_shape is None and image_size is None and batch_size > 1:
+    if len(source) == 0:
+        raise ValueError(
+            f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
+            "(no input was assigned to it, or every one was rejected: see rejects.jsonl)"
+        )
+    if source.image_shape is None and size is None and batch_size > 1 and transform is None:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "
             "pass image_size=(height, width), or batch_size=1"
@@ -68,7 +87,10 @@ def make_loader(
     shard_options = shard_options or grain.sharding.NoSharding()
     index, count = shard_options.shard_index, shard_options.shard_count
     if count > len(source):
-        raise ValueError(f"{count} processes for {len(source)} records: some would get none")
+        raise ValueError(
+            f"{count} processes for the {len(source)} records of split {split!r}: "
+            "some would get none"
+        )
     # Record numbers are shuffled, split and batched; each batch is then read straight into
     # its arrays (RecordSource.read_batch), not stacked from per-record arrays (a copy).
     dataset = grain.MapDataset.range(len(source))
@@ -76,9 +98,18 @@ def make_loader(
         dataset = dataset.shuffle(seed=seed)
     # Slicing keeps the epoch in the index, so the shuffle still draws a new order per epoch.
     dataset = dataset[index : len(source) // count * count : count]
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).repeat(num_epochs)
-    size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
-    dataset = dataset.map(functools.partial(_read, source=source, image_size=size))
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    per_epoch = len(dataset)
+    dataset = dataset.repeat(num_epochs)
+    if transform is None:
+        read = functools.partial(
+            _read, source=source, image_size=size, resize=resize, valid=with_valid
+        )
+        dataset = dataset.map(read)
+    else:
+        made = _Transformed(source, size, resize, with_valid, transform, sample_format, seed)
+        made.per_epoch = per_epoch
+        dataset = dataset.map_with_index(made)
     # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
     # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
     # this process, or one per worker process, each with two batches ahead.
@@ -90,6 +121,58 @@ def make_loader(
     return iterable
 
 
-def _read(indices: np.ndarray, *, source: RecordSource, image_size: tuple[int, int] | None):
-    batch = source.read_batch(indices.tolist(), image_size=image_size)
+def _read(
+    indices: np.ndarray,
+    *,
+    source: RecordSource,
+    image_size: tuple[int, int] | None,
+    resize: str,
+    valid: bool,
+):
+    batch = source.read_batch(indices.tolist(), image_size=image_size, resize=resize, valid=valid)
     return {**batch, "key": np.array(batch["key"])}
+
+
+class _Transformed:
+    """Batches of transformed samples: each record read, sized, transformed, then stacked."""
+
+    def __init__(self, source, image_size, resize, with_valid, transform, sample_format, seed):
+        self.source, self.image_size, self.resize = source, image_size, resize
+        self.with_valid, self.transform = with_valid, transform
+        self.torch_form, self.seed = sample_format == samples.TORCH_FORMAT, seed
+
+    per_epoch = 1  # batches in an epoch
+
+    def __call__(self, position: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+        # The batch's place in the repeated dataset tells its epoch (batches never span two).
+        epoch = position // self.per_epoch
+        made = [self._sample(int(index), epoch) for index in indices]
+        names = ["image", "mask"] + (["valid"] if self.with_valid else [])
+        batch = {}
+        for name in names:
+            values = [self._hwc(sample[name]) for sample in made]
+            if len({value.shape for value in values}) > 1:
+                raise ValueError(
+                    f"transformed samples' {name}s differ in shape: make the transform give "
+                    "one size (e.g. end with a crop or resize)"
+                )
+            batch[name] = np.stack(values)
+        batch["key"] = np.array([sample["key"] for sample in made])
+        return batch
+
+    def _sample(self, index: int, epoch: int) -> dict:
+        item = self.source.read_sized(index, self.image_size, self.resize)
+        if not self.with_valid:
+            item.pop("valid", None)
+        elif "valid" not in item:
+            item["valid"] = np.ones_like(item["mask"], np.uint8)
+        if self.torch_form:  # only this form needs torch
+            from shard_reader.torch import torch_form
+
+            item = torch_form(item)
+        return samples.apply(self.transform, item, samples.sample_seed(self.seed, epoch, index))
+
+    def _hwc(self, value) -> np.ndarray:
+        if self.torch_form:
+            return np.asarray(value).transpose(1, 2, 0)
+        return np.asarray(value)
