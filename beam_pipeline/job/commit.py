@@ -227,6 +227,9 @@ def commit(
         replaced = {METADATA_FILE, REJECTS_FILE, *TFDS_FILES}
         state = output_protocol.inspect_output(settings.output_dir, holder=False)
         keep = [name for name in state.ours if name not in replaced]
+    # Written through the typed DatasetInfo every reader loads: a commit cannot publish a
+    # metadata.json that its own readers would refuse (from_json checks it here first).
+    info = DatasetInfo.from_json(info).to_json()
     output_protocol.publish(
         settings.output_dir, settings.run_id, moves, metadata.dumps(info), keep=keep
     )
