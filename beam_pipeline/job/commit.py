@@ -22,12 +22,13 @@ from transforms.format import features, metadata, record_formats, record_index, 
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
     REJECTS_FILE,
-    SPLITS,
+    UNLABELED_FILE,
     index_name,
     key_table_name,
     parse_shard_name,
 )
 from transforms.rejects import Reason, Reject
+from transforms.splits import split_names
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -99,6 +100,9 @@ def commit(
             f"{discovered} entries discovered but {accepted} accepted + {len(rejects)} rejected "
             f"({len(keys) - len(set(keys))} duplicate reject keys): refusing to publish"
         )
+    # Unlabeled images (--unlabeled_images skip) are set apart: listed, counted, no rejects.
+    unlabeled = [reject for reject in rejects if reject.reason == Reason.UNLABELED]
+    rejects = [reject for reject in rejects if reject.reason != Reason.UNLABELED]
     published = final_names(shards)
     staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
     rejects_bytes = metadata.rejects_jsonl(rejects)
@@ -108,14 +112,18 @@ def commit(
     )
     # The refusal comes before any further staging: its rejects are all a refused run keeps.
     storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
+    if unlabeled:
+        storage.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     if discovered and bad / discovered > settings.max_reject_fraction:
         raise RejectLimitError(
-            f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
+            f"{bad} of {discovered} entries rejected "
+            f"({percent(bad / discovered, settings.max_reject_fraction)}), more than "
             f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
             f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
-    key_tables = {split: _stage_key_table(staged, split, shards, published) for split in SPLITS}
+    splits = split_names(shard.spec.split for shard in shards)
+    key_tables = {split: _stage_key_table(staged, split, shards, published) for split in splits}
     adapter = record_formats.get(settings.record_format)
     written = [
         _shard_dict(shard, published[shard.spec.name], adapter.offset_index)
@@ -132,6 +140,8 @@ def commit(
         record_format=adapter.name,
     )
     info["num_discovered"] = discovered
+    if unlabeled:
+        info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings)
@@ -160,11 +170,20 @@ def commit(
         *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),
+        *([(UNLABELED_FILE, UNLABELED_FILE)] if unlabeled else []),
     ]
     output_protocol.publish(settings.output_dir, settings.run_id, moves, metadata.dumps(info))
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def percent(fraction: float, limit: float) -> str:
+    """`50 %`, or `50.4 %` when whole percents would hide that it is above the limit."""
+    whole = f"{fraction:.0%}"
+    if round(fraction * 100) <= limit * 100 < fraction * 100:
+        return f"{fraction * 100:.1f} %"
+    return whole.replace("%", " %")
 
 
 def _commit_bytes(
@@ -229,7 +248,7 @@ def _add_classes(
             ),
             classes.num_classes,
         )
-        for split in SPLITS
+        for split in split_names(shard.spec.split for shard in shards)
     }
     info["classes"] = classes_section(classes, stats, coco=settings.coco)
     info["features"] = {

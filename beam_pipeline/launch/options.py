@@ -24,6 +24,7 @@ from transforms.format.features import (
 
 DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launch/plan.py
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+UNLABELED_CHOICES = ("reject", "skip")
 DEFAULT_TRAIN_SIZE = 0.9
 DEFAULT_VALIDATION_SIZE = 0.1
 DEFAULT_SHARD_SIZE_MB = 100.0
@@ -161,20 +162,64 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"COCO pixels no annotation covers: class 0 'background' (categories get ids "
         f"1..K), or the ignore index (COCO-Stuff); default {DEFAULT_COCO_UNLABELED}",
     )
+    public = parser.add_argument_group(
+        "public datasets as they ship (docs/public-datasets.md): official splits, unlabeled "
+        "images, side files, naming conventions"
+    )
+    public.add_argument(
+        "--unlabeled_images",
+        choices=UNLABELED_CHOICES,
+        default="reject",
+        help="an image with no mask: a missing_mask reject, or skip: counted as unlabeled and "
+        "listed in unlabeled.jsonl, not a reject (VOC ships 17,125 images for 2,913 masks)",
+    )
+    public.add_argument(
+        "--ignore_files",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="repeatable: side files to leave alone, matched against the path under a data "
+        "folder ('*' crosses folders: '*.txt' matches a/readme.txt); counted, never read",
+    )
+    public.add_argument(
+        "--split_file",
+        action="append",
+        default=[],
+        metavar="SPLIT=PATH",
+        help="repeatable: an official split list, one key per line (image extension "
+        "optional), e.g. train=ImageSets/Segmentation/train.txt; keys in no list are "
+        "not_in_split; replaces --train_size/--validation_size",
+    )
+    public.add_argument(
+        "--split_by_folder",
+        action="store_true",
+        help="the first folder of each key names its split: train|training, val|validation, "
+        "test; replaces --train_size/--validation_size",
+    )
+    public.add_argument(
+        "--image_suffix",
+        metavar="S",
+        help="images are KEY+S, e.g. _leftImg8bit.png (Cityscapes); default KEY.jpg|.jpeg|.png",
+    )
+    public.add_argument(
+        "--mask_suffix",
+        metavar="S",
+        help="masks are KEY+S, e.g. _gtFine_labelIds.png (Cityscapes); default as --mask_dir says",
+    )
     parser.add_argument(
         "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
     )
     parser.add_argument(
         "--train_size",
         type=fraction,
-        default=DEFAULT_TRAIN_SIZE,
-        help="fraction of valid entries for train",
+        default=None,
+        help=f"fraction of valid entries for train; default {DEFAULT_TRAIN_SIZE:g}",
     )
     parser.add_argument(
         "--validation_size",
         type=fraction,
-        default=DEFAULT_VALIDATION_SIZE,
-        help="fraction of valid entries for validation",
+        default=None,
+        help=f"fraction of valid entries for validation; default {DEFAULT_VALIDATION_SIZE:g}",
     )
     sizing = parser.add_mutually_exclusive_group()
     sizing.add_argument("--num_shards", type=positive_int, help="total shards, spread over splits")

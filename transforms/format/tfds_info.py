@@ -76,7 +76,8 @@ def dataset_info_json(info: DatasetInfo) -> dict[str, Any]:
             "numBytes": str(sum(shard.bytes for shard in split.shards)),
             "filepathTemplate": tfds_file_template(adapter.suffix),
         }
-        for split in info.splits.values()
+        # By name: metadata.json's keys are sorted, so a `test` split comes first there.
+        for split in sorted(info.splits.values(), key=lambda split: split.name)
         if split.num_examples
     ]
     return {
