@@ -5,6 +5,8 @@ suffixes and split folders."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +336,69 @@ def test_split_by_folder_names_the_folders_it_found(tmp_path, capsys):
     assert cli.main(argv) == 2
     error = capsys.readouterr().err
     assert "--split_by_folder" in error and "extra" in error
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "public-datasets.md"
+
+
+def _doc_commands() -> dict[str, list[str]]:
+    """--output_dir -> argv of each `segprep prepare` command of docs/public-datasets.md."""
+    commands = {}
+    for block in re.findall(r"```bash\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S):
+        argv = shlex.split(block.replace("\\\n", " "))
+        assert argv[:2] == ["segprep", "prepare"], block
+        commands[argv[argv.index("--output_dir") + 1]] = argv[1:]
+    return commands
+
+
+def _palette_png(ids: np.ndarray, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = Image.fromarray(ids.astype(np.uint8), "P")
+    image.putpalette([value for index in range(256) for value in (index, 0, 255 - index)])
+    path.write_bytes(encode(image, "PNG"))
+
+
+def _ade20k(root: Path) -> dict[str, tuple[str, np.ndarray]]:
+    expected = {}
+    for seed, (folder, split) in enumerate(
+        [("training", "train")] * 3 + [("validation", "validation")] * 2
+    ):
+        name = f"ADE_{'train' if split == 'train' else 'val'}_{seed + 1:08d}"
+        image = root / "ADEChallengeData2016" / "images" / folder / f"{name}.jpg"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        image.write_bytes(rgb_jpeg(10, 14, seed))
+        ids = np.random.default_rng(seed).integers(0, 151, (10, 14))  # 0: "other"
+        _png(ids, root / "ADEChallengeData2016" / "annotations" / folder / f"{name}.png")
+        expected[f"{folder}/{name}"] = (split, ids)
+    return expected
+
+
+def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkeypatch):
+    commands = _doc_commands()
+    assert set(commands) == {"out/voc", "out/cityscapes", "out/ade20k"}
+    monkeypatch.chdir(tmp_path)
+
+    devkit = tmp_path / "VOCdevkit"
+    voc_masks = _voc(devkit)
+    for key, ids in voc_masks.items():  # VOC's masks are palette PNGs
+        _palette_png(ids, devkit / "VOC2012" / "SegmentationClass" / f"{key}.png")
+    (tmp_path / "voc_names.txt").write_text("\n".join(f"class{n}" for n in range(21)) + "\n")
+    assert cli.main([*commands["out/voc"], *RUNNER_ARGS]) == 0
+    stored = stored_masks(tmp_path / "out/voc")
+    assert {key: split for key, (split, _) in stored.items()} == {
+        **dict.fromkeys(VOC_TRAIN, "train"),
+        **dict.fromkeys(VOC_VAL, "validation"),
+    }
+    for key, (_, ids) in stored.items():
+        np.testing.assert_array_equal(ids, voc_masks[key])
+    assert metadata(tmp_path / "out/voc")["num_unlabeled"]["total"] == len(VOC_UNLABELED)
+
+    for name, build in (("cityscapes", _cityscapes), ("ade20k", _ade20k)):
+        expected = build(tmp_path / "cityscapes" if name == "cityscapes" else tmp_path)
+        assert cli.main([*commands[f"out/{name}"], *RUNNER_ARGS]) == 0, name
+        stored = stored_masks(tmp_path / "out" / name)
+        assert set(stored) == set(expected), name
+        for key, (split, ids) in stored.items():
+            assert split == expected[key][0], key
+            np.testing.assert_array_equal(ids, expected[key][1])
+        assert metadata(tmp_path / "out" / name)["num_rejected"]["total"] == 0, name
