@@ -58,7 +58,7 @@ def _voc(root: Path, *, listed_missing: tuple[str, ...] = ()) -> dict[str, np.nd
     return masks
 
 
-def _voc_args(root: Path, out: Path, *extra: str) -> list[str]:
+def _voc_args(root: Path, out: Path, *extra: str, classes: int = 3) -> list[str]:
     voc = root / "VOC2012"
     return [
         "prepare",
@@ -71,7 +71,7 @@ def _voc_args(root: Path, out: Path, *extra: str) -> list[str]:
         "--mask_type",
         "classes",
         "--num_classes",
-        "3",
+        str(classes),
         *extra,
         *RUNNER_ARGS,
     ]
@@ -393,12 +393,117 @@ def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkey
         np.testing.assert_array_equal(ids, voc_masks[key])
     assert metadata(tmp_path / "out/voc")["num_unlabeled"]["total"] == len(VOC_UNLABELED)
 
-    for name, build in (("cityscapes", _cityscapes), ("ade20k", _ade20k)):
+    maps = {
+        "cityscapes": (_cityscapes, lambda v: CITYSCAPES_TRAIN_IDS.get(v, 255), 19),
+        "ade20k": (_ade20k, lambda v: 255 if v in (0, 255) else v - 1, 150),
+    }
+    for name, (build, stored_id, classes) in maps.items():
         expected = build(tmp_path / "cityscapes" if name == "cityscapes" else tmp_path)
         assert cli.main([*commands[f"out/{name}"], *RUNNER_ARGS]) == 0, name
         stored = stored_masks(tmp_path / "out" / name)
         assert set(stored) == set(expected), name
         for key, (split, ids) in stored.items():
             assert split == expected[key][0], key
-            np.testing.assert_array_equal(ids, expected[key][1])
-        assert metadata(tmp_path / "out" / name)["num_rejected"]["total"] == 0, name
+            np.testing.assert_array_equal(ids, np.vectorize(stored_id)(expected[key][1]))
+        info = metadata(tmp_path / "out" / name)
+        assert info["num_rejected"]["total"] == 0, name
+        assert info["classes"]["num_classes"] == classes
+        assert info["classes"]["class_map"]["source"] in (
+            "cityscapes_trainids",
+            "ade20k_reduce_zero",
+        )
+
+
+# cityscapesScripts helpers/labels.py: labelId -> trainId of the 19 evaluated classes.
+CITYSCAPES_TRAIN_IDS = {
+    7: 0,
+    8: 1,
+    11: 2,
+    12: 3,
+    13: 4,
+    17: 5,
+    19: 6,
+    20: 7,
+    21: 8,
+    22: 9,  # fmt: skip
+    23: 10,
+    24: 11,
+    25: 12,
+    26: 13,
+    27: 14,
+    28: 15,
+    31: 16,
+    32: 17,
+    33: 18,  # fmt: skip
+}
+
+
+def test_a_class_map_file_maps_ids_before_the_range_check(tmp_path, capsys):
+    masks = _voc(tmp_path)
+    # Source ids 0, 1, 2 and 255: 2 -> 0, 1 -> 1, 0 is left as it is; no "*".
+    mapping = tmp_path / "map.json"
+    mapping.write_text('{"2": 0, "1": 1}')
+    out = tmp_path / "out"
+    argv = _voc_args(
+        tmp_path, out, "--unlabeled_images", "skip", "--class_map", str(mapping), classes=2
+    )
+    assert cli.main(argv) == 0
+    stored = stored_masks(out)
+    for key, (_, ids) in stored.items():
+        np.testing.assert_array_equal(ids, np.where(masks[key] == 2, 0, masks[key]))
+    info = metadata(out)
+    assert info["classes"]["class_map"] == {"source": str(mapping), "map": {"1": 1, "2": 0}}
+    # Statistics are of stored ids: no pixel of class 2 could be counted.
+    counted = sum(info["classes"]["splits"][split]["pixels"][0] for split in info["splits"])
+    assert counted == sum(int(((m == 0) | (m == 2)).sum()) for m in masks.values())
+
+
+def test_a_map_leaving_ids_out_of_range_rejects_those_masks(tmp_path):
+    masks = _voc(tmp_path)
+    mapping = tmp_path / "map.json"
+    mapping.write_text('{"0": 1, "1": 0}')  # 2 stays 2: out of range for 2 classes
+    out = tmp_path / "out"
+    argv = _voc_args(
+        tmp_path,
+        out,
+        "--unlabeled_images",
+        "skip",
+        "--class_map",
+        str(mapping),
+        "--max_reject_fraction",
+        "1",
+        classes=2,
+    )
+    assert cli.main(argv) == 0
+    assert {key: r["reason"] for key, r in rejects(out).items()} == {
+        key: "mask_values" for key, ids in masks.items() if (ids == 2).any()
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('{"1": 7}', "stores ids [7]"),
+        ('{"x": 1}', "not an integer id"),
+        ('{"1": 0, "1": 1}', "given twice"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
+def test_a_bad_class_map_is_a_usage_error(tmp_path, capsys, content, words):
+    _voc(tmp_path)
+    mapping = tmp_path / "map.json"
+    mapping.write_text(content)
+    argv = _voc_args(tmp_path, tmp_path / "out", "--class_map", str(mapping))
+    assert cli.main(argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_the_lookup_table_and_the_sorted_path_map_alike():
+    from transforms.codecs.class_map import load_preset
+
+    preset = load_preset("cityscapes_trainids")
+    small = np.arange(40).reshape(5, 8)
+    with_negative = np.concatenate([small, np.full((1, 8), -1)])  # license plate's -1
+    expected = np.vectorize(lambda v: CITYSCAPES_TRAIN_IDS.get(v, 255))(with_negative)
+    np.testing.assert_array_equal(preset.apply(small), expected[:5])
+    np.testing.assert_array_equal(preset.apply(with_negative), expected)

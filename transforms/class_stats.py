@@ -172,6 +172,8 @@ def classes_section(
         "png_bit_depth": settings.bit_depth,
         "splits": {split: stats.to_json() for split, stats in sorted(stats_by_split.items())},
     }
+    if settings.class_map is not None:
+        section["class_map"] = settings.class_map.to_json()
     if coco is not None:
         section["coco"] = dict(coco)
     return section

@@ -37,6 +37,7 @@ CLASS_FLAGS = (
     "colormap",
     "coco_annotations",
     "coco_unlabeled",
+    "class_map",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
 STAGED_COCO_PREFIX = "coco_images"  # record files in the run's staging folder
@@ -74,6 +75,7 @@ class MaskPlan:
             "ignore_index": classes.ignore_index if classes.is_classes else None,
             "class_names": args.class_names,
             "colormap": args.colormap,
+            "class_map": args.class_map,
             "coco_annotations": self.annotations,
             "coco_unlabeled": None if self.coco is None else self.coco.unlabeled,
         }
@@ -112,7 +114,7 @@ def check_mask_flags(args: argparse.Namespace) -> None:
     if args.coco_unlabeled is not None and not coco:
         raise UsageError("--coco_unlabeled needs --coco_annotations")
     if coco:
-        for flag in ("mask_dir", "mask_key", "class_names"):
+        for flag in ("mask_dir", "mask_key", "class_names", "class_map"):
             if getattr(args, flag) is not None:
                 raise UsageError(
                     f"--{flag} does not apply with --coco_annotations, which gives the masks "
@@ -151,10 +153,23 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             ignore_index=args.ignore_index,
             class_names=names,
             colormap=colormap,
+            class_map=_class_map(args.class_map),
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
     return MaskPlan(classes, mask_format, coco, annotations)
+
+
+def _class_map(given: str | None):
+    """A preset by its name (transforms.codecs.class_map.PRESETS), else a JSON file."""
+    from transforms.codecs.class_map import PRESETS, load_preset, parse_class_map
+
+    if given is None:
+        return None
+    if given in PRESETS:
+        return load_preset(given)
+    source = f"--class_map {given}"
+    return parse_class_map(_read_flag_file(source, given), given)
 
 
 def normalize_file(path: str) -> str:

@@ -157,6 +157,14 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "through it and palette masks checked against it",
     )
     classes.add_argument(
+        "--class_map",
+        metavar="FILE|PRESET",
+        help="classes: source id -> stored id, applied as each mask is read, before the range "
+        'check: a JSON object {"7": 0, ..., "*": 255} (\'*\': every unlisted id), or a '
+        "preset: cityscapes_trainids (34 labelIds -> 19 trainIds, 255 for the rest), "
+        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149)",
+    )
+    classes.add_argument(
         "--coco_unlabeled",
         choices=COCO_UNLABELED,
         help=f"COCO pixels no annotation covers: class 0 'background' (categories get ids "
