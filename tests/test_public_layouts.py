@@ -216,14 +216,16 @@ def test_the_reject_limit_shows_a_decimal_when_rounding_would_hide_it(tmp_path, 
     _voc(tmp_path)
     voc = tmp_path / "VOC2012"
     out = tmp_path / "out"
-    # 5 labelled + 7 unlabeled + 2 stray files = 14 entries; the 2 strays are 14.3 %, which
-    # whole percents would show as the limit itself.
-    for name in ("a.txt", "b.txt"):
-        (voc / "JPEGImages" / name).write_text("x")
+    # 6 labelled + 1 stray file = 7 judged entries, the stray 14.3 %, which whole percents
+    # would show as the limit itself; the 7 unlabeled images count in neither part.
+    (voc / "JPEGImages" / "2007_000077.jpg").write_bytes(rgb_jpeg(12, 10, 77))
+    _png(_ids(77, 3), voc / "SegmentationClass" / "2007_000077.png")
+    (voc / "JPEGImages" / "stray.txt").write_text("x")
     argv = _voc_args(tmp_path, out, "--unlabeled_images", "skip", "--max_reject_fraction", "0.14")
     assert cli.main(argv) == 1
-    assert "2 of 14 entries rejected (14.3 %), more than --max_reject_fraction 0.14" in (
-        capsys.readouterr().err
+    assert (
+        "1 of 7 entries rejected (14.3 %; 7 unlabeled or not_in_split not counted), more than "
+        "--max_reject_fraction 0.14" in capsys.readouterr().err
     )
     assert percent(61 / 121, 0.5) == "50.4 %"
     assert percent(811 / 1111, 0.5) == "73 %"
@@ -507,3 +509,14 @@ def test_the_lookup_table_and_the_sorted_path_map_alike():
     expected = np.vectorize(lambda v: CITYSCAPES_TRAIN_IDS.get(v, 255))(with_negative)
     np.testing.assert_array_equal(preset.apply(small), expected[:5])
     np.testing.assert_array_equal(preset.apply(with_negative), expected)
+
+
+def test_unlabeled_images_never_dilute_the_reject_fraction(tmp_path, capsys):
+    _voc(tmp_path)
+    for key in VOC_TRAIN:  # 3 of the 5 labelled entries broken: 60 % of the judged ones
+        (tmp_path / "VOC2012" / "SegmentationClass" / f"{key}.png").write_bytes(b"not a png")
+    out = tmp_path / "out"
+    argv = _voc_args(tmp_path, out, *_split_files(tmp_path), "--unlabeled_images", "skip")
+    assert cli.main(argv) == 1
+    assert "3 of 5 entries rejected (60 %; 7 unlabeled" in capsys.readouterr().err
+    assert not (out / "metadata.json").exists()

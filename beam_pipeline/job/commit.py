@@ -115,12 +115,17 @@ def commit(
     if unlabeled:
         storage.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
-    if discovered and bad / discovered > settings.max_reject_fraction:
+    # Unlabeled and not_in_split entries are set aside, not judged: counted in neither part of
+    # the fraction, so a dataset's many unlabeled images never dilute its bad ones.
+    judged = discovered - len(unlabeled) - (len(rejects) - bad)
+    if judged and bad / judged > settings.max_reject_fraction:
+        aside = discovered - judged
         raise RejectLimitError(
-            f"{bad} of {discovered} entries rejected "
-            f"({percent(bad / discovered, settings.max_reject_fraction)}), more than "
-            f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
-            f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
+            f"{bad} of {judged} entries rejected "
+            f"({percent(bad / judged, settings.max_reject_fraction)}"
+            + (f"; {aside} unlabeled or not_in_split not counted" if aside else "")
+            + f"), more than --max_reject_fraction {settings.max_reject_fraction:g}: nothing "
+            f"was published; {_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
     splits = split_names(shard.spec.split for shard in shards)
     key_tables = {split: _stage_key_table(staged, split, shards, published) for split in splits}

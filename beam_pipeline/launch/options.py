@@ -272,7 +272,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--max_reject_fraction",
         type=fraction,
         default=DEFAULT_MAX_REJECT_FRACTION,
-        help="above this fraction of bad entries (not counting not_in_split) nothing is "
+        help="above this fraction of bad entries (unlabeled and not_in_split entries count "
+        "in neither part) nothing is "
         "published and the job fails; the rejects stay in OUT/.segprep/runs/RUN/",
     )
     parser.add_argument(
