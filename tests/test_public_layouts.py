@@ -375,9 +375,26 @@ def _ade20k(root: Path) -> dict[str, tuple[str, np.ndarray]]:
     return expected
 
 
+def _cocostuff(root: Path) -> dict[str, tuple[str, np.ndarray]]:
+    expected = {}
+    dataset = root / "cocostuff" / "dataset"
+    for seed, (folder, split) in enumerate(
+        [("train2017", "train")] * 3 + [("val2017", "validation")] * 2
+    ):
+        name = f"{seed + 9:012d}"
+        image = dataset / "images" / folder / f"{name}.jpg"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        image.write_bytes(rgb_jpeg(10, 14, seed))
+        ids = np.random.default_rng(seed).integers(0, 182, (10, 14))
+        ids[:, 0] = 255  # unlabeled
+        _png(ids, dataset / "annotations" / folder / f"{name}.png")
+        expected[f"{folder}/{name}"] = (split, ids)
+    return expected
+
+
 def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkeypatch):
     commands = _doc_commands()
-    assert set(commands) == {"out/voc", "out/cityscapes", "out/ade20k"}
+    assert set(commands) == {"out/voc", "out/cityscapes", "out/ade20k", "out/cocostuff"}
     monkeypatch.chdir(tmp_path)
 
     devkit = tmp_path / "VOCdevkit"
@@ -398,9 +415,10 @@ def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkey
     maps = {
         "cityscapes": (_cityscapes, lambda v: CITYSCAPES_TRAIN_IDS.get(v, 255), 19),
         "ade20k": (_ade20k, lambda v: 255 if v in (0, 255) else v - 1, 150),
+        "cocostuff": (_cocostuff, lambda v: v, 182),
     }
     for name, (build, stored_id, classes) in maps.items():
-        expected = build(tmp_path / "cityscapes" if name == "cityscapes" else tmp_path)
+        expected = build(tmp_path / name if name == "cityscapes" else tmp_path)
         assert cli.main([*commands[f"out/{name}"], *RUNNER_ARGS]) == 0, name
         stored = stored_masks(tmp_path / "out" / name)
         assert set(stored) == set(expected), name
@@ -410,10 +428,10 @@ def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkey
         info = metadata(tmp_path / "out" / name)
         assert info["num_rejected"]["total"] == 0, name
         assert info["classes"]["num_classes"] == classes
-        assert info["classes"]["class_map"]["source"] in (
-            "cityscapes_trainids",
-            "ade20k_reduce_zero",
-        )
+        assert info["classes"].get("class_map", {}).get("source") == {
+            "cityscapes": "cityscapes_trainids",
+            "ade20k": "ade20k_reduce_zero",
+        }.get(name)
 
 
 # cityscapesScripts helpers/labels.py: labelId -> trainId of the 19 evaluated classes.

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import heapq
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from transforms.format import record_formats
@@ -89,6 +90,11 @@ FOLDER_SPLITS = {
 }
 
 
+def folder_split(folder: str) -> str | None:
+    """The split a folder names, in any case, with an optional year as COCO's: `train2017`."""
+    return FOLDER_SPLITS.get(re.sub(r"(?<=[a-z])\d{4}$", "", folder.lower()))
+
+
 def first_folder(key: str) -> str | None:
     return key.split("/", 1)[0] if "/" in key else None
 
@@ -102,12 +108,12 @@ class FolderSplits:
 
     def split_of(self, key: str) -> str | None:
         folder = first_folder(key)
-        return None if folder is None else FOLDER_SPLITS.get(folder.lower())
+        return None if folder is None else folder_split(folder)
 
     def left_out_detail(self, key: str) -> str:
         folder = first_folder(key)
         where = "lies in no folder" if folder is None else f"lies in folder {folder!r}"
-        return f"{where}: --split_by_folder takes " + ", ".join(FOLDER_SPLITS)
+        return f"{where}: --split_by_folder takes " + ", ".join(FOLDER_SPLITS) + " (+ a year)"
 
 
 def split_names(splits: Iterable[str]) -> list[str]:

@@ -11,7 +11,7 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.launch.options import DEFAULT_TRAIN_SIZE, DEFAULT_VALIDATION_SIZE
 from beam_pipeline.runtime import storage
 from transforms.pairing import IMAGE_EXTENSIONS, Layout
-from transforms.splits import FOLDER_SPLITS, FolderSplits, SplitFractions, SplitLists
+from transforms.splits import FOLDER_SPLITS, FolderSplits, SplitFractions, SplitLists, folder_split
 
 SPLIT_FILE_BYTES = 256 << 20  # ADE20K's and COCO's lists are a few MB
 _SPLIT_NAME = re.compile(r"[a-z]+")
@@ -115,7 +115,7 @@ def refuse_unknown_folders(layout: Layout, left_out: int, flag: str) -> None:
         )
     except OSError:
         found = []
-    unknown = [name for name in found if name.lower() not in FOLDER_SPLITS]
+    unknown = [name for name in found if folder_split(name) is None]
     shown = ", ".join(unknown[:8]) + (", ..." if len(unknown) > 8 else "")
     raise UsageError(
         f"--split_by_folder: {left_out:,} entries of {flag} {layout.image_dir} lie in no "
