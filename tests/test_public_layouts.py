@@ -307,6 +307,9 @@ def test_cityscapes_suffixes_and_split_folders_are_one_command(tmp_path, capsys)
     # Every reader takes the test split; its all-unlabeled masks have no class weights.
     source = shard_reader.RecordSource(str(out), "test")
     assert len(source) == 2
+    batches = shard_reader.make_dataset(str(out), "test", 2, training=False, with_keys=True)
+    keys = {key.decode() for batch in batches for key in batch[-1].numpy()}
+    assert keys == {key for key, (split, _) in expected.items() if split == "test"}
     assert shard_reader.class_weights(out, "train").shape == (34,)
     with pytest.raises(ValueError, match="no labelled pixels"):
         shard_reader.class_weights(out, "test")
@@ -538,3 +541,20 @@ def test_unlabeled_images_never_dilute_the_reject_fraction(tmp_path, capsys):
     assert cli.main(argv) == 1
     assert "3 of 5 entries rejected (60 %; 7 unlabeled" in capsys.readouterr().err
     assert not (out / "metadata.json").exists()
+
+
+def test_a_test_split_gets_shards_in_the_plan_and_its_own_names():
+    from transforms.splits import FolderSplits, SplitSize, plan_num_shards
+
+    sizes = {"train": SplitSize(40, 4000), "validation": SplitSize(8, 800), "test": SplitSize(8, 1)}
+    plan = plan_num_shards(sizes, num_shards=7)
+    assert list(plan) == ["train", "validation", "test"]
+    assert sum(plan.values()) == 7 and plan["test"] >= 1
+    splits = FolderSplits()
+    assert [splits.split_of(k) for k in ("training/a", "VAL/b", "test/c", "trainval/d")] == [
+        "train",
+        "validation",
+        "test",
+        None,
+    ]
+    assert "'trainval'" in splits.left_out_detail("trainval/d")
