@@ -324,6 +324,7 @@ def test_cityscapes_side_files_are_never_read_as_masks(tmp_path):
     found = rejects(out)
     assert len(found) == 24
     assert {r["reason"] for r in found.values()} == {"unrecognized_file"}
+    assert all("masks are KEY_gtFine_labelIds.png" in r["detail"] for r in found.values())
     assert metadata(out)["splits"]["train"]["num_examples"] == 4
 
 

@@ -130,12 +130,12 @@ class Layout:
 
     @property
     def image_suffixes(self) -> tuple[str, ...]:
-        return IMAGE_EXTENSIONS if self.image_suffix is None else (self.image_suffix.lower(),)
+        return IMAGE_EXTENSIONS if self.image_suffix is None else (self.image_suffix,)
 
     @property
     def mask_suffixes(self) -> tuple[str, ...]:
         if self.mask_suffix is not None:
-            return (self.mask_suffix.lower(),)
+            return (self.mask_suffix,)
         return ONE_FOLDER_MASK_SUFFIXES if self.one_folder else MASK_SUFFIXES
 
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
@@ -180,7 +180,7 @@ def _strip_suffix(relative_path: str, suffixes: tuple[str, ...]) -> str | None:
     name = basename(relative_path)
     lowered = name.lower()
     for suffix in suffixes:
-        if lowered.endswith(suffix) and len(name) > len(suffix):
+        if lowered.endswith(suffix.lower()) and len(name) > len(suffix):
             return relative_path[: -len(suffix)]
     return None
 
@@ -195,11 +195,15 @@ def file_reject(path: str, role: Role | None, reason: Reason, detail: str) -> Re
     return Reject(path, reason, detail, **fields)
 
 
-def unrecognized(path: str, role: Role | None) -> Reject:
+def unrecognized(path: str, role: Role | None, layout: Layout | None = None) -> Reject:
     """Says what the names should be: a .bmp image is a common surprise, not a mystery."""
     where = f"{role} folder" if role else "data folder"
-    images = "images are KEY" + "|".join(IMAGE_EXTENSIONS)
-    masks = "masks KEY" + ", KEY".join(MASK_SUFFIXES if role else ONE_FOLDER_MASK_SUFFIXES)
+    image_suffixes = IMAGE_EXTENSIONS if layout is None else layout.image_suffixes
+    mask_suffixes = MASK_SUFFIXES if role else ONE_FOLDER_MASK_SUFFIXES
+    if layout is not None and layout.mask_suffix is not None:
+        mask_suffixes = layout.mask_suffixes
+    images = "images are KEY" + "|".join(image_suffixes)
+    masks = "masks KEY" + ", KEY".join(mask_suffixes)
     expected = {Role.IMAGE: images, Role.MASK: masks.replace("masks", "masks are", 1)}
     return file_reject(
         path,

@@ -67,7 +67,9 @@ class _KeyFiles(beam.DoFn):
         classified = self._layout.classify(relative, self._role)
         if classified is None:
             Metrics.counter(_NAMESPACE, "unrecognized_files").inc()
-            yield beam.pvalue.TaggedOutput(REJECTS, unrecognized(metadata.path, self._role))
+            yield beam.pvalue.TaggedOutput(
+                REJECTS, unrecognized(metadata.path, self._role, self._layout)
+            )
             return
         role, key = classified
         yield key, (role, SourceFile(metadata.path, metadata.size_in_bytes))

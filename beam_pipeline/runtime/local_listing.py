@@ -134,7 +134,7 @@ def list_local(
                 continue
             classified = layout.classify(relative, role)
             if classified is None:
-                reject(unrecognized(path, role))
+                reject(unrecognized(path, role, layout))
                 continue
             found_role, key = classified
             sort.add(*keyed_row(key, found_role, next(sequence), source))
