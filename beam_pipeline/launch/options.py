@@ -184,7 +184,6 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     public.add_argument(
         "--ignore_files",
         action="append",
-        default=[],
         metavar="GLOB",
         help="repeatable: side files to leave alone, matched against the path under a data "
         "folder ('*' crosses folders: '*.txt' matches a/readme.txt); counted, never read",
@@ -192,7 +191,6 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     public.add_argument(
         "--split_file",
         action="append",
-        default=[],
         metavar="SPLIT=PATH",
         help="repeatable: an official split list, one key per line (image extension "
         "optional), e.g. train=ImageSets/Segmentation/train.txt; keys in no list are "

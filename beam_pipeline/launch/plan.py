@@ -433,7 +433,7 @@ def _layout(args: argparse.Namespace) -> Layout:
         layout,
         image_suffix=args.image_suffix,
         mask_suffix=args.mask_suffix,
-        ignore_files=tuple(args.ignore_files),
+        ignore_files=tuple(args.ignore_files or ()),
         skip_unlabeled=args.unlabeled_images == "skip",
     )
 
