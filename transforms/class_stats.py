@@ -172,6 +172,8 @@ def classes_section(
         "png_bit_depth": settings.bit_depth,
         "splits": {split: stats.to_json() for split, stats in sorted(stats_by_split.items())},
     }
+    if settings.class_map is not None:
+        section["class_map"] = settings.class_map.to_json()
     if coco is not None:
         section["coco"] = dict(coco)
     return section
@@ -204,7 +206,18 @@ def class_weights(classes: Mapping[str, Any], split: str = "train") -> np.ndarra
     splits = classes.get("splits", {})
     if split not in splits:
         raise ValueError(f"no class statistics for split {split!r}; have {sorted(splits)}")
-    return median_frequency_weights(ClassStats.from_json(splits[split]))
+    return split_weights(ClassStats.from_json(splits[split]), split)
+
+
+def split_weights(stats: ClassStats, split: str) -> np.ndarray:
+    """Weights of a named split; one with no labelled pixel raises: all-zero weights would
+    silently switch a weighted loss off."""
+    if not any(stats.pixels):
+        raise ValueError(
+            f"split {split!r} has no labelled pixels ({stats.num_images} images): no class "
+            "weights can be computed from it"
+        )
+    return median_frequency_weights(stats)
 
 
 def rarest_and_most_frequent(stats: ClassStats, count: int = 3) -> tuple[list[int], list[int]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fnmatch
 import itertools
 import posixpath
 from collections.abc import Iterable, Iterator
@@ -85,6 +86,16 @@ class Layout:
     image_dir: str  # normalised: absolute or gs://, ending in '/'
     mask_dir: str | None  # None: masks come from `annotations`
     annotations: str | None = None  # a COCO annotations file (absolute or gs://)
+    # Naming conventions, as data: `aachen_1_leftImg8bit.png` has key `aachen_1` with
+    # image_suffix `_leftImg8bit.png`. None: the default names (IMAGE_EXTENSIONS,
+    # MASK_SUFFIXES).
+    image_suffix: str | None = None
+    mask_suffix: str | None = None
+    # Globs (--ignore_files) on the path under a data folder: such files are counted, never
+    # read, never entries.
+    ignore_files: tuple[str, ...] = ()
+    # --unlabeled_images skip: an image with no mask is set apart as `unlabeled`, not rejected.
+    skip_unlabeled: bool = False
 
     def __post_init__(self) -> None:
         if (self.mask_dir is None) == (self.annotations is None):
@@ -116,17 +127,31 @@ class Layout:
             return path.startswith(self.annotations) and path.lower().endswith(".json")
         return path == self.annotations
 
+    def is_ignored(self, relative_path: str) -> bool:
+        """A side file (--ignore_files): `*` crosses folders, so `*.txt` matches `a/b.txt`."""
+        return any(fnmatch.fnmatchcase(relative_path, glob) for glob in self.ignore_files)
+
+    @property
+    def image_suffixes(self) -> tuple[str, ...]:
+        return IMAGE_EXTENSIONS if self.image_suffix is None else (self.image_suffix,)
+
+    @property
+    def mask_suffixes(self) -> tuple[str, ...]:
+        if self.mask_suffix is not None:
+            return (self.mask_suffix,)
+        return ONE_FOLDER_MASK_SUFFIXES if self.one_folder else MASK_SUFFIXES
+
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
         """(role, key) of a file by its path under its folder; None for any other name."""
         if role is Role.IMAGE:
-            key = image_key(relative_path)
+            key = _strip_suffix(relative_path, self.image_suffixes)
         elif role is Role.MASK:
-            key = mask_key(relative_path)
+            key = _strip_suffix(relative_path, self.mask_suffixes)
         else:
-            key = _strip_suffix(relative_path, ONE_FOLDER_MASK_SUFFIXES)
+            key = _strip_suffix(relative_path, self.mask_suffixes)
             if key is not None:
                 return Role.MASK, key
-            role, key = Role.IMAGE, image_key(relative_path)
+            role, key = Role.IMAGE, _strip_suffix(relative_path, self.image_suffixes)
         return None if key is None else (role, key)
 
 
@@ -158,7 +183,7 @@ def _strip_suffix(relative_path: str, suffixes: tuple[str, ...]) -> str | None:
     name = basename(relative_path)
     lowered = name.lower()
     for suffix in suffixes:
-        if lowered.endswith(suffix) and len(name) > len(suffix):
+        if lowered.endswith(suffix.lower()) and len(name) > len(suffix):
             return relative_path[: -len(suffix)]
     return None
 
@@ -173,11 +198,15 @@ def file_reject(path: str, role: Role | None, reason: Reason, detail: str) -> Re
     return Reject(path, reason, detail, **fields)
 
 
-def unrecognized(path: str, role: Role | None) -> Reject:
+def unrecognized(path: str, role: Role | None, layout: Layout | None = None) -> Reject:
     """Says what the names should be: a .bmp image is a common surprise, not a mystery."""
     where = f"{role} folder" if role else "data folder"
-    images = "images are KEY" + "|".join(IMAGE_EXTENSIONS)
-    masks = "masks KEY" + ", KEY".join(MASK_SUFFIXES if role else ONE_FOLDER_MASK_SUFFIXES)
+    image_suffixes = IMAGE_EXTENSIONS if layout is None else layout.image_suffixes
+    mask_suffixes = MASK_SUFFIXES if role else ONE_FOLDER_MASK_SUFFIXES
+    if layout is not None and layout.mask_suffix is not None:
+        mask_suffixes = layout.mask_suffixes
+    images = "images are KEY" + "|".join(image_suffixes)
+    masks = "masks KEY" + ", KEY".join(mask_suffixes)
     expected = {Role.IMAGE: images, Role.MASK: masks.replace("masks", "masks are", 1)}
     return file_reject(
         path,
@@ -214,11 +243,13 @@ def resolve_pair(
     images: list[SourceFile],
     masks: list[SourceFile] | list[CocoEntry],
     annotations: str | None = None,
+    skip_unlabeled: bool = False,
 ) -> Pair | Reject:
     """Exactly one image and one mask, both regular files, make a pair; else a reject.
 
     With masks from the COCO file `annotations`, an entry pairs only with the image file at
-    the path its file_name gives.
+    the path its file_name gives. With `skip_unlabeled`, one regular image and no mask is
+    an `unlabeled` entry (Reason.UNLABELED, set apart from the rejects at the commit).
     """
     images, masks = sorted(images), sorted(masks)
     image = images[0].path if images else None
@@ -230,6 +261,8 @@ def resolve_pair(
         return Reject(
             key, Reason.DUPLICATE_KEY, f"{len(many)} {kind} for one key: {names}", image, mask
         )
+    if not masks and skip_unlabeled and images[0].regular:
+        return Reject(key, Reason.UNLABELED, "image has no mask (--unlabeled_images skip)", image)
     if not masks:
         where = "no mask" if annotations is None else f"no image record in {basename(annotations)}"
         return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has {where}", image, None)
@@ -284,7 +317,7 @@ def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | CocoEntr
 
 
 def pair_sorted(
-    rows: Iterable[KeyedRow], annotations: str | None = None
+    rows: Iterable[KeyedRow], annotations: str | None = None, skip_unlabeled: bool = False
 ) -> Iterator[Pair | Reject]:
     """Resolve each key of `rows` sorted by key, in one streaming pass: only one key's files
     are held at a time."""
@@ -293,7 +326,7 @@ def pair_sorted(
         masks: list = []
         for (_, role, _), source in group:
             (images if role == Role.IMAGE else masks).append(source)
-        yield resolve_pair(key, images, masks, annotations)
+        yield resolve_pair(key, images, masks, annotations, skip_unlabeled)
 
 
 def pair_files(

@@ -25,6 +25,9 @@ class Reason(enum.StrEnum):
     MASK_VALUES = "mask_values"
     SIZE_MISMATCH = "size_mismatch"
     NOT_IN_SPLIT = "not_in_split"
+    # Not a reject: an image with no mask under --unlabeled_images skip, listed in
+    # unlabeled.jsonl instead of rejects.jsonl (job/commit.py sets these apart).
+    UNLABELED = "unlabeled"
     READ_ERROR = "read_error"
     KEY_EXISTS = "key_exists"  # `--append`: the output holds the key with other bytes
 

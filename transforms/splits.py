@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import heapq
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from transforms.format import record_formats
@@ -43,6 +44,13 @@ class SplitFractions:
         if self.train + self.validation == 0:
             raise SettingError("{train_size} and {validation_size} are both 0: nothing to write")
 
+    def listed(self, key: str) -> bool:
+        """Fractions list no key: a missing file is never an official entry."""
+        return False
+
+    def left_out_detail(self, key: str) -> str:
+        return f"outside train_size={self.train} + validation_size={self.validation}"
+
     def split_of(self, key: str) -> str | None:
         """Same key, same split, whatever else is in the dataset; None if left out."""
         position = _unit_hash("split", key) / _TWO_64
@@ -51,6 +59,67 @@ class SplitFractions:
         if position < self.train + self.validation:
             return "validation"
         return None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SplitLists:
+    """--split_file: the official lists (VOC's ImageSets/Segmentation/*.txt), key -> split.
+
+    Keys in no list are `not_in_split`; a listed key the folders lack is a reject.
+    """
+
+    keys: Mapping[str, str]
+    sources: Mapping[str, str]  # split -> the file that lists it, for messages
+
+    def listed(self, key: str) -> bool:
+        return key in self.keys
+
+    def split_of(self, key: str) -> str | None:
+        return self.keys.get(key)
+
+    def left_out_detail(self, key: str) -> str:
+        return "in no --split_file list (" + ", ".join(sorted(self.sources)) + ")"
+
+
+# --split_by_folder: the first folder of a key names its split, as public datasets name them.
+FOLDER_SPLITS = {
+    "train": "train",
+    "training": "train",
+    "val": "validation",
+    "validation": "validation",
+    "test": "test",
+}
+
+
+def folder_split(folder: str) -> str | None:
+    """The split a folder names, in any case, with an optional year as COCO's: `train2017`."""
+    return FOLDER_SPLITS.get(re.sub(r"(?<=[a-z])\d{4}$", "", folder.lower()))
+
+
+def first_folder(key: str) -> str | None:
+    return key.split("/", 1)[0] if "/" in key else None
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderSplits:
+    """--split_by_folder: `train/aachen/x` is in train, `val/x` in validation."""
+
+    def listed(self, key: str) -> bool:
+        return False
+
+    def split_of(self, key: str) -> str | None:
+        folder = first_folder(key)
+        return None if folder is None else folder_split(folder)
+
+    def left_out_detail(self, key: str) -> str:
+        folder = first_folder(key)
+        where = "lies in no folder" if folder is None else f"lies in folder {folder!r}"
+        return f"{where}: --split_by_folder takes " + ", ".join(FOLDER_SPLITS) + " (+ a year)"
+
+
+def split_names(splits: Iterable[str]) -> list[str]:
+    """train and validation first (always present in metadata), then any other, sorted."""
+    return [*SPLITS, *sorted(set(splits) - set(SPLITS))]
 
 
 def shard_hash(key: str) -> int:
@@ -95,14 +164,15 @@ def plan_num_shards(
     """
     if (num_shards is None) == (shard_size_mb is None):
         raise ValueError("give exactly one of num_shards and shard_size_mb")
-    entries = {split: sizes.get(split, SplitSize(0, 0)).entries for split in SPLITS}
+    names = split_names(sizes)
+    entries = {split: sizes.get(split, SplitSize(0, 0)).entries for split in names}
     total_entries = sum(entries.values())
     if total_entries == 0:
-        return {split: 0 for split in SPLITS}
+        return {split: 0 for split in names}
     if num_shards is None:
         total_bytes = sum(size.bytes for size in sizes.values())
         num_shards = max(math.ceil(total_bytes / (shard_size_mb * 1_000_000)), min_total_shards)
-    present = [split for split in SPLITS if entries[split]]
+    present = [split for split in names if entries[split]]
     target = max(min(num_shards, total_entries), len(present))
     ideal = {split: target * entries[split] / total_entries for split in present}
     # With two splits the minimum of one never overshoots: a split under one shard's worth
@@ -114,7 +184,7 @@ def plan_num_shards(
             key=lambda split: ideal[split] - plan[split],
         )
         plan[grow] += 1
-    return {split: plan.get(split, 0) for split in SPLITS}
+    return {split: plan.get(split, 0) for split in names}
 
 
 def num_shards_note(requested: int | None, planned: int) -> str | None:

@@ -42,6 +42,12 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     for reason, count in rejected["by_reason"].items():
         example = rejected.get("example_key", {}).get(reason, "")
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
+    unlabeled = metadata.get("num_unlabeled")
+    if unlabeled:
+        lines.append(
+            f"  unlabeled {unlabeled['total']:>25,}   images with no mask, not rejects "
+            f"(--unlabeled_images skip): listed in {unlabeled['file']}"
+        )
     if run:
         lines.append(
             f"  {shards} {_shards(shards)}, {run['bytes_written'] / 1e6:.1f} MB written in "
@@ -64,6 +70,11 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         )
     if plan is not None and plan.listing is not None and plan.listing.hidden:
         lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
+    if plan is not None and plan.listing is not None and plan.listing.ignored:
+        globs = " ".join(shlex.quote(glob) for glob in plan.layout.ignore_files)
+        lines.append(
+            f"  ignored {plan.listing.ignored:,} files matching --ignore_files {globs} (not read)"
+        )
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
@@ -110,10 +121,14 @@ def _shards(count: int) -> str:
     return "shard" if count == 1 else "shards"
 
 
-def _empty_split_notes(
-    splits: dict[str, Any], fractions: SplitFractions, accepted: int
-) -> list[str]:
+def _empty_split_notes(splits: dict[str, Any], fractions: object, accepted: int) -> list[str]:
     """A split asked for but left empty: its readers would fail later, say it now."""
+    if not isinstance(fractions, SplitFractions):
+        return [
+            f"  note: {name} got no examples from its official split"
+            for name, split in splits.items()
+            if name in getattr(fractions, "sources", {}) and not split.get("num_examples")
+        ]
     asked = {"train": fractions.train, "validation": fractions.validation}
     return [
         f"  note: {name} got no examples: --{name}_size {asked[name]:g} of {accepted:,} "

@@ -26,14 +26,15 @@ from transforms.format.naming import (
     FIRST_VERSION,
     METADATA_FILE,
     REJECTS_FILE,
-    SPLITS,
     TFDS_FILES,
+    UNLABELED_FILE,
     index_name,
     key_table_name,
     parse_shard_name,
     shard_name,
 )
 from transforms.rejects import Reason, Reject
+from transforms.splits import split_names
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -111,6 +112,9 @@ def commit(
             f"+ {skipped} already present ({len(keys) - len(set(keys))} duplicate reject "
             "keys): refusing to publish"
         )
+    # Unlabeled images (--unlabeled_images skip) are set apart: listed, counted, no rejects.
+    unlabeled = [reject for reject in rejects if reject.reason == Reason.UNLABELED]
+    rejects = [reject for reject in rejects if reject.reason != Reason.UNLABELED]
     append = settings.append
     version = append.version if append else FIRST_VERSION
     previous = _previous(settings) if append else None
@@ -123,13 +127,24 @@ def commit(
     )
     # The refusal comes before any further staging: its rejects are all a refused run keeps.
     storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
+    if unlabeled:
+        storage.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
-    if discovered and bad / discovered > settings.max_reject_fraction:
+    # Unlabeled and not_in_split entries are set aside, not judged: counted in neither part of
+    # the fraction, so a dataset's many unlabeled images never dilute its bad ones.
+    judged = discovered - len(unlabeled) - (len(rejects) - bad)
+    if judged and bad / judged > settings.max_reject_fraction:
+        aside = discovered - judged
         raise RejectLimitError(
-            f"{bad} of {discovered} entries rejected ({bad / discovered:.0%}), more than "
-            f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
-            f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
+            f"{bad} of {judged} entries rejected "
+            f"({percent(bad / judged, settings.max_reject_fraction)}"
+            + (f"; {aside} unlabeled or not_in_split not counted" if aside else "")
+            + f"), more than --max_reject_fraction {settings.max_reject_fraction:g}: nothing "
+            f"was published; {_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
+    splits = split_names(
+        [*(shard.spec.split for shard in shards), *(previous.splits if previous else ())]
+    )
     key_tables = {
         split: _stage_key_table(
             staged,
@@ -139,12 +154,12 @@ def commit(
             version,
             previous.splits[split].num_shards if previous and split in previous.splits else 0,
         )
-        for split in SPLITS
+        for split in splits
     }
     new_keys: set[str] = set()
     digest_tables = {
         split: versions.stage_digest_table(staged, split, shards, published, version, new_keys)
-        for split in SPLITS
+        for split in splits
     }
     adapter = record_formats.get(settings.record_format)
     written = [
@@ -162,6 +177,8 @@ def commit(
         record_format=adapter.name,
     )
     info["num_discovered"] = discovered
+    if unlabeled:
+        info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings, previous)
@@ -179,7 +196,7 @@ def commit(
         # The entries the latest version accounts for: each key once, in a shard or rejected.
         records = sum(split["num_examples"] for split in info["splits"].values())
         info["num_discovered"] = records + info["num_rejected"]["total"]
-    added_files = {split: [] for split in SPLITS}
+    added_files = {split: [] for split in splits}
     for name in published.values():
         added_files[parse_shard_name(name)[0]].append(name)
     record = versions.version_info(
@@ -220,6 +237,7 @@ def commit(
         *sorted((ref["file"], ref["file"]) for ref in digest_tables.values()),
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),
+        *([(UNLABELED_FILE, UNLABELED_FILE)] if unlabeled else []),
     ]
     keep: list[str] = []
     if previous is not None:
@@ -236,6 +254,14 @@ def commit(
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def percent(fraction: float, limit: float) -> str:
+    """`50 %`, or `50.4 %` when whole percents would hide that it is above the limit."""
+    whole = f"{fraction:.0%}"
+    if round(fraction * 100) <= limit * 100 < fraction * 100:
+        return f"{fraction * 100:.1f} %"
+    return whole.replace("%", " %")
 
 
 def _commit_bytes(
@@ -324,7 +350,7 @@ def _add_classes(
             ),
             classes.num_classes,
         )
-        for split in SPLITS
+        for split in split_names(shard.spec.split for shard in shards)
     }
     info["classes"] = classes_section(classes, stats, coco=settings.coco)
     info["features"] = {

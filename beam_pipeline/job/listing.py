@@ -61,10 +61,15 @@ class _KeyFiles(beam.DoFn):
             return
         if self._layout.is_input_file(metadata.path):
             return
+        if self._layout.is_ignored(relative):
+            Metrics.counter(_NAMESPACE, "ignored_files").inc()
+            return
         classified = self._layout.classify(relative, self._role)
         if classified is None:
             Metrics.counter(_NAMESPACE, "unrecognized_files").inc()
-            yield beam.pvalue.TaggedOutput(REJECTS, unrecognized(metadata.path, self._role))
+            yield beam.pvalue.TaggedOutput(
+                REJECTS, unrecognized(metadata.path, self._role, self._layout)
+            )
             return
         role, key = classified
         yield key, (role, SourceFile(metadata.path, metadata.size_in_bytes))
@@ -116,14 +121,15 @@ def _coco_records(pbegin, coco: CocoSettings, image_dir: str):
 
 
 class _ResolvePairs(beam.DoFn):
-    def __init__(self, annotations: str | None) -> None:
+    def __init__(self, annotations: str | None, skip_unlabeled: bool = False) -> None:
         self._annotations = annotations
+        self._skip_unlabeled = skip_unlabeled
 
     def process(self, element):
         key, files = element
         images = [source for role, source in files if role is Role.IMAGE]
         masks = [source for role, source in files if role is Role.MASK]
-        outcome = resolve_pair(key, images, masks, self._annotations)
+        outcome = resolve_pair(key, images, masks, self._annotations, self._skip_unlabeled)
         if isinstance(outcome, Pair):
             yield outcome
         else:
@@ -162,9 +168,9 @@ class ListAndPair(beam.PTransform):
             | "AllKeyedFiles" >> beam.Flatten()
             | "GroupFilesByKey" >> beam.GroupByKey()
             | "ResolvePairs"
-            >> beam.ParDo(_ResolvePairs(self._layout.annotations)).with_outputs(
-                REJECTS, main="pairs"
-            )
+            >> beam.ParDo(
+                _ResolvePairs(self._layout.annotations, self._layout.skip_unlabeled)
+            ).with_outputs(REJECTS, main="pairs")
         )
         all_rejects = (*rejects, resolved[REJECTS]) | "FlattenListingRejects" >> beam.Flatten()
         return {"pairs": resolved.pairs, REJECTS: all_rejects}

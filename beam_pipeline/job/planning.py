@@ -33,10 +33,7 @@ class _AssignSplit(beam.DoFn):
         split = self._fractions.split_of(pair.key)
         if split is None:
             self._left_out.inc()
-            detail = (
-                f"outside train_size={self._fractions.train} + "
-                f"validation_size={self._fractions.validation}"
-            )
+            detail = self._fractions.left_out_detail(pair.key)
             yield beam.pvalue.TaggedOutput(
                 REJECTS,
                 Reject(pair.key, Reason.NOT_IN_SPLIT, detail, pair.image.path, pair.mask.path),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from transforms.format import record_formats
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.pairing import Layout, StagedEntries
-from transforms.splits import SplitFractions
+from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
@@ -31,7 +31,8 @@ def _binary_masks() -> ClassMaskSettings:
 class PlanningSettings:
     """Split fractions and how many shards: exactly one of num_shards and shard_size_mb."""
 
-    fractions: SplitFractions
+    # How a key finds its split: fractions by hash, official lists, or its first folder.
+    fractions: SplitFractions | SplitLists | FolderSplits
     num_shards: int | None = None
     shard_size_mb: float | None = None
     min_total_shards: int = 1

@@ -39,6 +39,7 @@ CLASS_FLAGS = (
     "coco_unlabeled",
     "annotations",
     "unlabeled",
+    "class_map",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
 STAGED_COCO_PREFIX = "coco_images"  # record files in the run's staging folder
@@ -76,6 +77,7 @@ class MaskPlan:
             "ignore_index": classes.ignore_index if classes.is_classes else None,
             "class_names": args.class_names,
             "colormap": args.colormap,
+            "class_map": args.class_map,
             "coco_annotations": self.annotations,
             "coco_unlabeled": None if self.coco is None else self.coco.unlabeled,
             "annotations": self.annotations,
@@ -160,7 +162,7 @@ def check_mask_flags(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{flag} does not apply with --annotations")
         return
     if coco:
-        for flag in ("mask_dir", "mask_key", "class_names"):
+        for flag in ("mask_dir", "mask_key", "class_names", "class_map"):
             if getattr(args, flag) is not None:
                 raise UsageError(
                     f"--{flag} does not apply with --coco_annotations, which gives the masks "
@@ -203,6 +205,7 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             ignore_index=args.ignore_index,
             class_names=names,
             colormap=colormap,
+            class_map=_class_map(args.class_map),
         )
     except ValueError as error:
         raise usage_error(error) from None
@@ -241,6 +244,18 @@ def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str,
         return read_labelme(path, origin, image_dir=image_dir, **common)
     except OSError as error:
         raise UsageError(f"{origin}: {error.strerror or error}") from None
+
+
+def _class_map(given: str | None):
+    """A preset by its name (transforms.codecs.class_map.PRESETS), else a JSON file."""
+    from transforms.codecs.class_map import PRESETS, load_preset, parse_class_map
+
+    if given is None:
+        return None
+    if given in PRESETS:
+        return load_preset(given)
+    source = f"--class_map {given}"
+    return parse_class_map(_read_flag_file(source, given), given)
 
 
 def normalize_file(path: str) -> str:

@@ -24,6 +24,7 @@ from transforms.format.features import (
 
 DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launch/plan.py
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+UNLABELED_CHOICES = ("reject", "skip")
 DEFAULT_TRAIN_SIZE = 0.9
 DEFAULT_VALIDATION_SIZE = 0.1
 DEFAULT_SHARD_SIZE_MB = 100.0
@@ -170,6 +171,14 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "through it and palette masks checked against it",
     )
     classes.add_argument(
+        "--class_map",
+        metavar="FILE|PRESET",
+        help="classes: source id -> stored id, applied as each mask is read, before the range "
+        'check: a JSON object {"7": 0, ..., "*": 255} (\'*\': every unlisted id), or a '
+        "preset: cityscapes_trainids (34 labelIds -> 19 trainIds, 255 for the rest), "
+        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149)",
+    )
+    classes.add_argument(
         "--coco_unlabeled",
         choices=COCO_UNLABELED,
         help="the same as --unlabeled. COCO pixels no annotation covers: class 0 "
@@ -182,20 +191,62 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="--annotations: pixels no shape covers are class 'background' (labels get ids "
         f"after it) or the ignore index (labels from 0); default {DEFAULT_COCO_UNLABELED}",
     )
+    public = parser.add_argument_group(
+        "public datasets as they ship (docs/public-datasets.md): official splits, unlabeled "
+        "images, side files, naming conventions"
+    )
+    public.add_argument(
+        "--unlabeled_images",
+        choices=UNLABELED_CHOICES,
+        default="reject",
+        help="an image with no mask: a missing_mask reject, or skip: counted as unlabeled and "
+        "listed in unlabeled.jsonl, not a reject (VOC ships 17,125 images for 2,913 masks)",
+    )
+    public.add_argument(
+        "--ignore_files",
+        action="append",
+        metavar="GLOB",
+        help="repeatable: side files to leave alone, matched against the path under a data "
+        "folder ('*' crosses folders: '*.txt' matches a/readme.txt); counted, never read",
+    )
+    public.add_argument(
+        "--split_file",
+        action="append",
+        metavar="SPLIT=PATH",
+        help="repeatable: an official split list, one key per line (image extension "
+        "optional), e.g. train=ImageSets/Segmentation/train.txt; keys in no list are "
+        "not_in_split; replaces --train_size/--validation_size",
+    )
+    public.add_argument(
+        "--split_by_folder",
+        action="store_true",
+        help="the first folder of each key names its split: train|training, val|validation, "
+        "test; replaces --train_size/--validation_size",
+    )
+    public.add_argument(
+        "--image_suffix",
+        metavar="S",
+        help="images are KEY+S, e.g. _leftImg8bit.png (Cityscapes); default KEY.jpg|.jpeg|.png",
+    )
+    public.add_argument(
+        "--mask_suffix",
+        metavar="S",
+        help="masks are KEY+S, e.g. _gtFine_labelIds.png (Cityscapes); default as --mask_dir says",
+    )
     parser.add_argument(
         "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
     )
     parser.add_argument(
         "--train_size",
         type=fraction,
-        default=DEFAULT_TRAIN_SIZE,
-        help="fraction of valid entries for train",
+        default=None,
+        help=f"fraction of valid entries for train; default {DEFAULT_TRAIN_SIZE:g}",
     )
     parser.add_argument(
         "--validation_size",
         type=fraction,
-        default=DEFAULT_VALIDATION_SIZE,
-        help="fraction of valid entries for validation",
+        default=None,
+        help=f"fraction of valid entries for validation; default {DEFAULT_VALIDATION_SIZE:g}",
     )
     sizing = parser.add_mutually_exclusive_group()
     sizing.add_argument("--num_shards", type=positive_int, help="total shards, spread over splits")
@@ -240,7 +291,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--max_reject_fraction",
         type=fraction,
         default=DEFAULT_MAX_REJECT_FRACTION,
-        help="above this fraction of bad entries (not counting not_in_split) nothing is "
+        help="above this fraction of bad entries (unlabeled and not_in_split entries count "
+        "in neither part) nothing is "
         "published and the job fails; the rejects stay in OUT/.segprep/runs/RUN/",
     )
     parser.add_argument(

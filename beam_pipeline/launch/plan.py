@@ -25,7 +25,7 @@ from beam_pipeline.job.settings import (
     PlanningSettings,
     ShardWriterSettings,
 )
-from beam_pipeline.launch import credentials, dataflow, masks, preflight
+from beam_pipeline.launch import credentials, dataflow, masks, official_splits, preflight
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_RUNNER,
@@ -38,7 +38,7 @@ from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
-from transforms.splits import MIN_SHARDS, SplitFractions
+from transforms.splits import MIN_SHARDS, FolderSplits, SplitFractions, SplitLists
 
 # Beam's multi-worker local mode (multi_threading) asks for this many shards per worker, on
 # top of transforms.splits.MIN_SHARDS.
@@ -116,6 +116,8 @@ class RunPlan:
                 "paired": listing.paired,
                 "rejected_by_listing": dict(sorted(listing.rejected.items())),
                 "hidden_files_ignored": self.listing.hidden,
+                "ignored_files": listing.ignored,
+                "unlabeled": listing.unlabeled,
             }
         if self.output is not None:
             described["output"] = {
@@ -173,9 +175,14 @@ def make_plan(argv: list[str]) -> RunPlan:
     if (remote_data and not args.dry_run) or remote_files:
         credentials.check_credentials()
     try:
-        fractions = SplitFractions(args.train_size, args.validation_size)
+        fractions = official_splits.splitter(args, layout)
     except ValueError as error:
         raise usage_error(error) from None
+    if isinstance(fractions, SplitLists) and remote_data:
+        raise UsageError(
+            "--split_file needs local data folders (a listed key missing on disk must be "
+            "found before the job); use --split_by_folder or copy the data"
+        )
     mask_plan = masks.plan_masks(args)
     listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)
@@ -216,8 +223,11 @@ def make_plan(argv: list[str]) -> RunPlan:
         "image_dir": layout.image_dir,
         "mask_dir": layout.mask_dir,
         "output_dir": output_dir,
-        "train_size": fractions.train,
-        "validation_size": fractions.validation,
+        **_split_parameters(fractions),
+        "unlabeled_images": "skip" if layout.skip_unlabeled else "reject",
+        "ignore_files": list(layout.ignore_files),
+        "image_suffix": layout.image_suffix,
+        "mask_suffix": layout.mask_suffix,
         "num_shards": args.num_shards,
         "shard_size_mb": shard_size,
         "mask_format": mask_plan.mask_format,
@@ -268,8 +278,19 @@ def make_plan(argv: list[str]) -> RunPlan:
     )
 
 
+def _split_parameters(fractions: SplitFractions | SplitLists | FolderSplits) -> dict[str, Any]:
+    if isinstance(fractions, SplitFractions):
+        return {"train_size": fractions.train, "validation_size": fractions.validation}
+    if isinstance(fractions, SplitLists):
+        return {"split_files": dict(sorted(fractions.sources.items()))}
+    return {"split_by_folder": True}
+
+
 def _inputs(
-    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan, fractions: SplitFractions
+    args: argparse.Namespace,
+    layout: Layout,
+    mask_plan: masks.MaskPlan,
+    fractions: SplitFractions | SplitLists | FolderSplits,
 ) -> LocalListing | None:
     """Local inputs are listed and paired here, once; gs:// ones are only checked for files
     (the job lists them). A dry run reads what exists and needs nothing to exist."""
@@ -283,10 +304,18 @@ def _inputs(
                 if mask_plan.coco is None
                 else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
             )
+            lists = fractions.keys if isinstance(fractions, SplitLists) else {}
             listing = list_local(
-                layout, *flags, coco=coco, left_out=lambda key: fractions.split_of(key) is None
+                layout,
+                *flags,
+                coco=coco,
+                left_out=lambda key: fractions.split_of(key) is None,
+                listed=fractions.listed,
+                listed_keys=lists,
             )
             preflight.check_listing(layout, listing, flags)
+            if isinstance(fractions, FolderSplits) and listing.left_out:
+                official_splits.refuse_unknown_folders(layout, listing.left_out, flags[0])
     elif not args.dry_run:
         preflight.check_remote_inputs(layout, flags)
     if args.mask_key is not None and not args.dry_run:
@@ -396,6 +425,31 @@ def _suggestion(name: str, options: list[str]) -> str:
 
 
 def _layout(args: argparse.Namespace) -> Layout:
+    layout = _folders(args)
+    for flag, suffix in (
+        ("--image_suffix", args.image_suffix),
+        ("--mask_suffix", args.mask_suffix),
+    ):
+        if suffix is not None and ("/" in suffix or not suffix.strip()):
+            raise UsageError(f"{flag} {suffix!r}: a suffix of a file name, e.g. _leftImg8bit.png")
+    if args.mask_suffix is not None and layout.annotations is not None:
+        raise UsageError("--mask_suffix names mask files: COCO masks come from the annotations")
+    if (
+        args.image_suffix is not None
+        and args.mask_suffix is not None
+        and args.image_suffix.lower() == args.mask_suffix.lower()
+    ):
+        raise UsageError("--image_suffix and --mask_suffix are the same: a file would be both")
+    return dataclasses.replace(
+        layout,
+        image_suffix=args.image_suffix,
+        mask_suffix=args.mask_suffix,
+        ignore_files=tuple(args.ignore_files or ()),
+        skip_unlabeled=args.unlabeled_images == "skip",
+    )
+
+
+def _folders(args: argparse.Namespace) -> Layout:
     if args.coco_annotations is not None:
         if (args.data_dir is None) == (args.image_dir is None):
             raise UsageError(

@@ -53,15 +53,18 @@ class LocalListing:
     staged: StagedEntries
     paired: int
     rejected: Mapping[str, int]  # reason -> count
-    left_out: int  # paired keys outside both splits
+    left_out: int  # paired keys outside every split
     hidden: int  # .DS_Store, ._x.jpg, .git/...: never data, counted for the summary
     files: int  # every non-hidden file seen, in all folders
     first_mat_mask: str | None  # a paired .mat mask, for the --mask_key check
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
+    ignored: int = 0  # files matching --ignore_files: counted, never read
+    unlabeled: int = 0  # images without a mask under --unlabeled_images skip
 
     @property
     def rejects(self) -> int:
-        return sum(self.rejected.values())
+        """Rejects and unlabeled entries: everything staged beside the pairs."""
+        return sum(self.rejected.values()) + self.unlabeled
 
     @property
     def discovered(self) -> int:
@@ -82,9 +85,16 @@ def list_local(
     *,
     coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
     left_out: Callable[[str], bool] | None = None,
+    listed: Callable[[str], bool] | None = None,
+    listed_keys: Iterable[str] = (),
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
-    image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes."""
+    image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes.
+
+    `listed(key)`: a key an official split list names (--split_file); `listed_keys` all of
+    them. Such a key missing on disk is a reject, and an image of it without a mask is
+    `missing_mask` even under --unlabeled_images skip: the list says it has one.
+    """
     folder = spill.temporary_folder("listing")
     sort = ExternalSort(folder.name, "keyed")
     rejects = RecordFiles(os.path.join(folder.name, "rejects"), PAIRS_PER_FILE)
@@ -101,7 +111,7 @@ def list_local(
         else:
             key, entry = outcome
             sort.add(*keyed_row(key, Role.MASK, next(sequence), entry))
-    hidden = files = 0
+    hidden = files = ignored = unlabeled = 0
     for root, role in layout.roots():
         flag = mask_flag if role is Role.MASK else image_flag
         if not os.path.isdir(root):
@@ -113,6 +123,9 @@ def list_local(
             if layout.is_input_file(path):
                 continue
             files += 1
+            if layout.is_ignored(relative):
+                ignored += 1
+                continue
             if not _is_utf8(relative):
                 shown = os.fsencode(path).decode("utf-8", "backslashreplace")
                 reject(
@@ -121,14 +134,28 @@ def list_local(
                 continue
             classified = layout.classify(relative, role)
             if classified is None:
-                reject(unrecognized(path, role))
+                reject(unrecognized(path, role, layout))
                 continue
             found_role, key = classified
             sort.add(*keyed_row(key, found_role, next(sequence), source))
     pairs = RecordFiles(os.path.join(folder.name, "pairs"), PAIRS_PER_FILE)
     outside = 0
     first_mat = None
-    for outcome in pair_sorted(sort.sorted(), layout.annotations):
+    wanted = set(listed_keys)
+    for outcome in pair_sorted(sort.sorted(), layout.annotations, layout.skip_unlabeled):
+        wanted.discard(outcome.key)
+        if isinstance(outcome, Reject) and outcome.reason is Reason.UNLABELED:
+            if listed is not None and listed(outcome.key):
+                outcome = Reject(
+                    outcome.key,
+                    Reason.MISSING_MASK,
+                    "listed by --split_file, but the image has no mask",
+                    outcome.image,
+                )
+            else:
+                rejects.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+                unlabeled += 1
+                continue
         if isinstance(outcome, Pair):
             pairs.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
             outside += bool(left_out and left_out(outcome.key))
@@ -136,12 +163,23 @@ def list_local(
                 first_mat = outcome.mask.path
         else:
             reject(outcome)
+    for key in sorted(wanted):
+        reject(Reject(key, Reason.MISSING_IMAGE, "listed by --split_file: no image or mask"))
     staged = StagedEntries(tuple(pairs.close()), tuple(rejects.close()), STAGED_RECORD_BYTES)
     for path in os.listdir(folder.name):  # the sort's runs: read, no longer needed
         if path.endswith(".run"):
             os.remove(os.path.join(folder.name, path))
     return LocalListing(
-        staged, pairs.records, dict(rejected), outside, hidden, files, first_mat, folder
+        staged,
+        pairs.records,
+        dict(rejected),
+        outside,
+        hidden,
+        files,
+        first_mat,
+        folder,
+        ignored,
+        unlabeled,
     )
 
 

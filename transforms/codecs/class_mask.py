@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
+from transforms.codecs.class_map import ClassMap
 from transforms.codecs.image import MASK_REASONS, open_image
 from transforms.codecs.mask import load_mask
 from transforms.format.features import (
@@ -48,12 +49,13 @@ class ClassMaskSettings:
     ignore_index: int = DEFAULT_IGNORE_INDEX
     class_names: tuple[str, ...] | None = None
     colormap: tuple[RGB, ...] | None = None  # colour of class id i, from --colormap
+    class_map: ClassMap | None = None  # --class_map: applied as a mask is read
 
     def __post_init__(self) -> None:
         if self.mask_type not in MASK_TYPES:
             raise ValueError(f"mask type must be one of {', '.join(MASK_TYPES)}")
         if self.mask_type == "binary":
-            if (self.num_classes, self.class_names, self.colormap) != (None, None, None):
+            if (self.num_classes, self.class_names, self.colormap, self.class_map) != (None,) * 4:
                 raise SettingError("class names, colormap and class count need {mask_type} classes")
             return
         n, ignore = self.num_classes, self.ignore_index
@@ -71,6 +73,13 @@ class ClassMaskSettings:
         for label, values in (("class names", self.class_names), ("colormap", self.colormap)):
             if values is not None and len(values) != n:
                 raise ValueError(f"{len(values)} {label} for num_classes {n}")
+        if self.class_map is not None:
+            bad = sorted(i for i in self.class_map.stored_ids() if i >= n and i != ignore)
+            if bad:
+                raise ValueError(
+                    f"--class_map {self.class_map.source} stores ids {bad}: neither a class id "
+                    f"(num_classes {n}) nor the ignore index {ignore}"
+                )
 
     @property
     def is_classes(self) -> bool:
@@ -93,6 +102,7 @@ def class_mask_settings(
     ignore_index: int | None = None,
     class_names: Sequence[str] | None = None,
     colormap: Sequence[tuple[str, RGB]] | None = None,
+    class_map: ClassMap | None = None,
 ) -> ClassMaskSettings:
     """Settings from the CLI's values (None = flag not given); ValueError names the flag.
 
@@ -125,6 +135,7 @@ def class_mask_settings(
         DEFAULT_IGNORE_INDEX if ignore_index is None else ignore_index,
         names,
         None if colormap is None else tuple(colour for _, colour in colormap),
+        class_map,
     )
 
 
@@ -221,7 +232,10 @@ def load_class_mask(
         raise RejectError(Reason.MASK_EMPTY, "file is empty (0 bytes)")
     extension = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
     read = _SOURCES.get(extension, _image_ids)
-    return check_class_ids(read(data, filename, settings, mask_key, limits), settings)
+    ids = read(data, filename, settings, mask_key, limits)
+    if settings.class_map is not None:
+        ids = settings.class_map.apply(ids)
+    return check_class_ids(ids, settings)
 
 
 def _mat_ids(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from transforms import files
-from transforms.class_stats import ClassStats, median_frequency_weights
+from transforms.class_stats import ClassStats, split_weights
 from transforms.format import record_formats
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
@@ -280,7 +280,7 @@ class ClassesInfo:
     def weights(self, split: str = "train") -> np.ndarray:
         """Median-frequency class weights [num_classes] of `split` (float64; formula in
         transforms.class_stats.median_frequency_weights)."""
-        return median_frequency_weights(self.split_stats(split))
+        return split_weights(self.split_stats(split), split)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.extra)

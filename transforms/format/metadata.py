@@ -36,7 +36,7 @@ def build_metadata(
     """
     by_split: dict[str, list[Mapping[str, Any]]] = {split: [] for split in SPLITS}
     for shard in shards:
-        by_split[shard["split"]].append(shard)
+        by_split.setdefault(shard["split"], []).append(shard)
     splits = {}
     for split, entries in by_split.items():
         entries = sorted(entries, key=lambda shard: shard["file"])

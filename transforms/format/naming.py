@@ -8,6 +8,7 @@ from transforms.format import record_formats
 
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
+UNLABELED_FILE = "unlabeled.jsonl"  # images without a mask, under --unlabeled_images skip
 # The default format's shard suffix; every registered format's is a shard suffix
 # (record_formats: `.tfrecord`, `.array_record`).
 SHARD_SUFFIX = record_formats.get(record_formats.DEFAULT).suffix
@@ -157,6 +158,6 @@ def is_output_name(name: str) -> bool:
 
     A foreign file under such a name stops a run: segprep would have to replace it.
     """
-    return name in (METADATA_FILE, REJECTS_FILE, INDEX_DIR, *TFDS_FILES) or (
+    return name in (METADATA_FILE, REJECTS_FILE, UNLABELED_FILE, INDEX_DIR, *TFDS_FILES) or (
         parse_shard_name(name) is not None
     )

@@ -89,7 +89,8 @@ def dataset_info_json(info: DatasetInfo) -> dict[str, Any]:
     template spells their names (tfds_split_names)."""
     template = tfds_file_template(info.adapter.suffix)
     splits = []
-    for split in info.splits.values():
+    # By name: metadata.json's keys are sorted, so a `test` split comes first there.
+    for split in sorted(info.splits.values(), key=lambda split: split.name):
         for name in tfds_split_names(info, split.name):
             shards = [
                 shard

@@ -16,6 +16,7 @@ from transforms.format.naming import (
     MANIFEST_FILE,
     METADATA_FILE,
     REJECTS_FILE,
+    UNLABELED_FILE,
     looks_like_shard,
 )
 from transforms.limits import FILE_LIMITS
@@ -85,11 +86,41 @@ def check_accounting(state: Checked) -> None:
     if discovered is None or not (state.records_complete and state.rejects_read):
         return
     accepted = sum(state.report.examples.values())
-    if accepted + state.report.rejects != discovered:
+    unlabeled = _unlabeled(state)
+    if unlabeled is None:
+        return
+    if accepted + state.report.rejects + unlabeled != discovered:
         state.problem(
             f"metadata.json num_discovered {discovered} but {accepted} records + "
-            f"{state.report.rejects} rejects"
+            f"{state.report.rejects} rejects" + (f" + {unlabeled} unlabeled" if unlabeled else "")
         )
+
+
+def _unlabeled(state: Checked) -> int | None:
+    """Lines of unlabeled.jsonl (--unlabeled_images skip), checked against metadata.json and
+    the shards; None after a problem."""
+    counted = (state.metadata.get("num_unlabeled") or {}).get("total", 0)
+    path = state.path(UNLABELED_FILE)
+    if not counted and not files.exists(path):
+        return 0
+    try:
+        data = files.read_bounded(path, FILE_LIMITS.rejects_bytes)
+    except OSError as error:
+        state.problem(f"{UNLABELED_FILE}: not readable ({error}); metadata.json counts {counted}")
+        return None
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        try:
+            key = json.loads(line)["key"]
+        except (ValueError, KeyError, TypeError):
+            state.problem(f"{UNLABELED_FILE} line {number}: not a JSON object with a key")
+            return None
+        if key in state.keys:
+            state.problem(f"{UNLABELED_FILE} line {number}: key {key} is also in a shard")
+    if len(lines) != counted:
+        state.problem(f"{UNLABELED_FILE}: {len(lines)} lines, metadata.json counts {counted}")
+        return None
+    return counted
 
 
 def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
@@ -112,6 +143,8 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return [f"{MANIFEST_FILE}: not readable: {error}"]
     holder = output_protocol.current_holder(storage.normalize_dir(base))
     listed = {REJECTS_FILE, METADATA_FILE}
+    if metadata.get("num_unlabeled"):
+        listed.add(UNLABELED_FILE)
     with contextlib.suppress(MetadataError):
         listed |= DatasetInfo.from_json(metadata).listed_files()
     return output_protocol.protocol_problems(published, manifest, holder is not None, listed)
