@@ -20,8 +20,9 @@ from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows
 from beam_pipeline.runtime import storage
 from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo, VersionInfo
-from transforms.format.naming import SPLITS, digest_table_name
+from transforms.format.naming import digest_table_name
 from transforms.rejects import Reject
+from transforms.splits import split_names
 
 # A digest table's lines are read one at a time; no line of ours is longer than this.
 _LINE_LIMIT = 1 << 20
@@ -88,9 +89,10 @@ def version_info(
 ) -> VersionInfo:
     """The record of `version` in a metadata dict whose splits already include its shards."""
     splits = info["splits"]
+    names = split_names(splits)  # train, validation, then any other (--split_file's test)
     sizes = {
         split: {shard["file"]: shard["num_examples"] for shard in splits[split]["shards"]}
-        for split in SPLITS
+        for split in names
     }
     reasons: dict[str, int] = {}
     for reject in rejects:
@@ -100,18 +102,17 @@ def version_info(
         version=version,
         created_at=now_iso(),
         run_id=run_id,
-        shards={split: tuple(sorted(added_files.get(split, ()))) for split in SPLITS},
+        shards={split: tuple(sorted(added_files.get(split, ()))) for split in names},
         added={
-            split: sum(sizes[split][name] for name in added_files.get(split, ()))
-            for split in SPLITS
+            split: sum(sizes[split][name] for name in added_files.get(split, ())) for split in names
         },
-        num_examples={split: splits[split]["num_examples"] for split in SPLITS},
+        num_examples={split: splits[split]["num_examples"] for split in names},
         image_shape={
             split: tuple(splits[split]["image_shape"]) if splits[split]["image_shape"] else None
-            for split in SPLITS
+            for split in names
         },
-        key_tables={split: _ref(key_tables[split]) for split in SPLITS},
-        digest_tables={split: _ref(digest_tables[split]) for split in SPLITS},
+        key_tables={split: _ref(key_tables[split]) for split in names},
+        digest_tables={split: _ref(digest_tables[split]) for split in names},
         skipped_identical=skipped_identical,
         num_rejected=dict(sorted(reasons.items())),
         class_stats=None if classes is None else dict(classes["splits"]),
@@ -126,7 +127,7 @@ def merged_splits(previous: DatasetInfo, added: Mapping[str, Any]) -> dict[str, 
     """metadata.json's splits after an append: each earlier split's shards, then this run's
     (whose names sort after them), the counts summed, the key tables extended."""
     splits = {}
-    for name in SPLITS:
+    for name in split_names([*previous.splits, *added]):
         old = previous.splits.get(name) or SplitInfo(name, 0, None, ())
         new = added[name]
         shape = _shape(old, new)
