@@ -26,6 +26,8 @@ class Reason(enum.StrEnum):
     SIZE_MISMATCH = "size_mismatch"
     NOT_IN_SPLIT = "not_in_split"
     READ_ERROR = "read_error"
+    DUPLICATE_IMAGE = "duplicate_image"  # --duplicates drop: a copy of the group's kept key
+    LEAKS_INTO = "leaks_into"  # --leakage_check: a near-copy of an image of another output
 
 
 class RejectError(Exception):

@@ -14,6 +14,7 @@ from typing import Any
 import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
+from beam_pipeline.job.hash_tables import add_duplicates
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
 from beam_pipeline.runtime import output_protocol, storage
@@ -93,6 +94,7 @@ def commit(
     rejects: list[Reject],
     discovered: int,
     settings: CommitSettings,
+    duplicates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check the accounting and the reject limit, then publish the staged run."""
     accepted = sum(shard.num_examples for shard in shards)
@@ -126,6 +128,7 @@ def commit(
         key_tables=key_tables,
     )
     info["num_discovered"] = discovered
+    duplicate_files = add_duplicates(info, staged, shards, published, duplicates)
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings)
@@ -150,6 +153,7 @@ def commit(
         *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),
+        *((name, name) for name in duplicate_files),
     ]
     output_protocol.publish(settings.output_dir, settings.run_id, moves, metadata.dumps(info))
     if settings.release_lock:
@@ -221,7 +225,10 @@ class CommitOutput(beam.PTransform):
         self._settings = settings
 
     def expand(self, inputs):
-        shards, rejects, discovered = inputs
+        shards, rejects, discovered, *report = inputs
+        side = {}
+        if report and report[0] is not None:  # duplicates searched: job/duplicates.py
+            side["duplicates"] = beam.pvalue.AsSingleton(report[0])
         return (
             shards.pipeline
             | "CommitSeed" >> beam.Create([None])
@@ -232,6 +239,7 @@ class CommitOutput(beam.PTransform):
                 rejects=beam.pvalue.AsList(rejects),
                 discovered=beam.pvalue.AsSingleton(discovered),
                 settings=self._settings,
+                **side,
             )
         )
 

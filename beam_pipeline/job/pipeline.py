@@ -9,6 +9,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_pipeline.job.commit import CommitOutput
+from beam_pipeline.job.duplicates import FindDuplicates
 from beam_pipeline.job.listing import REJECTS, DiscoverEntries
 from beam_pipeline.job.planning import PlanShards
 from beam_pipeline.job.settings import JobSettings
@@ -23,7 +24,18 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         | "AllDiscovered" >> beam.Flatten()
         | "CountDiscovered" >> beam.combiners.Count.Globally()
     )
-    planned = found["pairs"] | "PlanShards" >> PlanShards(job.planning)
+    pairs, anchors, report, early = found["pairs"], None, None, []
+    if job.duplicates is not None:
+        checked = pairs | "Duplicates" >> FindDuplicates(job.duplicates)
+        pairs, anchors, report = checked["pairs"], checked["anchors"], checked["report"]
+        early.append(checked[REJECTS])
+    planned = pairs | "PlanShards" >> PlanShards(job.planning, anchors)
     written = planned | "WriteShards" >> WriteShards(job.writing)
-    rejects = (found[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
-    return (written.shards, rejects, discovered) | "Commit" >> CommitOutput(job.commit)
+    rejects = (
+        found[REJECTS],
+        *early,
+        planned[REJECTS],
+        written[REJECTS],
+    ) | "AllRejects" >> beam.Flatten()
+    inputs = (written.shards, rejects, discovered, *([report] if report is not None else []))
+    return inputs | "Commit" >> CommitOutput(job.commit)

@@ -247,6 +247,12 @@ class DatasetInfo:
             names.update(shard.index.file for shard in split.shards if shard.index)
             if split.key_table:
                 names.add(split.key_table.file)
+            hashes = split.extra.get("hashes")  # beam_pipeline/job/hash_tables.py
+            if isinstance(hashes, dict) and isinstance(hashes.get("file"), str):
+                names.add(hashes["file"])
+        listed = (self.extra.get("duplicates") or {}).get("file")
+        if isinstance(listed, dict) and isinstance(listed.get("file"), str):
+            names.add(listed["file"])
         return names
 
     def to_json(self) -> dict[str, Any]:

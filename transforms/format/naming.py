@@ -6,6 +6,7 @@ import re
 
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
+DUPLICATES_FILE = "duplicates.jsonl"  # one line per group of duplicate images
 SHARD_SUFFIX = ".tfrecord"
 SPLITS = ("train", "validation")
 
@@ -50,6 +51,7 @@ def parse_shard_name(name: str) -> tuple[str, int, int] | None:
 INDEX_DIR = "index"
 INDEX_SUFFIX = ".idx"
 KEY_TABLE_SUFFIX = ".keys.jsonl"
+HASHES_SUFFIX = ".hashes.jsonl"
 # What tfds.builder_from_directory reads (transforms/format/tfds_info.py writes them).
 TFDS_DATASET_INFO = "dataset_info.json"
 TFDS_FEATURES = "features.json"
@@ -72,11 +74,16 @@ def key_table_name(split: str) -> str:
     return f"{INDEX_DIR}/{split}{KEY_TABLE_SUFFIX}"
 
 
+def hashes_name(split: str) -> str:
+    """`index/train.hashes.jsonl`: the image hashes of one split, in key-table order."""
+    return key_table_name(split).removesuffix(KEY_TABLE_SUFFIX) + HASHES_SUFFIX
+
+
 def is_output_name(name: str) -> bool:
     """True for every top-level name a segprep run may publish in its output directory.
 
     A foreign file under such a name stops a run: segprep would have to replace it.
     """
-    return name in (METADATA_FILE, REJECTS_FILE, INDEX_DIR, *TFDS_FILES) or (
+    return name in (METADATA_FILE, REJECTS_FILE, DUPLICATES_FILE, INDEX_DIR, *TFDS_FILES) or (
         parse_shard_name(name) is not None
     )
