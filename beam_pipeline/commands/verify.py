@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from beam_pipeline.commands.verify_duplicates import duplicate_files, duplicate_problems
 from beam_pipeline.errors import UsageError
 from shard_reader.decoding import FEATURE_SPEC
 from shard_reader.metadata import IncompleteOutputError, load_metadata
@@ -104,6 +105,7 @@ def check_output(directory: str) -> VerifyReport:
     checker.check_extra_shards()
     checker.check_rejects()
     checker.check_accounting()
+    report.problems.extend(duplicate_problems(base, metadata))
     report.problems.extend(_protocol_problems(base, metadata))
     return report
 
@@ -643,6 +645,7 @@ def _lists_index(metadata: dict[str, Any]) -> set[str]:
         refs += [s.get("index") for s in split.get("shards") or [] if isinstance(s, dict)]
         names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
     names.discard(None)
+    names |= {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}
     return {name for name in names if isinstance(name, str)}
 
 
