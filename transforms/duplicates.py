@@ -193,6 +193,7 @@ def bucket_pairs(
         return
     values = np.array([m.image.phash for m in members], dtype=np.uint64)
     own = np.array([not m.source for m in members])
+    mixed = not own.all()
     for i, first in enumerate(members):
         if first.source:
             continue
@@ -202,10 +203,11 @@ def bucket_pairs(
         for offset in np.flatnonzero(close):
             j = i + 1 + int(offset)
             yield from _reported(band, first, members[j], distance)
-        earlier = np.flatnonzero(
-            (~own[:i]) & (np.bitwise_count(values[:i] ^ values[i]) <= distance)
-        )
-        for j in earlier:  # other runs' hashes listed before this one
+        if mixed and i:
+            earlier = (~own[:i]) & (np.bitwise_count(values[:i] ^ values[i]) <= distance)
+        else:
+            earlier = np.zeros(0, dtype=bool)
+        for j in np.flatnonzero(earlier):  # other outputs' hashes listed before this one
             yield from _reported(band, first, members[int(j)], distance)
 
 
