@@ -70,9 +70,25 @@ class _HashImages(beam.DoFn):
             ) from error
 
 
+# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest):
+# Beam encodes tuples of str and int with its fast coder, dataclasses only by pickling, and
+# each image is keyed D + 1 times.
+
+
+def _as_tuple(tagged: dups.Tagged) -> tuple:
+    image = tagged.image
+    return tagged.source, image.key, image.phash, image.sha256, image.mask
+
+
+def _from_tuple(value: tuple) -> dups.Tagged:
+    source, key, phash, sha256, mask = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask))
+
+
 def _band_keys(tagged: dups.Tagged, distance: int):
-    for band, value in enumerate(dups.bands(tagged.image.phash, distance)):
-        yield (band, value), tagged
+    value = _as_tuple(tagged)
+    for band, band_value in enumerate(dups.bands(tagged.image.phash, distance)):
+        yield (band, band_value), value
 
 
 def _own_band_keys(pair: Pair, distance: int):
@@ -83,13 +99,14 @@ def _own_band_keys(pair: Pair, distance: int):
 
 def _bucket_pairs(element, distance: int):
     (band, _), members = element
-    for a, b, distance_ab in dups.bucket_pairs(band, list(members), distance):
+    tagged = [_from_tuple(value) for value in members]
+    for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
         if b.source:
             yield beam.pvalue.TaggedOutput(
                 "leaks", (a.image.key, (distance_ab, b.source, b.image.key))
             )
         else:
-            yield a.image, b.image
+            yield _as_tuple(a), _as_tuple(b)
 
 
 def _other_hashes(pbegin, number: int, check):
@@ -108,6 +125,7 @@ def _tagged_row(line: str, source: str) -> dups.Tagged:
 
 def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
     """Connected components of every pair found, each a duplicates.jsonl line."""
+    pairs = ((_from_tuple(a).image, _from_tuple(b).image) for a, b in pairs)
     return [
         dups.describe_group(members, settings.fractions.split_of(members[0].key))
         for members in dups.connected_groups(pairs)
