@@ -98,7 +98,7 @@ def _index(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
-    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
+    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects, args.duplicates)
 
 
 def _make_report(args: argparse.Namespace) -> int:
@@ -213,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--rejects",
         action="store_true",
         help="show rejects.jsonl entries from their original files instead of shard examples",
+    )
+    inspect.add_argument(
+        "--duplicates",
+        action="store_true",
+        help="show the groups of duplicates.jsonl, group by group (docs/duplicates.md)",
     )
 
     report = command(

@@ -394,3 +394,17 @@ def test_groups_are_connected_components():
     assert [[m.key for m in group] for group in groups] == [["a", "b", "c"], ["x", "y"]]
     line = dups.describe_group([h("a", 0), h("b", 7)], "train")
     assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
+
+
+def test_inspect_draws_the_groups(grouped, tmp_path):
+    out, _ = grouped
+    sheet = tmp_path / "groups.png"
+    done = _segprep("inspect", str(out), "--duplicates", "--out", str(sheet))
+    assert done.stdout.strip().splitlines()[-1] == str(sheet)
+    with Image.open(sheet) as image:
+        assert image.width > 0 and image.height > 0
+    groups = len(_groups(out))
+    rows = (min(groups * 2, 16) + 3) // 4  # four entries to a row, whole groups first
+    assert image.height > rows * 100
+    both = _segprep("inspect", str(out), "--duplicates", "--rejects", check=False)
+    assert both.returncode == 2 and "not both" in both.stderr

@@ -579,10 +579,16 @@ def write_new(path: str, data: bytes) -> str:
         return candidate
 
 
-def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
-    """The contact sheet for `directory`: shard examples of `split`, or rejects."""
+def build_sheet(
+    directory: str, split: str, count: int, rejects: bool, duplicates: bool = False
+) -> Sheet:
+    """The contact sheet for `directory`: shard examples of `split`, rejects, or groups."""
     if count < 1:
         raise UsageError(f"--count must be at least 1, got {count}")
+    if duplicates:
+        from beam_pipeline.commands.inspect_duplicates import duplicates_sheet
+
+        return duplicates_sheet(directory, count)
     if rejects:
         entries, total, source = reject_entries(directory, count)
         staged = source != f"{directory.rstrip('/')}/{REJECTS_FILE}"
@@ -609,10 +615,20 @@ def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
     return render(entries, title)
 
 
-def run_inspect(directory: str, split: str, count: int, out: str | None, rejects: bool) -> int:
+def run_inspect(
+    directory: str,
+    split: str,
+    count: int,
+    out: str | None,
+    rejects: bool,
+    duplicates: bool = False,
+) -> int:
     """CLI body: write the sheet PNG under a new name; the last line printed is its path."""
     _require_dir(directory)  # before --out's checks: a wrong dataset is the likelier mistake
-    path = _check_out(default_sheet_path(directory, out, split, rejects), directory)
+    if rejects and duplicates:
+        raise UsageError("give --rejects or --duplicates, not both")
+    shown = "duplicates" if duplicates else split
+    path = _check_out(default_sheet_path(directory, out, shown, rejects), directory)
     if count > MAX_COUNT:
         height = sheet_size(MAX_COUNT, (TILE_HEIGHT, TILE_HEIGHT))[1]
         print(
@@ -622,7 +638,7 @@ def run_inspect(directory: str, split: str, count: int, out: str | None, rejects
         )
         count = MAX_COUNT
     try:
-        sheet = build_sheet(directory, split, count, rejects)
+        sheet = build_sheet(directory, split, count, rejects, duplicates)
     except NoRejects as news:
         print(news)
         return 0
