@@ -1,11 +1,12 @@
 """Duplicates and leakage, found before the split (docs/duplicates.md).
 
-Hash every image (in the run's writer pool on local runs) -> key each hash by its D + 1 band
-values -> compare inside each band bucket (transforms/duplicates.py: pigeonhole, every pair
-within D shares a band) -> collect the pairs found, only those, in one place for the
-connected components -> each group's members follow its smallest key into one split, or
-(drop) all but that key become rejects. Hashes of other outputs (--leakage_check) join the
-same buckets; this run's images close to one of them become rejects.
+Hash every image (in the run's writer pool on local runs) -> key each hash by its D + 1
+band values (gathered into lists per bundle) -> compare inside each band bucket
+(transforms/duplicates.py: pigeonhole, every pair within D shares a band) -> collect the
+pairs found, only those, in one place for the connected components -> each group's members
+follow its smallest key into one split, or (drop) all but that key become rejects. Hashes
+of other outputs (--leakage_check) join the same buckets; this run's images close to one of
+them become rejects.
 
 No step holds every hash: buckets hold the images sharing one band value, and the side
 inputs hold what concerns duplicates only (group members, rejected keys).
@@ -30,6 +31,7 @@ from transforms.rejects import Reason, Reject
 
 REJECTS = "rejects"
 _CHUNK = 64  # pairs per pool task: large enough to amortise the round trip
+_BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
 
 
@@ -91,15 +93,38 @@ def _band_keys(tagged: dups.Tagged, distance: int):
         yield (band, band_value), value
 
 
-def _own_band_keys(pair: Pair, distance: int):
-    hashes = image_hashes.hashes_of(pair)
-    if hashes is not None:
-        yield from _band_keys(dups.Tagged("", hashes), distance)
+class _OwnBuckets(beam.DoFn):
+    """(band, value) -> the bundle's hashes with that band value: one element per bucket
+    and bundle rather than D + 1 per image, so the shuffle moves lists, not single hashes.
+    At most _BUCKETED hashes are held before they are passed on."""
+
+    def __init__(self, distance: int) -> None:
+        self._distance = distance
+
+    def start_bundle(self) -> None:
+        self._buckets: dict[tuple[int, int], list[tuple]] = {}
+        self._held = 0
+
+    def process(self, pair: Pair):
+        hashes = image_hashes.hashes_of(pair)
+        if hashes is None:
+            return
+        for key, value in _band_keys(dups.Tagged("", hashes), self._distance):
+            self._buckets.setdefault(key, []).append(value)
+        self._held += 1
+        if self._held >= _BUCKETED:
+            yield from self._buckets.items()
+            self.start_bundle()
+
+    def finish_bundle(self):
+        for item in self._buckets.items():
+            yield GlobalWindows.windowed_value(item)
+        self.start_bundle()
 
 
 def _bucket_pairs(element, distance: int):
-    (band, _), members = element
-    tagged = [_from_tuple(value) for value in members]
+    (band, _), lists = element
+    tagged = [_from_tuple(value) for values in lists for value in values]
     for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
         if b.source:
             yield beam.pvalue.TaggedOutput(
@@ -210,10 +235,14 @@ class FindDuplicates(beam.PTransform):
         settings = self._settings
         distance = settings.distance
         hashed = pairs | "HashImages" >> beam.ParDo(_HashImages(settings))
-        keyed = [hashed | "BandKeys" >> beam.FlatMap(_own_band_keys, distance)]
+        keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
         for number, check in enumerate(settings.leakage):
             others = _other_hashes(pairs.pipeline, number, check)
-            keyed.append(others | f"OtherBandKeys{number}" >> beam.FlatMap(_band_keys, distance))
+            keyed.append(
+                others
+                | f"OtherBandKeys{number}" >> beam.FlatMap(_band_keys, distance)
+                | f"OtherAsLists{number}" >> beam.MapTuple(lambda key, value: (key, [value]))
+            )
         found = (
             keyed
             | "AllBandKeys" >> beam.Flatten()
