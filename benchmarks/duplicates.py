@@ -16,7 +16,8 @@ when the mirror image's hash is compared too.
 
 --overhead N: `segprep prepare` on N distinct entries (800x600 JPEG tiles of the photos at
 random scales and offsets, each with a mask), timed with --duplicates off and group,
-interleaved, --repeats times; medians. The machine is shared: say so next to the figures.
+interleaved, --repeats times; medians, and the fastest run of each (the least disturbed by
+other load on a shared machine). Say next to the figures whether the machine was shared.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import io
 import itertools
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -57,7 +57,6 @@ FAMILIES = (
     "flip",
 )
 THRESHOLDS = (4, 6, 8, 10, 12, 14)
-CPU: dict[str, list[float]] = {}  # mode -> CPU seconds of each run (the reaped process tree)
 
 
 def wheel_photos(folder: Path) -> list[tuple[str, Image.Image]]:
@@ -248,12 +247,8 @@ def timed_run(data: Path, mode: str) -> tuple[float, dict]:
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
     started = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    CPU.setdefault(mode, []).append(cpu)
     info = json.loads((out / "out" / "metadata.json").read_text())
     shutil.rmtree(out)
     return wall, info.get("duplicates", {})
@@ -274,10 +269,10 @@ def overhead(wheels: Path, n: int, repeats: int) -> None:
         f"overhead at {n:,} entries: off {off:.1f} s, group {group:.1f} s "
         f"(+{(group / off - 1) * 100:.1f} %), medians of {repeats}; runs: {walls}"
     )
-    cpu = {mode: statistics.median(values) for mode, values in CPU.items()}
+    fastest_off, fastest_group = min(walls["off"]), min(walls["group"])
     print(
-        f"CPU seconds (process tree as reaped): off {cpu['off']:.1f}, group {cpu['group']:.1f} "
-        f"(+{(cpu['group'] / cpu['off'] - 1) * 100:.1f} %); runs: {CPU}"
+        f"fastest runs (least disturbed by other load): off {fastest_off:.1f} s, group "
+        f"{fastest_group:.1f} s (+{(fastest_group / fastest_off - 1) * 100:.1f} %)"
     )
     print(f"groups found among the {n:,} entries: {section.get('groups')}")
 
