@@ -224,7 +224,8 @@ def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -
 
 
 class FindDuplicates(beam.PTransform):
-    """pairs -> {"pairs": pairs carrying their hashes, minus rejects; "rejects";
+    """pairs -> {"pairs": pairs carrying their hashes, minus rejects; "rejects" (None when
+    nothing can be rejected: group mode without --leakage_check);
     "anchors": (member, smallest key of its group); "report": the metadata section}."""
 
     def __init__(self, settings: DuplicateSettings) -> None:
@@ -254,6 +255,11 @@ class FindDuplicates(beam.PTransform):
         groups = seed | "Groups" >> beam.Map(
             _groups, pairs=beam.pvalue.AsList(found.pairs), settings=settings
         )
+        anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
+        if settings.mode == "group" and not settings.leakage:
+            # Nothing can be rejected: the pairs go on as hashed, with no verdict stages.
+            report = groups | "Report" >> beam.Map(_report, leaks=0, settings=settings)
+            return {"pairs": hashed, REJECTS: None, "anchors": anchors, "report": report}
         leaks = (
             found.leaks
             | "ClosestLeak" >> beam.CombinePerKey(_closest)
@@ -271,7 +277,6 @@ class FindDuplicates(beam.PTransform):
         kept = hashed | "ApplyVerdicts" >> beam.ParDo(
             _Verdict(), verdicts=beam.pvalue.AsDict(verdict)
         ).with_outputs(REJECTS, main="pairs")
-        anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
         report = groups | "Report" >> beam.Map(
             _report, leaks=beam.pvalue.AsSingleton(leak_count), settings=settings
         )

@@ -28,7 +28,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
     if job.duplicates is not None:
         checked = pairs | "Duplicates" >> FindDuplicates(job.duplicates)
         pairs, anchors, report = checked["pairs"], checked["anchors"], checked["report"]
-        early.append(checked[REJECTS])
+        if checked[REJECTS] is not None:
+            early.append(checked[REJECTS])
     planned = pairs | "PlanShards" >> PlanShards(job.planning, anchors)
     written = planned | "WriteShards" >> WriteShards(job.writing)
     rejects = (
