@@ -98,7 +98,13 @@ def _index(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
-    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects, args.duplicates)
+    if args.duplicates:
+        if args.rejects:
+            raise UsageError("give --rejects or --duplicates, not both")
+        from beam_pipeline.commands.inspect_duplicates import run_inspect_duplicates
+
+        return run_inspect_duplicates(args.dir, args.count, args.out)
+    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
 
 
 def _make_report(args: argparse.Namespace) -> int:

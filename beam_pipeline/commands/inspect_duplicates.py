@@ -4,24 +4,49 @@ leakage, a bad mask), from its original file."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import numpy as np
 
 from beam_pipeline.commands.inspect_sheet import (
+    MAX_COUNT,
     TILE_HEIGHT,
     Entry,
     NoRejects,
     Sheet,
+    _check_out,
     _display_mask,
     _load_metadata,
     _partial_image,
+    _require_dir,
+    default_sheet_path,
     render,
+    write_new,
 )
 from beam_pipeline.errors import UsageError
 from transforms.duplicates import parse_groups
 from transforms.format import dataset_info
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
+
+
+def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
+    """CLI body, as inspect_sheet.run_inspect: the sheet PNG under a new name, its path last."""
+    _require_dir(directory)
+    path = _check_out(default_sheet_path(directory, out, "duplicates", False), directory)
+    if count > MAX_COUNT:
+        print(f"note: --count {count:,} capped at {MAX_COUNT}", file=sys.stderr)
+        count = MAX_COUNT
+    try:
+        sheet = duplicates_sheet(directory, count)
+    except NoRejects as news:
+        print(news)
+        return 0
+    buffer = io.BytesIO()
+    sheet.image.save(buffer, format="PNG")
+    print(write_new(path, buffer.getvalue()))
+    return 0
 
 
 def duplicates_sheet(directory: str, count: int) -> Sheet:

@@ -579,16 +579,10 @@ def write_new(path: str, data: bytes) -> str:
         return candidate
 
 
-def build_sheet(
-    directory: str, split: str, count: int, rejects: bool, duplicates: bool = False
-) -> Sheet:
-    """The contact sheet for `directory`: shard examples of `split`, rejects, or groups."""
+def build_sheet(directory: str, split: str, count: int, rejects: bool) -> Sheet:
+    """The contact sheet for `directory`: shard examples of `split`, or rejects."""
     if count < 1:
         raise UsageError(f"--count must be at least 1, got {count}")
-    if duplicates:
-        from beam_pipeline.commands.inspect_duplicates import duplicates_sheet
-
-        return duplicates_sheet(directory, count)
     if rejects:
         entries, total, source = reject_entries(directory, count)
         staged = source != f"{directory.rstrip('/')}/{REJECTS_FILE}"
@@ -615,20 +609,10 @@ def build_sheet(
     return render(entries, title)
 
 
-def run_inspect(
-    directory: str,
-    split: str,
-    count: int,
-    out: str | None,
-    rejects: bool,
-    duplicates: bool = False,
-) -> int:
+def run_inspect(directory: str, split: str, count: int, out: str | None, rejects: bool) -> int:
     """CLI body: write the sheet PNG under a new name; the last line printed is its path."""
     _require_dir(directory)  # before --out's checks: a wrong dataset is the likelier mistake
-    if rejects and duplicates:
-        raise UsageError("give --rejects or --duplicates, not both")
-    shown = "duplicates" if duplicates else split
-    path = _check_out(default_sheet_path(directory, out, shown, rejects), directory)
+    path = _check_out(default_sheet_path(directory, out, split, rejects), directory)
     if count > MAX_COUNT:
         height = sheet_size(MAX_COUNT, (TILE_HEIGHT, TILE_HEIGHT))[1]
         print(
@@ -638,7 +622,7 @@ def run_inspect(
         )
         count = MAX_COUNT
     try:
-        sheet = build_sheet(directory, split, count, rejects, duplicates)
+        sheet = build_sheet(directory, split, count, rejects)
     except NoRejects as news:
         print(news)
         return 0
