@@ -98,6 +98,12 @@ def _index(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
+    if args.duplicates:
+        if args.rejects:
+            raise UsageError("give --rejects or --duplicates, not both")
+        from beam_pipeline.commands.inspect_sheet.duplicates import run_inspect_duplicates
+
+        return run_inspect_duplicates(args.dir, args.count, args.out)
     return run_inspect(
         args.dir, args.split, args.count, args.out, args.rejects, version=args.version
     )
@@ -228,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="show the split as this version of a grown output was (`prepare --append`); "
         "default: the latest",
+    )
+    inspect.add_argument(
+        "--duplicates",
+        action="store_true",
+        help="show the groups of duplicates.jsonl, group by group (docs/duplicates.md)",
     )
 
     report = command(

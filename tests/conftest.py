@@ -35,7 +35,7 @@ def prepared(sample_dataset, tmp_path_factory):
 def unindexed(prepared, tmp_path_factory):
     """A copy of the `prepared` output as segprep wrote it before the record index and the
     manifest existed: no index/, no TFDS files, no .segprep/, metadata without their refs
-    (nor versions, which came later still)."""
+    (nor versions, duplicates.jsonl and the image hashes, which came later still)."""
     import json
     import shutil
 
@@ -43,13 +43,15 @@ def unindexed(prepared, tmp_path_factory):
     shutil.copytree(prepared[0], copy)
     for name in (".segprep", "index"):
         shutil.rmtree(copy / name)
-    for name in ("dataset_info.json", "features.json"):
+    for name in ("dataset_info.json", "features.json", "duplicates.jsonl"):
         (copy / name).unlink()
     metadata = json.loads((copy / "metadata.json").read_text())
     metadata.pop("tfds_files")
     metadata.pop("dataset_versions")
+    metadata.pop("duplicates")
     for split in metadata["splits"].values():
         split.pop("key_table")
+        split.pop("hashes")
         for shard in split["shards"]:
             shard.pop("index")
     (copy / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")

@@ -191,7 +191,9 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
         shards = p | "Shards" >> beam.Create([_result("train", 5)])
         rejects = p | "Rejects" >> beam.Create([reject])
         discovered = p | "Discovered" >> beam.Create([6])
-        info = (shards, rejects, discovered) | CommitOutput(settings)
+        info = {"shards": shards, "rejects": rejects, "discovered": discovered} | CommitOutput(
+            settings
+        )
         assert_that(info | beam.Map(lambda m: m["splits"]["train"]["num_examples"]), equal_to([5]))
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert metadata["num_rejected"] == {
@@ -234,6 +236,8 @@ def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):
             shards = p | "Shards" >> beam.Create([_result("train", 5)])
             rejects = p | "Rejects" >> beam.Create([], reshuffle=False).with_output_types(Reject)
             discovered = p | "Discovered" >> beam.Create([7])
-            _ = (shards, rejects, discovered) | CommitOutput(settings)
+            _ = {"shards": shards, "rejects": rejects, "discovered": discovered} | CommitOutput(
+                settings
+            )
     assert AccountingError.__name__ in str(caught.value) or "refusing" in str(caught.value)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".segprep"]

@@ -30,6 +30,8 @@ class Reason(enum.StrEnum):
     UNLABELED = "unlabeled"
     READ_ERROR = "read_error"
     KEY_EXISTS = "key_exists"  # `--append`: the output holds the key with other bytes
+    DUPLICATE_IMAGE = "duplicate_image"  # --duplicates drop: a copy of the group's kept key
+    LEAKS_INTO = "leaks_into"  # --leakage_check: a near-copy of an image of another output
 
 
 class RejectError(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from transforms.format.naming import DUPLICATES_FILE
 from transforms.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
@@ -55,6 +56,7 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         )
     if "classes" in metadata:
         lines.extend(classes_lines(metadata["classes"]))
+    lines.extend(duplicates_lines(metadata.get("duplicates")))
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
         lines.append(f"  {note}")
@@ -79,6 +81,32 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
     return "\n".join(lines)
+
+
+def duplicates_lines(section: dict[str, Any] | None) -> list[str]:
+    """One line on duplicate groups (docs/duplicates.md), one more on leakage if checked."""
+    if not section or section.get("mode") == "off":
+        return []
+    groups = section["groups"]
+    if section["mode"] == "drop":
+        kept = f"{section['dropped']:,} dropped as duplicate_image, one kept per group"
+    else:
+        kept = "each kept in one split"
+    line = (
+        f"  duplicates: {groups:,} {'group' if groups == 1 else 'groups'} of "
+        f"{section['keys_in_groups']:,} entries ({section['exact_groups']:,} exact), {kept}"
+    )
+    if groups:
+        line += f"; by key alone {section['cross_split_groups_by_key_alone']:,} would span splits"
+    if section.get("conflicting_mask_groups"):
+        line += f"; {section['conflicting_mask_groups']:,} with conflicting masks"
+    lines = [line + f" (distance <= {section['threshold']}; {DUPLICATES_FILE})"]
+    if section.get("leakage_checked"):
+        lines.append(
+            f"  leakage: {section['leaks']:,} entries near-duplicate an image of "
+            f"{', '.join(section['leakage_checked'])}: rejected as leaks_into"
+        )
+    return lines
 
 
 def classes_lines(classes: dict[str, Any]) -> list[str]:

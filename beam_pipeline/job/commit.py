@@ -17,6 +17,7 @@ import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job import versions
+from beam_pipeline.job.hash_tables import add_duplicates
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol, storage
@@ -100,6 +101,7 @@ def commit(
     discovered: int,
     settings: CommitSettings,
     skipped: int = 0,
+    duplicates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check the accounting and the reject limit, then publish the staged run.
 
@@ -179,6 +181,7 @@ def commit(
     info["num_discovered"] = discovered
     if unlabeled:
         info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
+    duplicate_files = add_duplicates(info, staged, shards, published, duplicates)
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings, previous)
@@ -238,6 +241,7 @@ def commit(
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),
         *([(UNLABELED_FILE, UNLABELED_FILE)] if unlabeled else []),
+        *((name, name) for name in duplicate_files),
     ]
     keep: list[str] = []
     if previous is not None:
@@ -371,8 +375,12 @@ class CommitOutput(beam.PTransform):
         self._settings = settings
 
     def expand(self, inputs):
-        shards, rejects, discovered, *skipped = inputs
-        extra = {"skipped": beam.pvalue.AsSingleton(skipped[0])} if skipped else {}
+        side = {
+            name: beam.pvalue.AsSingleton(inputs[name])
+            for name in ("skipped", "duplicates")  # an append's; a duplicate search's
+            if name in inputs
+        }
+        shards, rejects, discovered = inputs["shards"], inputs["rejects"], inputs["discovered"]
         return (
             shards.pipeline
             | "CommitSeed" >> beam.Create([None])
@@ -383,7 +391,7 @@ class CommitOutput(beam.PTransform):
                 rejects=beam.pvalue.AsList(rejects),
                 discovered=beam.pvalue.AsSingleton(discovered),
                 settings=self._settings,
-                **extra,
+                **side,
             )
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_pipeline.job.commit import CommitOutput
+from beam_pipeline.job.duplicates import FindDuplicates
 from beam_pipeline.job.existing_keys import SKIPPED, CheckExistingKeys
 from beam_pipeline.job.listing import REJECTS, DiscoverEntries
 from beam_pipeline.job.planning import PlanShards
@@ -24,18 +25,25 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         | "AllDiscovered" >> beam.Flatten()
         | "CountDiscovered" >> beam.combiners.Count.Globally()
     )
-    pairs, checked = found["pairs"], []
+    pairs, anchors = found["pairs"], None
+    early = [found[REJECTS]]
+    counts = {"discovered": discovered}
     if job.commit.append is not None:  # `--append`: only keys the output lacks go on
-        checked = found["pairs"] | "CheckExistingKeys" >> CheckExistingKeys(
+        checked = pairs | "CheckExistingKeys" >> CheckExistingKeys(
             job.commit.output_dir, job.commit.append, job.planning.fractions, job.writing
         )
         pairs = checked["pairs"]
-    planned = pairs | "PlanShards" >> PlanShards(job.planning)
+        early.append(checked[REJECTS])
+        counts["skipped"] = checked[SKIPPED]
+    if job.duplicates is not None:
+        grouped = pairs | "Duplicates" >> FindDuplicates(job.duplicates)
+        pairs, anchors = grouped["pairs"], grouped["anchors"]
+        if grouped[REJECTS] is not None:
+            early.append(grouped[REJECTS])
+        if grouped["report"] is not None:
+            counts["duplicates"] = grouped["report"]
+    planned = pairs | "PlanShards" >> PlanShards(job.planning, anchors)
     written = planned | "WriteShards" >> WriteShards(job.writing)
-    all_rejects = [found[REJECTS], planned[REJECTS], written[REJECTS]]
-    counts = [discovered]
-    if checked:
-        all_rejects.append(checked[REJECTS])
-        counts.append(checked[SKIPPED])
-    rejects = all_rejects | "AllRejects" >> beam.Flatten()
-    return (written.shards, rejects, *counts) | "Commit" >> CommitOutput(job.commit)
+    rejects = (*early, planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
+    inputs = {"shards": written.shards, "rejects": rejects, **counts}
+    return inputs | "Commit" >> CommitOutput(job.commit)

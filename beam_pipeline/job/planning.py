@@ -29,8 +29,10 @@ class _AssignSplit(beam.DoFn):
         self._fractions = fractions
         self._left_out = Metrics.counter("segprep", f"rejected_{Reason.NOT_IN_SPLIT.value}")
 
-    def process(self, pair: Pair):
-        split = self._fractions.split_of(pair.key)
+    def process(self, pair: Pair, anchors=None):
+        # A member of a duplicate group follows its group's smallest key (job/duplicates.py).
+        anchor = anchors.get(pair.key, pair.key) if anchors else pair.key
+        split = self._fractions.split_of(anchor)
         if split is None:
             self._left_out.inc()
             detail = self._fractions.left_out_detail(pair.key)
@@ -88,9 +90,10 @@ class PlanShards(beam.PTransform):
     of the split's seed keys (ShardAssigner), so no planned shard is left without a pair.
     """
 
-    def __init__(self, settings: PlanningSettings) -> None:
+    def __init__(self, settings: PlanningSettings, anchors=None) -> None:
         super().__init__()
         self._settings = settings
+        self._anchors = anchors  # (member, its duplicate group's smallest key), or None
 
     def _plan(self, _, sizes: dict) -> dict[str, int]:
         split_sizes = {split: SplitSize(*value) for split, value in sizes.items()}
@@ -102,8 +105,9 @@ class PlanShards(beam.PTransform):
         )
 
     def expand(self, pairs):
+        side = {} if self._anchors is None else {"anchors": beam.pvalue.AsDict(self._anchors)}
         assigned = pairs | "AssignSplit" >> beam.ParDo(
-            _AssignSplit(self._settings.fractions)
+            _AssignSplit(self._settings.fractions), **side
         ).with_outputs(REJECTS, main="split")
         sizes = (
             assigned.split

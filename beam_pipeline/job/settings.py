@@ -71,6 +71,7 @@ class ShardWriterSettings:
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
     mask_source: str = "binary_files"  # a name in transforms.sources.registry
+    store_hashes: bool = False  # pairs carry image hashes: stage them per shard (job/hash_tables)
 
     @property
     def source_settings(self) -> SourceSettings:
@@ -107,6 +108,28 @@ class CommitSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeakageCheck:
+    """--leakage_check: another output folder and its image-hash files (index/*.hashes.jsonl)."""
+
+    output_dir: str
+    hash_files: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateSettings:
+    """Duplicate search before the split (docs/duplicates.md); None in JobSettings: off."""
+
+    mode: str  # "group" or "drop"
+    distance: int  # Hamming distance of near-duplicates
+    fractions: SplitFractions
+    staging_dir: str
+    pool: str | None = None  # key of the run's writer pool (hashing runs there too)
+    limits: InputLimits = DEFAULT_LIMITS
+    mask_digests: bool = True  # mask files exist: exact copies with other masks are conflicts
+    leakage: tuple[LeakageCheck, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class JobSettings:
     """Everything the graph needs, stage by stage."""
 
@@ -116,3 +139,4 @@ class JobSettings:
     writing: ShardWriterSettings
     commit: CommitSettings
     coco: CocoSettings | None = None
+    duplicates: DuplicateSettings | None = None

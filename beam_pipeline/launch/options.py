@@ -39,6 +39,12 @@ DEFAULT_SAMPLE_COUNT = 60  # segprep sample-data
 DEFAULT_BROKEN_FRACTION = 0.05
 DEFAULT_INSPECT_COUNT = 16
 DEFAULT_INSPECT_SPLIT = "train"
+# Hamming distance of near-duplicate images (of 64 bits): benchmarks/duplicates.py measured
+# recall >= 0.97 for resize, re-encoding, crops <= 5 %, brightness and contrast at 12, with
+# 0.018 % false-positive pairs; at 10 crops fell to 0.94 (docs/duplicates.md).
+DEFAULT_DUPLICATE_DISTANCE = 12
+DUPLICATE_MODES = ("group", "drop", "off")
+MAX_DUPLICATE_DISTANCE = 31
 
 ANNOTATION_FORMATS = ("coco", "cvat", "labelstudio", "labelme")
 
@@ -71,6 +77,13 @@ def count_or_auto(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "0 or more")
+
+
+def duplicate_distance(text: str) -> int:
+    value = _int_at_least(text, 0, "0 or more")
+    if value > MAX_DUPLICATE_DISTANCE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DUPLICATE_DISTANCE}, got {text}")
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -294,6 +307,29 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="above this fraction of bad entries (unlabeled and not_in_split entries count "
         "in neither part) nothing is "
         "published and the job fails; the rejects stay in OUT/.segprep/runs/RUN/",
+    )
+    found = parser.add_argument_group("duplicates and leakage (docs/duplicates.md)")
+    found.add_argument(
+        "--duplicates",
+        choices=DUPLICATE_MODES,
+        default="group",
+        help="exact and near-duplicate images: group keeps every group in one split, drop "
+        "keeps each group's smallest key and rejects the rest (duplicate_image), off skips "
+        "the search (and stores no image hashes)",
+    )
+    found.add_argument(
+        "--duplicate_distance",
+        type=duplicate_distance,
+        default=DEFAULT_DUPLICATE_DISTANCE,
+        metavar="D",
+        help="near-duplicates: perceptual hashes (64 bits) at most D bits apart",
+    )
+    found.add_argument(
+        "--leakage_check",
+        action="append",
+        metavar="OTHER_OUT",
+        help="another segprep output (e.g. your test set), repeatable: entries that "
+        "near-duplicate one of its images are rejected (leaks_into)",
     )
     parser.add_argument(
         "--overwrite",

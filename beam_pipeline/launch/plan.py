@@ -26,6 +26,7 @@ from beam_pipeline.job.settings import (
     ShardWriterSettings,
 )
 from beam_pipeline.launch import credentials, dataflow, masks, official_splits, preflight
+from beam_pipeline.launch.duplicates import plan_duplicates
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_RUNNER,
@@ -207,6 +208,13 @@ def make_plan(argv: list[str]) -> RunPlan:
         min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
         record_format=args.record_format,
     )
+    duplicates = plan_duplicates(
+        args,
+        fractions,
+        staging,
+        run_id if processes > 1 else None,
+        mask_plan.coco is None,  # COCO masks are annotations, not files to compare
+    )
     writing = ShardWriterSettings(
         staging_dir=staging,
         mask_format=mask_plan.mask_format,
@@ -217,6 +225,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         classes=mask_plan.classes,
         coco_fill=mask_plan.coco_fill,
         mask_source=mask_plan.source,
+        store_hashes=duplicates is not None,
     )
     started_at = time.time()
     parameters = {
@@ -238,6 +247,9 @@ def make_plan(argv: list[str]) -> RunPlan:
         "threads_per_shard": threads,
         "writer_processes": processes,
         "runner": runner.name,
+        "duplicates": args.duplicates,
+        "duplicate_distance": args.duplicate_distance,
+        "leakage_check": [check.output_dir for check in duplicates.leakage] if duplicates else [],
     }
     commit = CommitSettings(
         output_dir,
@@ -272,7 +284,13 @@ def make_plan(argv: list[str]) -> RunPlan:
         writer_processes=processes,
         progress=progress,
         job=JobSettings(
-            layout, listing.staged if listing else None, planning, writing, commit, coco
+            layout,
+            listing.staged if listing else None,
+            planning,
+            writing,
+            commit,
+            coco,
+            duplicates,
         ),
         masks=mask_plan,
     )

@@ -430,8 +430,14 @@ class DatasetInfo:
             names.update(shard.file for shard in split.shards)
             names.update(shard.index.file for shard in split.shards if shard.index)
             names.update(ref.file for ref in split.key_tables)
+            hashes = split.extra.get("hashes")  # beam_pipeline/job/hash_tables.py
+            if isinstance(hashes, dict) and isinstance(hashes.get("file"), str):
+                names.add(hashes["file"])
         for version in self.dataset_versions:
             names.update(ref.file for ref in version.digest_tables.values())
+        listed = (self.extra.get("duplicates") or {}).get("file")
+        if isinstance(listed, dict) and isinstance(listed.get("file"), str):
+            names.add(listed["file"])
         return names
 
     def to_json(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from transforms.format import record_formats
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
 UNLABELED_FILE = "unlabeled.jsonl"  # images without a mask, under --unlabeled_images skip
+DUPLICATES_FILE = "duplicates.jsonl"  # one line per group of duplicate images
 # The default format's shard suffix; every registered format's is a shard suffix
 # (record_formats: `.tfrecord`, `.array_record`).
 SHARD_SUFFIX = record_formats.get(record_formats.DEFAULT).suffix
@@ -105,6 +106,7 @@ KEY_TABLE_SUFFIX = ".keys.jsonl"
 # Per split and version: ["key", "<sha256 of the source image and mask>"] sorted by key
 # (transforms/format/digest_table.py), what `--append` looks keys up in.
 DIGEST_TABLE_SUFFIX = ".digests.jsonl"
+HASHES_SUFFIX = ".hashes.jsonl"
 # What tfds.builder_from_directory reads (transforms/format/tfds_info.py writes them).
 TFDS_DATASET_INFO = "dataset_info.json"
 TFDS_FEATURES = "features.json"
@@ -153,11 +155,21 @@ SIDE_TABLE_RE = re.compile(
 )
 
 
+def hashes_name(split: str) -> str:
+    """`index/train.hashes.jsonl`: the image hashes of one split, in key-table order."""
+    return key_table_name(split).removesuffix(KEY_TABLE_SUFFIX) + HASHES_SUFFIX
+
+
 def is_output_name(name: str) -> bool:
     """True for every top-level name a segprep run may publish in its output directory.
 
     A foreign file under such a name stops a run: segprep would have to replace it.
     """
-    return name in (METADATA_FILE, REJECTS_FILE, UNLABELED_FILE, INDEX_DIR, *TFDS_FILES) or (
-        parse_shard_name(name) is not None
-    )
+    return name in (
+        METADATA_FILE,
+        REJECTS_FILE,
+        UNLABELED_FILE,
+        DUPLICATES_FILE,
+        INDEX_DIR,
+        *TFDS_FILES,
+    ) or (parse_shard_name(name) is not None)

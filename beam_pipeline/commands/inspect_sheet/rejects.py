@@ -55,7 +55,7 @@ def _read(path: str | None, what: str, limit: int) -> tuple[bytes | None, str]:
     return (data, "") if data else (None, f"{what} file empty")
 
 
-def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | None, str]:
+def partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | None, str]:
     """RGB pixels of whatever Pillow can decode (large JPEGs reduced while decoding)."""
     data, problem = _read(path, "image", DEFAULT_LIMITS.image_bytes)
     if data is None:
@@ -74,7 +74,7 @@ def _partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | N
         return None, "image not decodable"
 
 
-def _display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
+def display_mask(path: str | None) -> tuple[np.ndarray | None, str]:
     """uint8 0..255 of a reject's mask file, whatever its values were (they may be why).
 
     A COCO entry's mask is the whole annotations file (possibly GBs): never read here.
@@ -144,8 +144,8 @@ def reject_entries(directory: str, count: int) -> tuple[list[Entry], int, str]:
                 reject = json.loads(line)
             except ValueError:
                 reject = {"key": "?", "reason": "unparseable rejects.jsonl line", "detail": line}
-            image, image_problem = _partial_image(reject.get("image"), TILE_HEIGHT)
-            mask, mask_problem = _display_mask(reject.get("mask"))
+            image, image_problem = partial_image(reject.get("image"), TILE_HEIGHT)
+            mask, mask_problem = display_mask(reject.get("mask"))
             key = str(reject.get("key"))
             caption = (f"{key}: {reject.get('reason')}", str(reject.get("detail") or ""))
             entries.append(Entry(key, image, mask, caption, image_problem, mask_problem))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from beam_pipeline.commands.shard_records import record_format
 from beam_pipeline.commands.verify import accounting, classes, indexes, records
+from beam_pipeline.commands.verify.duplicates import duplicate_problems
 from beam_pipeline.commands.verify.report import VerifyReport
 from beam_pipeline.commands.verify.state import Checked
 from beam_pipeline.errors import UsageError
@@ -47,6 +48,7 @@ def check_output(directory: str) -> VerifyReport:
     accounting.check_extra_shards(state)
     accounting.check_rejects(state)
     accounting.check_accounting(state)
+    report.problems.extend(duplicate_problems(base, metadata))
     report.problems.extend(accounting.protocol_problems(base, metadata))
     return report
 

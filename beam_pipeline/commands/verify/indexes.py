@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from beam_pipeline.commands.verify.duplicates import duplicate_files
 from beam_pipeline.commands.verify.state import Checked
 from transforms import files
 from transforms.format import digest_table, record_index, tfds_info
@@ -190,4 +191,5 @@ def lists_index(metadata: dict[str, Any]) -> set[str]:
         refs += list(tables.values()) if isinstance(tables, dict) else []
     names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
     names.discard(None)
+    names |= {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}
     return {name for name in names if isinstance(name, str)}

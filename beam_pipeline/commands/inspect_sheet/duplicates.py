@@ -1,0 +1,124 @@
+"""`segprep inspect OUT --duplicates`: a contact sheet of the duplicate groups, group by
+group, each member from its record (RecordSource, by key) or, when it was rejected (drop,
+leakage, a bad mask), from its original file."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import numpy as np
+
+from beam_pipeline.commands.inspect_sheet.drawing import (
+    MAX_COUNT,
+    TILE_HEIGHT,
+    Entry,
+    Sheet,
+    render,
+)
+from beam_pipeline.commands.inspect_sheet.output import (
+    check_out,
+    default_sheet_path,
+    load_metadata,
+    require_dir,
+    write_new,
+)
+from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
+from beam_pipeline.errors import UsageError
+from transforms.duplicates import parse_groups
+from transforms.format import dataset_info
+from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
+
+
+def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
+    """CLI body, as inspect_sheet.run_inspect: the sheet PNG under a new name, its path last."""
+    require_dir(directory)
+    path = check_out(default_sheet_path(directory, out, "duplicates", False), directory)
+    if count > MAX_COUNT:
+        print(f"note: --count {count:,} capped at {MAX_COUNT}", file=sys.stderr)
+        count = MAX_COUNT
+    try:
+        sheet = duplicates_sheet(directory, count)
+    except NoRejects as news:
+        print(news)
+        return 0
+    buffer = io.BytesIO()
+    sheet.image.save(buffer, format="PNG")
+    print(write_new(path, buffer.getvalue()))
+    return 0
+
+
+def duplicates_sheet(directory: str, count: int) -> Sheet:
+    entries, shown, total = duplicate_entries(directory, count)
+    title = (
+        f"{directory} | duplicates: {len(entries)} entries of {shown} of {total} groups "
+        f"({DUPLICATES_FILE}) | image, mask, overlay"
+    )
+    return render(entries, title)
+
+
+def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int]:
+    """Up to `count` entries, whole groups first; (entries, groups shown, groups)."""
+    from shard_reader.source import RecordSource
+
+    metadata = load_metadata(directory)
+    section = metadata.get("duplicates") or {"mode": "off"}
+    if section.get("mode") == "off":
+        raise NoRejects(f"{directory} was prepared with --duplicates off: no groups to show")
+    base = directory.rstrip("/")
+    try:
+        groups = parse_groups(dataset_info.read_file(dataset_info.join(base, DUPLICATES_FILE)))
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{base}/{DUPLICATES_FILE}: {error}: run `segprep verify`") from None
+    if not groups:
+        raise NoRejects(f"{directory} has no duplicate groups ({DUPLICATES_FILE} is empty)")
+    sources = {
+        name: RecordSource(base, name, verify_index=False)
+        for name, split in metadata["splits"].items()
+        if split.get("num_examples")
+    }
+    rejects = _rejects(base)
+    entries: list[Entry] = []
+    shown = 0
+    for number, group in enumerate(groups, start=1):
+        if len(entries) >= count:
+            break
+        shown += 1
+        about = f"group {number}: {group['kind']}, distance <= {group['max_distance']}"
+        if group["conflicting_masks"]:
+            about += ", masks differ"
+        for key in group["keys"][: max(count - len(entries), 2)]:
+            entries.append(_entry(key, about, sources, rejects))
+    return entries[: max(count, 2)], shown, len(groups)
+
+
+def _entry(key: str, about: str, sources, rejects) -> Entry:
+    for split, source in sources.items():
+        try:
+            item = source[source.index_of(key)]
+        except KeyError:
+            continue
+        mask = (item["mask"][..., 0] > 0).astype(np.uint8) * 255
+        return Entry(key, item["image"], mask, (key, f"{about}; {split}"))
+    reject = rejects.get(key)
+    if reject is None:
+        return Entry(key, None, None, (key, f"{about}; in no split, no reject"))
+    image, image_problem = partial_image(reject.get("image"), TILE_HEIGHT)
+    mask, mask_problem = display_mask(reject.get("mask"))
+    caption = (key, f"{about}; rejected {reject.get('reason')}")
+    return Entry(key, image, mask, caption, image_problem or "no image", mask_problem or "no mask")
+
+
+def _rejects(base: str) -> dict[str, dict]:
+    path = dataset_info.join(base, REJECTS_FILE)
+    if not dataset_info.file_exists(path):
+        return {}
+    found = {}
+    for line in dataset_info.read_file(path).decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(line)
+            found[entry["key"]] = entry
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found

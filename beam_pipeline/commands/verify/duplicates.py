@@ -1,0 +1,129 @@
+"""`segprep verify`'s check of duplicates.jsonl and the stored image hashes.
+
+Against the output's own key tables and rejects.jsonl: every key of a group is a record or
+a reject; a group's records are all in the split the file names (one split per group); under
+--duplicates drop only the kept key (the smallest) is a record; each split's hashes file
+lists the split's keys in key-table order. Reads files only (local or gs://), no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from transforms.duplicates import parse_groups, parse_hash_rows
+from transforms.format import dataset_info, record_index
+
+_SHOWN = 3  # groups named per kind of problem
+
+
+def duplicate_files(metadata: dict[str, Any]) -> set[str]:
+    """The duplicates file and hash files metadata.json lists (read leniently)."""
+    names = set()
+    section = metadata.get("duplicates")
+    if isinstance(section, dict) and isinstance(section.get("file"), dict):
+        names.add(section["file"].get("file"))
+    for split in (metadata.get("splits") or {}).values():
+        if isinstance(split, dict) and isinstance(split.get("hashes"), dict):
+            names.add(split["hashes"].get("file"))
+    return {name for name in names if isinstance(name, str)}
+
+
+def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
+    section = metadata.get("duplicates")
+    if section is None or (isinstance(section, dict) and section.get("mode") == "off"):
+        return []  # not searched: nothing to check
+    if not isinstance(section, dict) or not isinstance(section.get("file"), dict):
+        return ["metadata.json: the `duplicates` section lists no duplicates file"]
+    problems: list[str] = []
+    splits = metadata.get("splits") or {}
+    records: dict[str, list[str]] = {}  # split -> keys in key-table order
+    for name, split in splits.items():
+        table = split.get("key_table") if isinstance(split, dict) else None
+        data = _listed(base, table, problems, check=False)
+        if data is None:
+            return problems + [f"split {name!r}: no key table, duplicates not checked"]
+        records[name] = [row.key for row in record_index.parse_key_table(data)]
+    split_of = {key: name for name, keys in records.items() for key in keys}
+    rejects = _rejects(base)
+    _check_hashes(base, splits, records, problems)
+    data = _listed(base, section["file"], problems)
+    if data is None:
+        return problems
+    try:
+        groups = parse_groups(data)
+    except ValueError as error:
+        return [*problems, f"{section['file']['file']}: {error}"]
+    where = section["file"]["file"]
+    unknown, straddling, kept_wrong = [], [], []
+    for number, group in enumerate(groups, start=1):
+        keys = group["keys"]
+        missing = [key for key in keys if key not in split_of and key not in rejects]
+        if missing:
+            unknown.append(f"line {number} ({missing[0]})")
+        placed = {split_of[key] for key in keys if key in split_of}
+        if len(placed) > 1 or (placed and placed != {group["split"]}):
+            straddling.append(f"line {number} ({', '.join(sorted(placed))})")
+        if section.get("mode") == "drop" and any(key in split_of for key in keys[1:]):
+            kept_wrong.append(f"line {number}")
+    for found, text in (
+        (unknown, "keys in neither a shard nor rejects.jsonl"),
+        (straddling, "groups whose records are not all in the split it names"),
+        (kept_wrong, "groups (--duplicates drop) with a record besides the kept key"),
+    ):
+        if found:
+            problems.append(f"{where}: {len(found)} {text}: {', '.join(found[:_SHOWN])}")
+    if len(groups) != section.get("groups"):
+        said = section.get("groups")
+        problems.append(f"{where}: {len(groups)} groups, metadata.json says {said}")
+    return problems
+
+
+def _check_hashes(base, splits, records, problems) -> None:
+    for name, split in splits.items():
+        ref = split.get("hashes") if isinstance(split, dict) else None
+        if ref is None:
+            problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
+            continue
+        data = _listed(base, ref, problems)
+        if data is None:
+            continue
+        try:
+            keys = [row.key for row in parse_hash_rows(data)]
+        except (ValueError, UnicodeDecodeError) as error:
+            problems.append(f"{ref.get('file')}: {error}")
+            continue
+        if keys != records[name]:
+            problems.append(
+                f"{ref.get('file')}: {len(keys)} keys that are not the {len(records[name])} "
+                f"keys of split {name!r} in key-table order"
+            )
+
+
+def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
+    """A listed file's bytes; a problem when it is missing or (check) differs from its ref."""
+    if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+        return None
+    path = dataset_info.join(base, ref["file"])
+    if not dataset_info.file_exists(path):
+        problems.append(f"{ref['file']}: missing (listed in metadata.json)")
+        return None
+    data = dataset_info.read_file(path)
+    digest = hashlib.sha256(data).hexdigest()
+    if check and (len(data) != ref.get("bytes") or digest != ref.get("sha256")):
+        problems.append(f"{ref['file']}: size or sha256 differs from metadata.json")
+    return data
+
+
+def _rejects(base: str) -> set[str]:
+    path = dataset_info.join(base, "rejects.jsonl")
+    if not dataset_info.file_exists(path):
+        return set()
+    keys = set()
+    for line in dataset_info.read_file(path).decode("utf-8", "replace").splitlines():
+        try:
+            keys.add(json.loads(line)["key"])
+        except (ValueError, KeyError, TypeError):
+            continue  # verify's own rejects check names bad lines
+    return keys

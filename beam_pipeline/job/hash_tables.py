@@ -1,0 +1,89 @@
+"""The stored image hashes: index/<split>.hashes.jsonl, one row per record, in key-table order.
+
+Each shard's rows are staged beside its key rows once it is written (only accepted keys:
+its rejects are left out); the commit joins them per split in published shard order, one
+shard's rows at a time, as it does the key tables. --leakage_check and `segprep verify` read
+them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from beam_pipeline.job.image_hashes import hashes_of
+from beam_pipeline.runtime import storage
+from transforms.duplicates import hash_rows_bytes
+from transforms.format.naming import DUPLICATES_FILE, HASHES_SUFFIX, INDEX_DIR, hashes_name
+from transforms.pairing import Pair
+from transforms.rejects import Reject
+
+
+def staged_hash_rows(shard_name: str) -> str:
+    return f"{INDEX_DIR}/{shard_name}{HASHES_SUFFIX}"
+
+
+def stage_shard_hashes(
+    staging_dir: str, shard_name: str, pairs: Sequence[Pair], rejects: Sequence[Reject]
+) -> None:
+    """Stage the hash rows of a written shard's records (in key order, as the shard)."""
+    rejected = {reject.key for reject in rejects}
+    rows = sorted(
+        hashes_of(pair)
+        for pair in pairs
+        if pair.key not in rejected and hashes_of(pair) is not None
+    )
+    storage.write_bytes(
+        storage.join(staging_dir, staged_hash_rows(shard_name)), hash_rows_bytes(rows)
+    )
+
+
+def stage_hash_table(
+    staged: str, split: str, shards: Sequence[Any], published: dict[str, str]
+) -> dict[str, Any]:
+    """Join a split's staged shard rows in published order; its {file, bytes, sha256}."""
+    name = hashes_name(split)
+    digest, size = hashlib.sha256(), 0
+    kept = sorted(
+        (published[shard.spec.name], shard.spec.name)
+        for shard in shards
+        if shard.spec.name in published and shard.spec.split == split
+    )
+    with storage.streamed(staged + name) as table:
+        for _, staged_name in kept:
+            path = staged + staged_hash_rows(staged_name)
+            rows = storage.read_bounded(path, 1 << 30)
+            table.write(rows)
+            digest.update(rows)
+            size += len(rows)
+    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def add_duplicates(
+    info: dict[str, Any],
+    staged: str,
+    shards: Sequence[Any],
+    published: dict[str, str],
+    report: dict[str, Any] | None,
+) -> list[str]:
+    """metadata.json's `duplicates` section and each split's `hashes` reference; the staged
+    names the commit publishes (none when the run did not search: --duplicates off)."""
+    if report is None:
+        info["duplicates"] = {"mode": "off"}
+        return []
+    data = storage.read_bytes(staged + DUPLICATES_FILE)
+    info["duplicates"] = {
+        **report,
+        "file": {
+            "file": DUPLICATES_FILE,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        },
+    }
+    names = [DUPLICATES_FILE]
+    for split, entry in info["splits"].items():
+        ref = stage_hash_table(staged, split, shards, published)
+        entry["hashes"] = ref
+        names.append(ref["file"])
+    return names

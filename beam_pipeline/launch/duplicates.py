@@ -1,0 +1,64 @@
+"""The run plan's part for duplicates: --duplicates, --duplicate_distance, --leakage_check.
+
+Another output can be checked against only if it stored its image hashes (listed per split
+in its metadata.json); that is found out here, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from beam_pipeline.errors import UsageError
+from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
+from beam_pipeline.runtime import storage
+from transforms.format import dataset_info
+from transforms.splits import SplitFractions
+
+
+def plan_duplicates(
+    args: argparse.Namespace,
+    fractions: SplitFractions,
+    staging_dir: str,
+    pool: str | None,
+    mask_digests: bool,
+) -> DuplicateSettings | None:
+    """The job's duplicate settings; None for --duplicates off (no hashing at all)."""
+    checks = tuple(_leakage_check(folder) for folder in args.leakage_check or ())
+    if args.duplicates == "off":
+        if checks:
+            raise UsageError(
+                "--leakage_check compares image hashes, which --duplicates off does not "
+                "compute: use --duplicates group (the default) or drop"
+            )
+        return None
+    return DuplicateSettings(
+        mode=args.duplicates,
+        distance=args.duplicate_distance,
+        fractions=fractions,
+        staging_dir=staging_dir,
+        pool=pool,
+        mask_digests=mask_digests,
+        leakage=checks,
+    )
+
+
+def _leakage_check(folder: str) -> LeakageCheck:
+    directory = storage.normalize_dir(folder)
+    try:
+        info = dataset_info.read_metadata_json(directory)
+    except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
+        raise UsageError(f"--leakage_check {folder}: {error}") from None
+    splits = info.get("splits") if isinstance(info, dict) else None
+    files = []
+    for name, split in sorted((splits or {}).items()):
+        ref = split.get("hashes") if isinstance(split, dict) else None
+        if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+            raise UsageError(
+                f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
+                "with --duplicates off, or by a segprep before image hashes): prepare it "
+                "again with --duplicates group"
+            )
+        files.append(storage.join(directory, ref["file"]))
+    if not files:
+        raise UsageError(f"--leakage_check {folder}: its metadata.json lists no splits")
+    return LeakageCheck(directory, tuple(files))

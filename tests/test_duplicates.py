@@ -1,0 +1,411 @@
+"""Duplicates and leakage (docs/duplicates.md): through the real CLI, and the hash and band
+search underneath."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageEnhance
+
+from tests.helpers.outputs import published
+from tests.helpers.process_tree import SEGPREP
+from tests.helpers.runs import RUNNER_ARGS
+from transforms import duplicates as dups
+from transforms.format import record_index
+from transforms.splits import SplitFractions
+
+FRACTIONS = SplitFractions(0.5, 0.5)  # half and half: a copy straddles by key one time in two
+DEFAULT_D = 12
+
+
+def _segprep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([*SEGPREP, *args], capture_output=True, text=True, env=os.environ)
+    if check:
+        assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def _prepare(data: Path, out: Path, *extra: str, check: bool = True):
+    return _segprep(
+        "prepare",
+        "--image_dir",
+        str(data / "images"),
+        "--mask_dir",
+        str(data / "masks"),
+        "--output_dir",
+        str(out),
+        "--train_size",
+        "0.5",
+        "--validation_size",
+        "0.5",
+        "--num_shards",
+        "4",
+        *extra,
+        *RUNNER_ARGS,
+        check=check,
+    )
+
+
+def _smooth_photo(seed: int, size: int = 256) -> Image.Image:
+    """A photo-like image: overlapping coloured shapes with sensor noise, distinct per seed."""
+    rng = np.random.default_rng(seed)
+    image = Image.new("RGB", (size, size), tuple(int(v) for v in rng.integers(0, 256, 3)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(12):
+        left, top = (int(v) for v in rng.integers(-40, size, 2))
+        width, height = (int(v) for v in rng.integers(30, 140, 2))
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
+        shape((left, top, left + width, top + height), fill=colour)
+    noisy = np.asarray(image, np.float64) + rng.normal(0, 8, (size, size, 3))
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
+
+
+def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def _mask(size: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    mask = (rng.random((size, size)) < 0.3).astype(np.uint8) * 255
+    out = io.BytesIO()
+    Image.fromarray(mask).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _straddling_name(original: str, tag: str) -> str:
+    """A copy's name that today's rule (the key's own hash) puts in the other split."""
+    for n in itertools.count():
+        name = f"{original}-{tag}{n}"
+        if FRACTIONS.split_of(name) != FRACTIONS.split_of(original):
+            return name
+    raise AssertionError  # pragma: no cover - count() never ends
+
+
+def _write(data: Path, key: str, image: bytes, mask: bytes) -> None:
+    (data / "images" / f"{key}.jpg").write_bytes(image)
+    (data / "masks" / f"{key}.png").write_bytes(mask)
+
+
+def _distinct_dataset(data: Path, count: int = 16, first_seed: int = 0) -> dict[str, Image.Image]:
+    (data / "images").mkdir(parents=True)
+    (data / "masks").mkdir(parents=True)
+    photos = {}
+    for seed in range(first_seed, first_seed + count):
+        key = f"photo{seed:03d}"
+        photos[key] = _smooth_photo(seed)
+        _write(data, key, _jpeg(photos[key]), _mask(256, seed))
+    return photos
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """16 distinct photos, plus: an exact copy, a resized re-encoded copy, a brighter copy
+    (its own mask), and an exact copy with a different mask; every copy named so that its
+    key alone would put it in the other split. Returns (data, {original: [copies]})."""
+    data = tmp_path_factory.mktemp("planted") / "data"
+    photos = _distinct_dataset(data)
+    keys = sorted(photos)
+    copies: dict[str, list[str]] = {}
+
+    def plant(original: str, tag: str, image: bytes, mask: bytes) -> None:
+        name = _straddling_name(original, tag)
+        _write(data, name, image, mask)
+        copies.setdefault(original, []).append(name)
+
+    same_mask = (data / "masks" / f"{keys[0]}.png").read_bytes()
+    plant(keys[0], "exact", (data / "images" / f"{keys[0]}.jpg").read_bytes(), same_mask)
+    small = photos[keys[1]].resize((180, 180), Image.LANCZOS)
+    plant(keys[1], "small", _jpeg(small.resize((256, 256)), 45), _mask(256, 1))
+    brighter = ImageEnhance.Brightness(photos[keys[2]]).enhance(1.2)
+    plant(keys[2], "bright", _jpeg(brighter), _mask(256, 2))
+    plant(keys[3], "relabel", (data / "images" / f"{keys[3]}.jpg").read_bytes(), _mask(256, 99))
+    return data, copies
+
+
+def _key_tables(out: Path) -> dict[str, str]:
+    """key -> split of every record."""
+    found = {}
+    for split in ("train", "validation"):
+        table = out / "index" / f"{split}.keys.jsonl"
+        for row in record_index.parse_key_table(table.read_bytes()):
+            found[row.key] = split
+    return found
+
+
+def _groups(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+
+
+def _rejects(out: Path) -> dict[str, dict]:
+    lines = (out / "rejects.jsonl").read_text().splitlines()
+    return {json.loads(line)["key"]: json.loads(line) for line in lines}
+
+
+@pytest.fixture(scope="module")
+def grouped(planted, tmp_path_factory):
+    data, _ = planted
+    out = tmp_path_factory.mktemp("grouped") / "out"
+    done = _prepare(data, out)
+    return out, done.stdout
+
+
+def test_group_keeps_every_planted_copy_in_its_originals_split(planted, grouped):
+    _, copies = planted
+    out, _ = grouped
+    split_of = _key_tables(out)
+    groups = {tuple(group["keys"]): group for group in _groups(out)}
+    for original, names in copies.items():
+        members = tuple(sorted([original, *names]))
+        assert members in groups, f"{members} not found as a group: {list(groups)}"
+        anchor = FRACTIONS.split_of(members[0])
+        assert {split_of[key] for key in members} == {anchor}
+        assert groups[members]["split"] == anchor
+    info = json.loads((out / "metadata.json").read_text())["duplicates"]
+    assert info["mode"] == "group" and info["threshold"] == DEFAULT_D
+    assert info["cross_split_groups"] == 0
+    assert info["cross_split_groups_by_key_alone"] >= len(copies)
+
+
+def test_duplicates_file_has_the_published_form(planted, grouped):
+    _, copies = planted
+    out, stdout = grouped
+    by_keys = {tuple(group["keys"]): group for group in _groups(out)}
+    for group in by_keys.values():
+        assert list(group) == ["keys", "split", "kind", "max_distance", "conflicting_masks"]
+    keys = sorted(copies)
+    exact = by_keys[tuple(sorted([keys[0], *copies[keys[0]]]))]
+    assert (exact["kind"], exact["max_distance"], exact["conflicting_masks"]) == ("exact", 0, False)
+    near = by_keys[tuple(sorted([keys[1], *copies[keys[1]]]))]
+    assert near["kind"] == "near" and 0 <= near["max_distance"] <= DEFAULT_D
+    relabelled = by_keys[tuple(sorted([keys[3], *copies[keys[3]]]))]
+    assert relabelled["kind"] == "exact" and relabelled["conflicting_masks"] is True
+    assert "duplicates: " in stdout and "with conflicting masks" in stdout
+
+
+def test_hashes_are_stored_listed_and_verified(grouped):
+    out, _ = grouped
+    info = json.loads((out / "metadata.json").read_text())
+    for split, entry in info["splits"].items():
+        ref = entry["hashes"]
+        data = (out / ref["file"]).read_bytes()
+        assert ref["file"] == f"index/{split}.hashes.jsonl"
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (ref["bytes"], ref["sha256"])
+        keys = [row.key for row in dups.parse_hash_rows(data)]
+        table = record_index.parse_key_table((out / entry["key_table"]["file"]).read_bytes())
+        assert keys == [row.key for row in table]
+    manifest = json.loads((out / ".segprep" / "manifest.json").read_text())
+    assert {"duplicates.jsonl", "index/train.hashes.jsonl"} <= set(manifest["files"])
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_verify_finds_a_group_across_splits_and_an_unknown_key(grouped, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(grouped[0], out)
+    split_of = _key_tables(out)
+    train = next(key for key, split in split_of.items() if split == "train")
+    validation = next(key for key, split in split_of.items() if split == "validation")
+    lines = [
+        {"keys": sorted([train, validation]), "split": "train", "kind": "near"},
+        {"keys": ["no-such-key", train], "split": "train", "kind": "near"},
+    ]
+    data = "".join(
+        json.dumps({**line, "max_distance": 1, "conflicting_masks": False}) + "\n" for line in lines
+    ).encode()
+    (out / "duplicates.jsonl").write_bytes(data)
+    metadata = json.loads((out / "metadata.json").read_text())
+    metadata["duplicates"]["file"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    metadata["duplicates"]["groups"] = 2
+    (out / "metadata.json").write_text(json.dumps(metadata))
+    (out / "index" / "validation.hashes.jsonl").write_bytes(b"")  # size differs from listed
+    done = _segprep("verify", str(out), check=False)
+    assert done.returncode == 1
+    assert "1 groups whose records are not all in the split it names: line 1" in done.stdout
+    assert "1 keys in neither a shard nor rejects.jsonl: line 2 (no-such-key)" in done.stdout
+    assert "index/validation.hashes.jsonl: size or sha256 differs" in done.stdout
+
+
+def test_drop_rejects_all_but_the_smallest_key_naming_it(planted, tmp_path):
+    data, copies = planted
+    out = tmp_path / "out"
+    _prepare(data, out, "--duplicates", "drop")
+    split_of = _key_tables(out)
+    rejects = _rejects(out)
+    for original, names in copies.items():
+        kept, *dropped = sorted([original, *names])
+        assert kept in split_of
+        for key in dropped:
+            assert rejects[key]["reason"] == "duplicate_image"
+            assert f"of {kept} (kept)" in rejects[key]["detail"]
+    info = json.loads((out / "metadata.json").read_text())
+    assert info["duplicates"]["dropped"] == sum(len(names) for names in copies.values())
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_leakage_check_rejects_copies_of_another_outputs_images(tmp_path):
+    test_set = tmp_path / "test-data"
+    photos = _distinct_dataset(test_set, count=6, first_seed=100)
+    test_out = tmp_path / "test-out"
+    _prepare(test_set, test_out)
+    data = tmp_path / "data"
+    _distinct_dataset(data, count=10)
+    leaked = {}
+    for n, (key, photo) in enumerate(sorted(photos.items())[:3]):
+        name = f"scraped{n}"
+        copy = photo.resize((200, 200), Image.LANCZOS) if n else photo
+        _write(data, name, _jpeg(copy, 60), _mask(200 if n else 256, n))
+        leaked[name] = key
+    out = tmp_path / "out"
+    done = _prepare(data, out, "--leakage_check", str(test_out))
+    rejects = _rejects(out)
+    for name, original in leaked.items():
+        assert rejects[name]["reason"] == "leaks_into"
+        assert f"of {original} in {test_out}/" in rejects[name]["detail"]
+    assert not set(_key_tables(out)) & set(leaked)
+    assert sum(r["reason"] == "leaks_into" for r in rejects.values()) == len(leaked)
+    assert "leakage: 3 entries" in done.stdout
+
+
+def test_leakage_check_needs_hashes_and_the_search(tmp_path):
+    data = tmp_path / "data"
+    _distinct_dataset(data, count=4)
+    plain = tmp_path / "plain"
+    _prepare(data, plain, "--duplicates", "off")
+    done = _prepare(data, tmp_path / "out", "--leakage_check", str(plain), check=False)
+    assert done.returncode == 2
+    assert "has no image hashes" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = _prepare(
+        data, tmp_path / "out", "--leakage_check", str(plain), "--duplicates", "off", check=False
+    )
+    assert done.returncode == 2 and "--duplicates off" in done.stderr
+
+
+def test_without_duplicates_every_mode_writes_the_same_shards(tmp_path):
+    data = tmp_path / "data"
+    _distinct_dataset(data, count=20)
+    outputs = {}
+    for mode in ("off", "group", "drop"):
+        outputs[mode] = tmp_path / mode
+        _prepare(data, outputs[mode], "--duplicates", mode)
+    off = published(outputs["off"])
+    assert "duplicates.jsonl" not in off and not any("hashes" in name for name in off)
+    assert json.loads((outputs["off"] / "metadata.json").read_text())["duplicates"] == {
+        "mode": "off"
+    }
+    for mode in ("group", "drop"):
+        assert (outputs[mode] / "duplicates.jsonl").read_bytes() == b""
+        extra = {"duplicates.jsonl", "index/train.hashes.jsonl", "index/validation.hashes.jsonl"}
+        assert published(outputs[mode]) == off | extra
+        for name in off - {"metadata.json"}:
+            assert (outputs[mode] / name).read_bytes() == (outputs["off"] / name).read_bytes()
+
+
+# ---- the hash and the band search --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda im: im.resize((150, 150), Image.LANCZOS),
+        lambda im: im,  # re-encoded at quality 35 below
+        lambda im: im.crop((6, 4, 250, 247)),  # ~5 % off each axis, split between sides
+        lambda im: ImageEnhance.Brightness(im).enhance(0.8),
+        lambda im: ImageEnhance.Contrast(im).enhance(1.2),
+    ],
+    ids=["resize", "jpeg", "crop", "brightness", "contrast"],
+)
+def test_hash_survives_the_usual_changes(change):
+    for seed in range(8):
+        photo = _smooth_photo(seed)
+        original = dups.perceptual_hash(_jpeg(photo))
+        changed = dups.perceptual_hash(_jpeg(change(photo), 35))
+        assert dups.hamming(original, changed) <= DEFAULT_D, seed
+
+
+def test_distinct_images_hash_far_apart():
+    hashes = [dups.perceptual_hash(_jpeg(_smooth_photo(seed))) for seed in range(12)]
+    close = [(a, b) for a, b in itertools.combinations(range(12), 2)]
+    assert all(dups.hamming(hashes[a], hashes[b]) > DEFAULT_D for a, b in close)
+
+
+def test_unreadable_bytes_are_unhashable():
+    with pytest.raises(dups.UnhashableImage):
+        dups.perceptual_hash(b"not an image")
+    with pytest.raises(dups.UnhashableImage, match="pixel limit"):
+        dups.perceptual_hash(_jpeg(_smooth_photo(0)), max_pixels=100)
+
+
+@pytest.mark.parametrize("distance", [0, 3, 8, 12, 20])
+def test_bands_cover_the_bits_and_find_every_close_pair_once(distance):
+    edges = dups.band_edges(distance)
+    assert len(edges) == distance + 1
+    assert sum(width for _, width in edges) == 64
+    covered = sorted(bit for shift, width in edges for bit in range(shift, shift + width))
+    assert covered == list(range(64))
+    rng = np.random.default_rng(distance)
+    hashes = [int(value) for value in rng.integers(0, 2**63, size=40, dtype=np.int64)]
+    # Plant pairs at exactly the distance (the pigeonhole's edge) and just beyond it.
+    for base in list(hashes[:10]):
+        for flips in (distance, distance + 1):
+            bits = rng.choice(64, size=flips, replace=False)
+            hashes.append(base ^ sum(1 << int(bit) for bit in bits))
+    images = [dups.Tagged("", dups.ImageHash(f"k{n:03d}", "", h)) for n, h in enumerate(hashes)]
+    buckets: dict[tuple[int, int], list] = {}
+    for image in images:
+        for band, value in enumerate(dups.bands(image.image.phash, distance)):
+            buckets.setdefault((band, value), []).append(image)
+    found = [
+        tuple(sorted((a.image.key, b.image.key)))
+        for (band, _), members in buckets.items()
+        for a, b, _ in dups.bucket_pairs(band, members, distance)
+    ]
+    expected = {
+        (a.image.key, b.image.key)
+        for a, b in itertools.combinations(images, 2)
+        if dups.hamming(a.image.phash, b.image.phash) <= distance
+    }
+    assert len(found) == len(set(found)), "a pair was reported twice"
+    assert set(found) == expected
+    assert len(expected) >= 10
+
+
+def test_bucket_pairs_other_outputs_only_against_this_run():
+    ours = dups.Tagged("", dups.ImageHash("a", "", 0))
+    theirs = [dups.Tagged("gs://b/test/", dups.ImageHash(k, "", 1)) for k in ("x", "y")]
+    found = list(dups.bucket_pairs(0, [theirs[0], ours, theirs[1]], 3))
+    assert sorted((a.image.key, b.image.key) for a, b, _ in found) == [("a", "x"), ("a", "y")]
+
+
+def test_groups_are_connected_components():
+    def h(key, phash=0):
+        return dups.ImageHash(key, key, phash)
+
+    groups = dups.connected_groups([(h("c"), h("b")), (h("b"), h("a")), (h("x"), h("y"))])
+    assert [[m.key for m in group] for group in groups] == [["a", "b", "c"], ["x", "y"]]
+    line = dups.describe_group([h("a", 0), h("b", 7)], "train")
+    assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
+
+
+def test_inspect_draws_the_groups(grouped, tmp_path):
+    out, _ = grouped
+    sheet = tmp_path / "groups.png"
+    done = _segprep("inspect", str(out), "--duplicates", "--out", str(sheet))
+    assert done.stdout.strip().splitlines()[-1] == str(sheet)
+    with Image.open(sheet) as image:
+        assert image.width > 0 and image.height > 0
+    groups = len(_groups(out))
+    rows = (min(groups * 2, 16) + 3) // 4  # four entries to a row, whole groups first
+    assert image.height > rows * 100
+    both = _segprep("inspect", str(out), "--duplicates", "--rejects", check=False)
+    assert both.returncode == 2 and "not both" in both.stderr

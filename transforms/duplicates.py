@@ -1,0 +1,306 @@
+"""Exact and near-duplicate images: the hashes, the band search and the groups.
+
+Pure code; the job (beam_pipeline/job/duplicates.py) runs it as Beam transforms.
+
+Each image gets the sha256 of its bytes (exact copies) and a 64-bit perceptual hash: the
+signs, against their median, of the 8x8 lowest frequencies of the DCT of a 32x32 grey image.
+The grey image comes from a DCT-scaled JPEG decode (Pillow's `draft`), which decodes about
+1/64 of the pixels. Low frequencies survive resizing, re-encoding and small crops; a
+brightness shift moves only the DC term (left out of the median), a contrast change scales
+every term alike, so neither flips a bit. benchmarks/duplicates.py measures all of it.
+
+Near-duplicates are pairs within Hamming distance D. The candidate search splits the 64
+bits into D + 1 bands: two hashes within D differ in at most D bands, so (pigeonhole) they
+agree on at least one whole band, and looking only inside buckets of equal band values
+finds every such pair. A pair is reported from the first band it agrees on only, so no
+shuffle is needed to remove repeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+from PIL import Image
+
+BITS = 64
+_SIDE = 32  # the grey image the DCT sees
+_LOW = 8  # its lowest 8x8 frequencies make the 64 bits
+MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
+MODES = ("group", "drop", "off")
+
+
+class UnhashableImage(ValueError):
+    """The image cannot be decoded for hashing (the writer will reject it with its reason)."""
+
+
+@functools.cache
+def _dct_matrix(n: int) -> np.ndarray:
+    """The orthonormal DCT-II as a matrix: coefficients = M @ x @ M.T."""
+    k = np.arange(n)[:, None]
+    i = np.arange(n)[None, :]
+    matrix = np.cos(np.pi * (2 * i + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    matrix[0] /= np.sqrt(2.0)
+    return matrix
+
+
+def phash_of_grey(grey: np.ndarray) -> int:
+    """64-bit hash of a 32x32 grey array: bit i set when low coefficient i is above the
+    median of the 63 non-DC ones (row-major over the 8x8 block, DC bit always 0)."""
+    matrix = _dct_matrix(_SIDE)
+    coefficients = matrix @ grey.astype(np.float64) @ matrix.T
+    low = coefficients[:_LOW, :_LOW].ravel()
+    median = np.median(low[1:])
+    bits = low > median
+    bits[0] = False
+    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+
+
+def grey_thumbnail(image: Image.Image) -> np.ndarray:
+    """32x32 grey pixels; JPEGs are decoded DCT-scaled to the smallest size above 64 px."""
+    image.draft("L", (2 * _SIDE, 2 * _SIDE))
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
+        if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show
+            background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(background, image).convert("RGB")
+    grey = image.convert("L").resize((_SIDE, _SIDE), Image.Resampling.BOX)
+    return np.asarray(grey, dtype=np.float64)
+
+
+def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
+    """The image's 64-bit perceptual hash; UnhashableImage when it cannot be decoded."""
+    try:
+        with Image.open(io.BytesIO(image_bytes)) as image:
+            width, height = image.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise UnhashableImage(f"{width}x{height} is over the pixel limit")
+            return phash_of_grey(grey_thumbnail(image))
+    except UnhashableImage:
+        raise
+    except Exception as error:  # noqa: BLE001 - decoders raise many undocumented types
+        raise UnhashableImage(f"{type(error).__name__}: {error}") from None
+
+
+def mirrored_hash(image_bytes: bytes) -> int:
+    """The hash of the horizontal mirror image (benchmarks/duplicates.py weighs it)."""
+    with Image.open(io.BytesIO(image_bytes)) as image:
+        return phash_of_grey(grey_thumbnail(image)[:, ::-1])
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def hamming(a: int, b: int) -> int:
+    return (a ^ b).bit_count()
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ImageHash:
+    """One image's hashes; `mask` is the sha256 of its mask file (None: no mask file)."""
+
+    key: str
+    sha256: str
+    phash: int
+    mask: str | None = None
+
+    def row(self) -> dict[str, str]:
+        """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job)."""
+        return {"key": self.key, "sha256": self.sha256, "phash": f"{self.phash:016x}"}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> ImageHash:
+        phash = row["phash"]
+        if not (isinstance(phash, str) and len(phash) == 16):
+            raise ValueError(f"phash {phash!r} is not 16 hex digits")
+        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16))
+
+
+def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
+    return b"".join(
+        (json.dumps(h.row(), ensure_ascii=False, sort_keys=True) + "\n").encode() for h in hashes
+    )
+
+
+def parse_hash_rows(data: bytes) -> list[ImageHash]:
+    """The rows of a hashes file; ValueError naming the first bad line."""
+    rows = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(ImageHash.from_row(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"line {number}: {error}") from None
+    return rows
+
+
+# ---- the band search -------------------------------------------------------------------
+
+
+@functools.cache
+def band_edges(distance: int) -> tuple[tuple[int, int], ...]:
+    """(shift, width) of the D + 1 bands covering the 64 bits, widths differing by 1 at most."""
+    if not 0 <= distance <= MAX_DISTANCE:
+        raise ValueError(f"distance {distance} outside 0..{MAX_DISTANCE}")
+    count = distance + 1
+    edges, start = [], 0
+    for band in range(count):
+        width = BITS // count + (band < BITS % count)
+        edges.append((BITS - start - width, width))
+        start += width
+    return tuple(edges)
+
+
+def bands(phash: int, distance: int) -> list[int]:
+    """The value of each band of `phash`, band 0 first."""
+    return [(phash >> shift) & ((1 << width) - 1) for shift, width in band_edges(distance)]
+
+
+def first_shared_band(a: int, b: int, distance: int) -> int | None:
+    for band, (x, y) in enumerate(zip(bands(a, distance), bands(b, distance), strict=True)):
+        if x == y:
+            return band
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagged:
+    """A hash in the search, with where it comes from: "" for this run's images, else the
+    output folder it was read from (--leakage_check)."""
+
+    source: str
+    image: ImageHash
+
+
+def bucket_pairs(
+    band: int, members: Sequence[Tagged], distance: int
+) -> Iterator[tuple[Tagged, Tagged, int]]:
+    """Pairs within `distance` among the hashes sharing band `band`'s value, each reported
+    once over all bands (here only if no earlier band is shared); at least one side is this
+    run's, and the run's own image comes first in a mixed pair.
+
+    Work is quadratic in the bucket (numpy-vectorised); memory is linear in it.
+    """
+    ours = [m for m in members if not m.source]
+    if not ours or len(members) < 2:
+        return
+    values = np.array([m.image.phash for m in members], dtype=np.uint64)
+    own = np.array([not m.source for m in members])
+    mixed = not own.all()
+    for i, first in enumerate(members):
+        if first.source:
+            continue
+        rest = slice(i + 1, None)
+        close = np.bitwise_count(values[rest] ^ values[i]) <= distance
+        # Another run's hash pairs only with this run's hashes; ours pair with both.
+        for offset in np.flatnonzero(close):
+            j = i + 1 + int(offset)
+            yield from _reported(band, first, members[j], distance)
+        if mixed and i:
+            earlier = (~own[:i]) & (np.bitwise_count(values[:i] ^ values[i]) <= distance)
+        else:
+            earlier = np.zeros(0, dtype=bool)
+        for j in np.flatnonzero(earlier):  # other outputs' hashes listed before this one
+            yield from _reported(band, first, members[int(j)], distance)
+
+
+def _reported(band: int, a: Tagged, b: Tagged, distance: int):
+    if b.source == "" and b.image.key == a.image.key:
+        return
+    if first_shared_band(a.image.phash, b.image.phash, distance) == band:
+        yield a, b, hamming(a.image.phash, b.image.phash)
+
+
+# ---- groups -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One line of duplicates.jsonl: keys sorted, so keys[0] is the kept / anchoring key."""
+
+    keys: tuple[str, ...]
+    split: str | None
+    kind: str  # "exact": every member has the same bytes; "near" otherwise
+    max_distance: int  # largest Hamming distance between two members
+    conflicting_masks: bool  # byte-identical images whose mask files differ
+
+    def line(self) -> bytes:
+        data = {
+            "keys": list(self.keys),
+            "split": self.split,
+            "kind": self.kind,
+            "max_distance": self.max_distance,
+            "conflicting_masks": self.conflicting_masks,
+        }
+        return (json.dumps(data, ensure_ascii=False) + "\n").encode()
+
+
+def connected_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[ImageHash]]:
+    """Connected components of the pair graph (union-find), each sorted by key; sorted."""
+    parent: dict[str, str] = {}
+    images: dict[str, ImageHash] = {}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for a, b in pairs:
+        for image in (a, b):
+            if image.key not in parent:
+                parent[image.key] = image.key
+                images[image.key] = image
+        ra, rb = root(a.key), root(b.key)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    members: dict[str, list[ImageHash]] = {}
+    for key in parent:
+        members.setdefault(root(key), []).append(images[key])
+    return sorted(sorted(group) for group in members.values())
+
+
+def describe_group(members: Sequence[ImageHash], split: str | None) -> Group:
+    """The group's line: kind, largest distance, and whether exact copies disagree on masks."""
+    exact = len({m.sha256 for m in members}) == 1
+    largest = max(
+        (hamming(a.phash, b.phash) for i, a in enumerate(members) for b in members[i + 1 :]),
+        default=0,
+    )
+    masks_by_image: dict[str, set[str | None]] = {}
+    for member in members:
+        masks_by_image.setdefault(member.sha256, set()).add(member.mask)
+    conflict = any(len(masks) > 1 for masks in masks_by_image.values())
+    return Group(
+        tuple(m.key for m in members), split, "exact" if exact else "near", largest, conflict
+    )
+
+
+def parse_groups(data: bytes) -> list[dict]:
+    """The lines of a duplicates.jsonl file; ValueError naming the first bad line."""
+    groups = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            group = json.loads(line)
+            keys = group["keys"]
+            if not (isinstance(keys, list) and len(keys) >= 2):
+                raise ValueError("keys is not a list of two or more keys")
+            if not all(isinstance(key, str) for key in keys):
+                raise ValueError("keys are not all strings")
+            if group["kind"] not in ("exact", "near"):
+                raise ValueError(f"kind {group['kind']!r} is not exact or near")
+            for field in ("split", "max_distance", "conflicting_masks"):
+                group[field]  # noqa: B018 - present, even when null
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"line {number}: {error}") from None
+        groups.append(group)
+    return groups
