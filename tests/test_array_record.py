@@ -51,7 +51,11 @@ def test_shards_are_array_record_files_with_key_tables_and_no_offset_index(array
     assert all((array_output / name).is_file() for name in names)
     # ArrayRecord reads by record number itself: the key tables stay, the .idx files go.
     assert sorted(p.name for p in (array_output / INDEX_DIR).iterdir()) == [
+        "train.digests.jsonl",
+        "train.hashes.jsonl",
         "train.keys.jsonl",
+        "validation.digests.jsonl",
+        "validation.hashes.jsonl",
         "validation.keys.jsonl",
     ]
     assert info.has_index

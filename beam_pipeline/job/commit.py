@@ -181,7 +181,12 @@ def commit(
     info["num_discovered"] = discovered
     if unlabeled:
         info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
-    duplicate_files = add_duplicates(info, staged, shards, published, duplicates)
+    if previous is None:
+        duplicate_files = add_duplicates(info, staged, shards, published, duplicates)
+    else:  # an append leaves duplicates.jsonl and the hash tables as they were
+        duplicate_files = []
+        if "duplicates" in previous.extra:
+            info["duplicates"] = previous.extra["duplicates"]
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings, previous)

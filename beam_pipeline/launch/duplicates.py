@@ -22,7 +22,18 @@ def plan_duplicates(
     pool: str | None,
     mask_digests: bool,
 ) -> DuplicateSettings | None:
-    """The job's duplicate settings; None for --duplicates off (no hashing at all)."""
+    """The job's duplicate settings; None for --duplicates off (no hashing at all).
+
+    An append searches none: its new keys are not yet compared with the output's images,
+    and the output's duplicates.jsonl and hash tables stay exactly as they were.
+    """
+    if getattr(args, "append", False):
+        if args.leakage_check or args.duplicates == "drop":
+            raise UsageError(
+                "--append does not search duplicates yet: run --leakage_check or "
+                "--duplicates drop on a full prepare (docs/duplicates.md)"
+            )
+        return None
     checks = tuple(_leakage_check(folder) for folder in args.leakage_check or ())
     if args.duplicates == "off":
         if checks:

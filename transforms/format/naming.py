@@ -145,12 +145,12 @@ def _version_part(split: str, version: int) -> str:
     return "" if version == FIRST_VERSION else f".v{version}"
 
 
-# A key or digest table name inside index/ (the version part never names version 1).
+# A key, digest or hash table name inside index/ (the version part never names version 1).
 SIDE_TABLE_RE = re.compile(
     r"[a-z]+(?:\.v(?:[2-9]|[1-9]\d{1,4}))?(?:"
-    + re.escape(KEY_TABLE_SUFFIX)
-    + "|"
-    + re.escape(DIGEST_TABLE_SUFFIX)
+    + "|".join(
+        re.escape(suffix) for suffix in (KEY_TABLE_SUFFIX, DIGEST_TABLE_SUFFIX, HASHES_SUFFIX)
+    )
     + ")"
 )
 
