@@ -18,7 +18,11 @@ Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, 
 equal make_dataset's.
 
 The source is picklable and fork-safe (file descriptors are opened lazily, per process),
-so PyTorch and Grain worker processes can each hold a copy. Local directories only.
+so PyTorch and Grain worker processes can each hold a copy.
+
+A gs:// output is read through a bounded local cache of whole shards
+(shard_reader/remote_cache.py: `cache_dir=`, `cache_limit_bytes=`): each shard is
+downloaded once, checked against its sha256 in metadata.json, then read as a local one.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from shard_reader import remote_cache
 from transforms.files import TooLargeError, open_regular, read_bounded_local
 from transforms.format import dataset_info, features, record_index
 from transforms.format import example_schema as tf_example
@@ -97,6 +102,7 @@ class _Shard:
     size: int  # bytes, from metadata.json
     offsets: np.ndarray  # int64 frame offsets
     lengths: np.ndarray  # int64 frame lengths
+    sha256: str = ""  # from metadata.json: what a gs:// shard's download must hash to
 
 
 class RecordSource:
@@ -104,16 +110,26 @@ class RecordSource:
 
     verify_index: check each index file's sha256 against metadata.json when opening
         (reads the index files once; they are ~20 bytes per record).
+    cache_dir, cache_limit_bytes: for a gs:// output, where its shards are cached and how
+        many bytes they may take there (defaults: ~/.cache/segprep/shards, and the smaller
+        of 64 GiB and half the free space there; see shard_reader/remote_cache.py).
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike, split: str, *, verify_index: bool = True
+        self,
+        data_dir: str | os.PathLike,
+        split: str,
+        *,
+        verify_index: bool = True,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit_bytes: int | None = None,
     ) -> None:
+        self.cache: remote_cache.ShardCache | None = None
         if dataset_info.is_remote(data_dir):
-            raise ValueError(
-                f"RecordSource reads local directories; copy {data_dir} to local disk "
-                "(or read it with shard_reader.make_dataset, which streams gs://)"
-            )
+            if not str(data_dir).startswith("gs://"):
+                raise ValueError(f"{data_dir}: RecordSource reads local paths and gs:// only")
+            remote_cache.require_credentials()
+            self.cache = remote_cache.ShardCache.create(cache_dir, cache_limit_bytes)
         self.data_dir = str(data_dir)
         self.split = split
         metadata = dataset_info.load(data_dir)
@@ -134,6 +150,7 @@ class RecordSource:
         self._key_table = info.key_table
         self._keys: dict[str, int] | None = None
         self._fds: dict[int, int] = {}
+        self._pinned: dict[int, list[int]] = {}  # gs:// shard -> [descriptor, readers]
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
@@ -141,7 +158,7 @@ class RecordSource:
         path = dataset_info.join(self.data_dir, shard.index.file)
         cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
         try:
-            data = read_bounded_local(path, cap)
+            data = _read_bounded(path, cap)
         except TooLargeError as error:
             raise MetadataError(f"{error} (stale index?)") from None
         if verify_index and hashlib.sha256(data).hexdigest() != shard.index.sha256:
@@ -158,7 +175,11 @@ class RecordSource:
             )
         table = np.array(frames, dtype=np.int64).reshape(-1, 2)
         return _Shard(
-            dataset_info.join(self.data_dir, shard.file), shard.bytes, table[:, 0], table[:, 1]
+            dataset_info.join(self.data_dir, shard.file),
+            shard.bytes,
+            table[:, 0],
+            table[:, 1],
+            shard.sha256,
         )
 
     def __len__(self) -> int:
@@ -184,7 +205,10 @@ class RecordSource:
         shard_number, record = self.locate(index)
         shard = self._shards[shard_number]
         offset, length = int(shard.offsets[record]), int(shard.lengths[record])
-        framed = os.pread(self._fd(shard_number), length, offset)
+        if self.cache is None:
+            framed = os.pread(self._fd(shard_number), length, offset)
+        else:
+            framed = self._pread_cached(shard_number, length, offset)
         where = f"{os.path.basename(shard.path)} record {record}"
         if len(framed) != length:
             raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
@@ -271,7 +295,7 @@ class RecordSource:
             return {}
         path = dataset_info.join(self.data_dir, ref.file)
         try:
-            data = read_bounded_local(path, ref.bytes)
+            data = _read_bounded(path, ref.bytes)
         except TooLargeError as error:
             raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
         if hashlib.sha256(data).hexdigest() != ref.sha256:
@@ -305,6 +329,48 @@ class RecordSource:
                     self._fds[shard_number] = fd
         return fd
 
+    def remote_shards(self) -> list[remote_cache.RemoteShard]:
+        """Each shard's gs:// address, sha256 and size, in shard order (for prefetching)."""
+        return [remote_cache.RemoteShard(s.path, s.sha256, s.size) for s in self._shards]
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Records per shard, in shard order."""
+        return [len(shard.offsets) for shard in self._shards]
+
+    def shard_of(self, indices: np.ndarray) -> np.ndarray:
+        """The shard number of each of the split's record numbers `indices`."""
+        return np.searchsorted(self._starts, np.asarray(indices), side="right") - 1
+
+    def _pread_cached(self, shard_number: int, length: int, offset: int) -> bytes:
+        # A cached shard is pinned (open) only while read: a reader holds at most one shard
+        # per thread, so eviction can always make room for the next one (remote_cache).
+        if self._pid != os.getpid():
+            self._fds, self._pinned = {}, {}
+            self._pid, self._lock = os.getpid(), threading.Lock()
+        with self._lock:
+            entry = self._pinned.get(shard_number)
+            if entry is not None:
+                entry[1] += 1
+            else:  # unpin the shards no thread is reading
+                for number, (fd, readers) in list(self._pinned.items()):
+                    if readers == 0:
+                        os.close(fd)
+                        del self._pinned[number]
+        if entry is None:
+            shard = self._shards[shard_number]
+            fd = self.cache.open(remote_cache.RemoteShard(shard.path, shard.sha256, shard.size))
+            with self._lock:
+                entry = self._pinned.setdefault(shard_number, [fd, 0])
+                if entry[0] != fd:  # another thread opened it meanwhile
+                    os.close(fd)
+                entry[1] += 1
+        try:
+            return os.pread(entry[0], length, offset)
+        finally:
+            with self._lock:
+                entry[1] -= 1
+
     @staticmethod
     def _open(shard: _Shard) -> int:
         # A FIFO or device in a shard's place is refused, never blocked on or read.
@@ -323,7 +389,9 @@ class RecordSource:
         if self._pid == os.getpid():
             for fd in self._fds.values():
                 os.close(fd)
-        self._fds = {}
+            for fd, _ in getattr(self, "_pinned", {}).values():
+                os.close(fd)
+        self._fds, self._pinned = {}, {}
 
     def __del__(self) -> None:
         try:
@@ -333,7 +401,7 @@ class RecordSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fds={}, _lock=None, _keys=None)
+        state.update(_fds={}, _pinned={}, _lock=None, _keys=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -342,6 +410,16 @@ class RecordSource:
 
     def __repr__(self) -> str:
         return f"RecordSource({self.data_dir!r}, {self.split!r}, {len(self)} records)"
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """A local or gs:// file of at most `limit` bytes (TooLargeError otherwise)."""
+    if not dataset_info.is_remote(path):
+        return read_bounded_local(path, limit)
+    data = dataset_info.read_file(path)
+    if len(data) > limit:
+        raise TooLargeError(f"{path}: {len(data):,} bytes, more than the {limit:,} allowed")
+    return data
 
 
 def record_key(serialized: bytes, where: str = "record") -> str:

@@ -23,6 +23,11 @@ a batch that never comes. Dealing round-robin makes what all ranks have consumed
 steps a prefix of the order; a state_dict() records that prefix's length, which is why it
 restores exactly with any number of workers, and with a different world_size too (the
 new ranks deal out the rest of the order; with a batch size that changed as well).
+
+gs:// outputs are read through a bounded local cache of whole, sha256-checked shards
+(cache_dir=, cache_limit_bytes=; shard_reader/remote_cache.py), prefetched in the order
+this rank will read them. shuffle="window" reads a window of shards at a time
+(shard_reader/read_order.py): the order for a cache smaller than the dataset.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from shard_reader import read_order, remote_cache
 from shard_reader.source import RecordSource, usable_cores
 
 STATE_VERSION = 1
@@ -44,11 +50,16 @@ STATE_VERSION = 1
 _TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int32): torch.int32}
 
 
-def epoch_order(num_records: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+def epoch_order(
+    num_records: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool | str,
+    shard_sizes: Sequence[int] | None = None,
+    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
+) -> np.ndarray:
     """The split's record numbers in the order of `epoch`: the same on every rank and worker."""
-    if not shuffle:
-        return np.arange(num_records, dtype=np.int64)
-    return np.random.default_rng([seed, epoch]).permutation(num_records)
+    return read_order.epoch_order(num_records, seed, epoch, shuffle, shard_sizes, window_shards)
 
 
 def rank_part(order: np.ndarray, start: int, rank: int, world_size: int) -> np.ndarray:
@@ -183,7 +194,7 @@ class SegmentationLoader:
         source: RecordSource,
         batch_size: int,
         *,
-        shuffle: bool,
+        shuffle: bool | str,
         seed: int,
         rank: int,
         world_size: int,
@@ -192,8 +203,10 @@ class SegmentationLoader:
         with_keys: bool,
         image_size: tuple[int, int] | None,
         prefetch_factor: int | None,
+        window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     ) -> None:
         self.source = source
+        self.window_shards = window_shards
         self.batch_size = batch_size
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
@@ -215,7 +228,14 @@ class SegmentationLoader:
         )
 
     def _part(self, start: int) -> np.ndarray:
-        order = epoch_order(len(self.source), self.seed, self._epoch, self.shuffle)
+        order = epoch_order(
+            len(self.source),
+            self.seed,
+            self._epoch,
+            self.shuffle,
+            self.source.shard_sizes,
+            self.window_shards,
+        )
         return rank_part(order, start, self.rank, self.world_size)
 
     def _num_batches(self, records: int) -> int:
@@ -245,8 +265,11 @@ class SegmentationLoader:
                 self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
             )
         records.ring = ring  # the workers started by this pass inherit it
+        prefetcher = self._prefetcher()
         try:
-            for batch in self._loader:
+            for step, batch in enumerate(self._loader):
+                if prefetcher is not None:
+                    prefetcher.advance(step)
                 if isinstance(batch, _Ringed):
                     images, masks = ring.hand_over(batch)
                     keys = batch.keys
@@ -258,6 +281,20 @@ class SegmentationLoader:
                 yield (*pair, keys) if self.with_keys else pair
         finally:
             records.ring = None
+            if prefetcher is not None:
+                prefetcher.stop()
+
+    def _prefetcher(self) -> remote_cache.Prefetcher | None:
+        """For a gs:// output: fetches this pass's shards in the order its batches need them."""
+        if self.source.cache is None:
+            return None
+        part = self._part(self._start)
+        shards = self.source.shard_of(part)
+        steps = [
+            list(dict.fromkeys(shards[first : first + self.batch_size].tolist()))
+            for first in range(0, len(part), self.batch_size)
+        ]
+        return remote_cache.Prefetcher(self.source.cache, self.source.remote_shards(), steps)
 
     def state_dict(self) -> dict[str, Any]:
         """Position after the batches yielded so far (torchdata StatefulDataLoader style)."""
@@ -273,6 +310,7 @@ class SegmentationLoader:
             "epoch": self._epoch,
             "consumed": consumed,  # records of the epoch's order read by all ranks together
             "world_size": self.world_size,
+            **({"window_shards": self.window_shards} if self.shuffle == read_order.WINDOW else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -284,6 +322,8 @@ class SegmentationLoader:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not supported")
         mine = {"num_records": len(self.source), "shuffle": self.shuffle, "seed": self.seed}
+        if self.shuffle == read_order.WINDOW:
+            mine["window_shards"] = self.window_shards
         differing = {key: state.get(key) for key, value in mine.items() if state.get(key) != value}
         if differing:
             raise ValueError(
@@ -301,7 +341,7 @@ def make_loader(
     split: str,
     batch_size: int,
     *,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     seed: int = 0,
     rank: int = 0,
     world_size: int = 1,
@@ -310,23 +350,35 @@ def make_loader(
     with_keys: bool = False,
     image_size: tuple[int, int] | None = None,
     prefetch_factor: int | None = 2,
+    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit_bytes: int | None = None,
 ) -> SegmentationLoader:
     """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, keys])` of one split; mask uint8 0/1,
     or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
 
     shuffle: a fresh permutation of the whole split each epoch, from (seed, epoch); off,
-        records come in shard order. Call set_epoch(e) before each epoch.
+        records come in shard order; "window": shards permuted, then the records of each
+        window of `window_shards` shards (shard_reader/read_order.py: for a gs:// output
+        whose cache is smaller than the dataset). Call set_epoch(e) before each epoch.
     rank, world_size: this process's part (see the module docstring for the remainder).
     num_workers: decoding processes (default: one per usable core); 0 decodes in-process.
     drop_last: drop each rank's last, short batch (equal on every rank either way).
     image_size: (height, width) to resize to (image bilinear, mask nearest); needed for
         batches when the split's records differ in size.
+    cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
+        ~/.cache/segprep/shards and min(64 GiB, half its free space)); the ranks and jobs of
+        one host can share it. The limit must hold (workers + 2) shards.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-    source = RecordSource(data_dir, split)
+    read_order.check_shuffle(shuffle, window_shards)
+    source = RecordSource(data_dir, split, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes)
+    workers = usable_cores() if num_workers is None else num_workers
+    if source.cache is not None:
+        source.cache.check_limit([shard.size for shard in source.remote_shards()], max(1, workers))
     if world_size > len(source):
         raise ValueError(f"{world_size} ranks for {len(source)} records: some would get none")
     if source.image_shape is None and image_size is None and batch_size > 1:
@@ -341,9 +393,10 @@ def make_loader(
         seed=seed,
         rank=rank,
         world_size=world_size,
-        num_workers=usable_cores() if num_workers is None else num_workers,
+        num_workers=workers,
         drop_last=drop_last,
         with_keys=with_keys,
         image_size=tuple(image_size) if image_size is not None else None,
         prefetch_factor=prefetch_factor,
+        window_shards=window_shards,
     )
