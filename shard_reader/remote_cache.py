@@ -368,9 +368,12 @@ class Prefetcher:
                 self._wake.notify()
 
     def stop(self) -> None:
+        """Stop after the download under way, and wait for it: a process forked later (the
+        next pass's workers) must not inherit a download's lock."""
         with self._wake:
             self._stopped = True
             self._wake.notify()
+        self._thread.join()
 
     def _run(self) -> None:
         ahead: collections.deque[tuple[int, int]] = collections.deque()  # (step, bytes)
@@ -389,6 +392,8 @@ class Prefetcher:
                         break
                     self._wake.wait()
             for shard in self.steps[next_step]:
+                if self._stopped:
+                    return
                 if fetched_for.get(shard, -1) >= self._step:  # fetched, not yet read
                     continue
                 try:

@@ -345,7 +345,9 @@ class RecordSource:
     def _pread_cached(self, shard_number: int, length: int, offset: int) -> bytes:
         # A cached shard is pinned (open) only while read: a reader holds at most one shard
         # per thread, so eviction can always make room for the next one (remote_cache).
-        if self._pid != os.getpid():
+        if self._pid != os.getpid():  # a forked child: its copies of the parent's pins go
+            for fd, _ in self._pinned.values():
+                os.close(fd)
             self._fds, self._pinned = {}, {}
             self._pid, self._lock = os.getpid(), threading.Lock()
         with self._lock:

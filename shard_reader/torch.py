@@ -265,9 +265,11 @@ class SegmentationLoader:
                 self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
             )
         records.ring = ring  # the workers started by this pass inherit it
-        prefetcher = self._prefetcher()
+        prefetcher = None
         try:
-            for step, batch in enumerate(self._loader):
+            batches = iter(self._loader)  # forks the workers first: no lock goes with them
+            prefetcher = self._prefetcher()
+            for step, batch in enumerate(batches):
                 if prefetcher is not None:
                     prefetcher.advance(step)
                 if isinstance(batch, _Ringed):
