@@ -25,6 +25,7 @@ rather than wait (no reader can deadlock on its own pin), exceeding it by one sh
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import dataclasses
@@ -34,6 +35,7 @@ import hashlib
 import os
 import shutil
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -339,6 +341,17 @@ def _remove_if_unlocked(path: str) -> bool:
     return True
 
 
+# Prefetchers still running; stopped at exit, so that no download is cut off inside the
+# HTTP client's C code while the interpreter tears down (that aborts the process).
+_LIVE: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for prefetcher in list(_LIVE):
+        prefetcher.stop()
+
+
 class Prefetcher:
     """Fetches the shards a reader will need, in the order it will need them.
 
@@ -360,6 +373,7 @@ class Prefetcher:
         self._wake = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="segprep-prefetch", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def advance(self, step: int) -> None:
         with self._wake:
