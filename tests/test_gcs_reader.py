@@ -167,15 +167,18 @@ def test_resume_mid_epoch_over_gs(remote, tmp_path, shuffle):
 
 
 @pytest.mark.parametrize("shuffle", [True, "window"])
-def test_the_cache_stays_within_its_limit_during_an_epoch(remote, local, tmp_path, shuffle):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_cache_stays_within_its_limit_during_an_epoch(
+    remote, local, tmp_path, shuffle, workers
+):
     largest = largest_shard(local)
-    limit = 3 * largest  # one reader, a download and a prefetch: the least allowed
+    limit = (max(1, workers) + 2) * largest  # the readers, a download, a prefetch: the least
     loader = torch_reader.make_loader(
         remote,
         "train",
         4,
         shuffle=shuffle,
-        num_workers=0,
+        num_workers=workers,
         with_keys=True,
         window_shards=1,
         cache_dir=tmp_path,
@@ -256,6 +259,33 @@ def test_a_download_killed_midway_is_never_served(remote, local, tmp_path):
     data = (tmp_path / "objects" / shard.sha256).read_bytes()
     assert hashlib.sha256(data).hexdigest() == shard.sha256
     assert list((tmp_path / "partial").iterdir()) == []  # the dead download was cleared
+
+
+def test_a_corrupt_download_is_fetched_again(remote, local, tmp_path, monkeypatch):
+    """The bytes arrive damaged once (a flipped bit in transit): checked, refused, fetched
+    again; what is served is the shard metadata.json describes."""
+    real, calls = remote_cache._download_into, []
+
+    def damaged_once(url, size, handle):
+        calls.append(url)
+        if len(calls) > 1:
+            return real(url, size, handle)
+        import io
+
+        whole = io.BytesIO()
+        real(url, size, whole)
+        data = bytearray(whole.getvalue())
+        data[len(data) // 3] ^= 0x01
+        handle.write(bytes(data))
+
+    monkeypatch.setattr(remote_cache, "_download_into", damaged_once)
+    source = RecordSource(remote, "train", cache_dir=tmp_path, cache_limit_bytes=10 << 20)
+    reference = RecordSource(local, "train")
+    assert np.array_equal(source[2]["image"], reference[2]["image"])
+    assert len(calls) == 2
+    shard = source.remote_shards()[0]
+    data = (tmp_path / "objects" / shard.sha256).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == shard.sha256
 
 
 WARM_READ = """
