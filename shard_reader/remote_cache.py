@@ -306,7 +306,7 @@ class ShardCache:
         until `size` more bytes fit within the limit."""
         used = 0
         for _, path, reserved in self._entries("partial"):
-            if path != keep and _remove_if_unlocked(path):
+            if path == keep or _remove_if_unlocked(path):  # ours is the `size` to fit
                 continue
             used += reserved
         shards = sorted(self._entries("objects"))
