@@ -98,7 +98,9 @@ def _index(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.inspect_sheet import run_inspect
 
-    return run_inspect(args.dir, args.split, args.count, args.out, args.rejects)
+    return run_inspect(
+        args.dir, args.split, args.count, args.out, args.rejects, version=args.version
+    )
 
 
 def _make_report(args: argparse.Namespace) -> int:
@@ -106,7 +108,7 @@ def _make_report(args: argparse.Namespace) -> int:
     from beam_pipeline.commands.report.gather import ReportError
 
     try:
-        path = write_report(args.dir, args.out)
+        path = write_report(args.dir, args.out, version=args.version)
     except ReportError as error:
         raise UsageError(str(error)) from None
     _print(path)
@@ -220,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show rejects.jsonl entries from their original files instead of shard examples",
     )
+    inspect.add_argument(
+        "--version",
+        type=positive_int,
+        default=None,
+        help="show the split as this version of a grown output was (`prepare --append`); "
+        "default: the latest",
+    )
 
     report = command(
         "report",
@@ -231,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="HTML file to write (local); without it segprep-report-DIRNAME.html in the "
         "current directory",
+    )
+    report.add_argument(
+        "--version",
+        type=positive_int,
+        default=None,
+        help="describe the splits as this version of a grown output was (`prepare --append`); "
+        "default: the latest (rejects are always the latest's)",
     )
     return parser
 

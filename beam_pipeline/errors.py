@@ -11,3 +11,12 @@ class RejectLimitError(RuntimeError):
     # Beam leaves an exception so marked as it is, instead of appending the step that
     # raised it ("[while running 'Commit/...']"): the message is a whole line for the user.
     _tagged_with_step = True
+
+
+def usage_error(error: ValueError) -> UsageError:
+    """A core error in the command line's words: settings the core names become flags."""
+    from transforms.settings_error import SettingError, as_flag
+
+    if isinstance(error, SettingError):
+        return UsageError(error.worded(as_flag))
+    return UsageError(str(error))

@@ -1,6 +1,10 @@
 """Loader throughput: the PyTorch and Grain loaders against tf.data and the decode-only limits.
 
     flock /work/tools/bench.lock .venv/bin/python benchmarks/loaders.py [--trials 5]
+    .venv/bin/python benchmarks/loaders.py --formats tfrecord,array_record
+
+With `--formats`, the PyTorch and Grain loaders (the readers of both formats) are timed on
+the same inputs prepared once per `--record_format`: each contender is named `NAME @ FORMAT`.
 
 Builds (once, cached in benchmarks/.cache/) 800x600 portraits with JPEG masks, prepared by
 the job and indexed with `segprep index`; every contender reads the same train shards, in
@@ -48,10 +52,14 @@ CONTENDERS = (
 )
 
 
-def prepare_data(count: int, seed: int) -> Path:
-    """The prepared and indexed output, reused while the cache holds."""
+FORMAT_CONTENDERS = ("PyTorch, num_workers=2", "Grain, in-process")
+
+
+def prepare_data(count: int, seed: int, record_format: str | None = None) -> Path:
+    """The prepared and indexed output, reused while the cache holds (None: the default
+    record format, in the folder earlier runs cached it in)."""
     root = CACHE / f"loaders-{count}-seed{seed}"
-    output = root / "prepared"
+    output = root / ("prepared" if record_format is None else f"prepared-{record_format}")
     if (output / "dataset_info.json").exists():
         return output
     from beam_pipeline.commands.index import index_output
@@ -70,6 +78,7 @@ def prepare_data(count: int, seed: int) -> Path:
             "--mask_dir", str(sample / "masks"),
             "--output_dir", str(output),
             "--num_shards", str(NUM_SHARDS),
+            *(["--record_format", record_format] if record_format else []),
             "--overwrite",
             "--runner", "FnApiRunner",
         ]
@@ -212,19 +221,32 @@ def main() -> None:
     parser.add_argument(
         "--contenders", default=";".join(CONTENDERS), help="names separated by semicolons"
     )
+    parser.add_argument(
+        "--formats",
+        help="record formats separated by commas: time the PyTorch and Grain loaders on each",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.child, args.data, args.records)))
         return
-    data_dir = prepare_data(args.count, args.seed)
-    names = args.contenders.split(";")
+    if args.formats:
+        formats = args.formats.split(",")
+        dirs = {fmt: prepare_data(args.count, args.seed, fmt) for fmt in formats}
+        contenders = {
+            f"{name} @ {fmt}": (name, dirs[fmt]) for fmt in formats for name in FORMAT_CONTENDERS
+        }
+        data_dir = dirs[formats[0]]
+    else:
+        data_dir = prepare_data(args.count, args.seed)
+        contenders = {name: (name, data_dir) for name in args.contenders.split(";")}
+    names = list(contenders)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for trial in range(args.trials):
         shift = trial % len(names)
         for name in names[shift:] + names[:shift]:  # rotate: no contender always first
-            runs[name].append(run_child(name, data_dir, args.records))
+            runs[name].append(run_child(*contenders[name], args.records))
             rate, cpu = runs[name][-1]
             print(
                 f"  trial {trial + 1}/{args.trials} {name}: {rate:.0f}/s {cpu:.2f} ms",

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from transforms.files import open_regular, read_bounded_local
 from transforms.format import dataset_info
 from transforms.format.naming import METADATA_FILE
+from transforms.limits import FILE_LIMITS
 
 # Part of every cache directory name: bump when what a cache directory holds changes.
 CACHE_FORMAT = 2
@@ -72,14 +73,18 @@ def open_directory(
     pipeline: tuple[int, int],
     size: Sequence[int] | None,
     with_keys: bool,
+    version: int | None = None,
 ) -> CacheDirectory:
     """The cache directory of these settings under `root`: claimed for filling when empty,
     checked against its manifest when filled (CacheMismatchError, CacheBusyError)."""
-    metadata = dataset_info.read_file(dataset_info.join(data_dir, METADATA_FILE))
-    num_pipelines, pipeline_id = pipeline
-    identity = json.dumps(
-        [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys], sort_keys=True
+    metadata = dataset_info.read_file(
+        dataset_info.join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes
     )
+    num_pipelines, pipeline_id = pipeline
+    fields = [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys]
+    if version is not None:  # a pinned version reads other records than the latest
+        fields.append(version)
+    identity = json.dumps(fields, sort_keys=True)
     digest = hashlib.sha256(metadata + identity.encode()).hexdigest()
     shape = "x".join(map(str, size)) if size else "mixed"
     keys = "-keys" if with_keys else ""

@@ -33,7 +33,7 @@ from shard_reader.cache_dir import CacheMismatchError as CacheMismatchError  # r
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
 from transforms.files import NotAFileError, open_regular
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -78,6 +78,7 @@ def steps_per_epoch(
     input_context: tf.distribute.InputContext | None = None,
     *,
     drop_remainder: bool = False,
+    version: int | None = None,
 ) -> int:
     """Training steps in one exact pass over the split, from metadata.json alone.
 
@@ -88,7 +89,7 @@ def steps_per_epoch(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    info = load_split(data_dir, split)
+    info = load_split(data_dir, split, version)
     num_pipelines, _ = _pipeline(input_context)
     records = min(sharding.part_sizes(info.num_examples, num_pipelines))
     batches = records // batch_size if drop_remainder else -(-records // batch_size)
@@ -122,6 +123,7 @@ def make_dataset(
     dtype: tf.DType = tf.float32,
     cache: CacheSetting = None,
     image_size: Size | None = None,
+    version: int | None = None,
 ) -> tf.data.Dataset:
     """Batches of (image, mask) or (image, mask, key) from one split of a segprep output.
 
@@ -171,6 +173,9 @@ def make_dataset(
         0/1 and match the image; class-id masks are resized by nearest neighbour only, so
         every id returned is one the stored mask holds. Mixed-size splits pick the scale per
         record and then batch.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the order they had when it was the latest (same seed, same
+        order); None: the latest version.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -178,7 +183,13 @@ def make_dataset(
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
     image_size = _check_image_size(image_size)
-    info = load_split(data_dir, split)
+    info = load_split(data_dir, split, version)
+    if not record_formats.get(info.record_format).tf_data:
+        raise ValueError(
+            f"{data_dir} holds {info.record_format} shards, which tf.data cannot read: use "
+            "shard_reader.RecordSource, shard_reader.torch, shard_reader.grain or TFDS "
+            "(tfds.builder_from_directory(...).as_data_source())"
+        )
     _check_regular(info)
     if info.image_shape is None and image_size is None and augment is None and batch_size > 1:
         raise ValueError(
@@ -189,7 +200,9 @@ def make_dataset(
     part = sharding.part_sizes(info.num_examples, pipeline[0])[pipeline[1]]
     size = image_size or info.image_shape
     pixel_bytes = IMAGE_BYTES_PER_PIXEL + _mask_bytes(info)
-    cache_plan = _plan_cache(cache, data_dir, split, pipeline, part, size, with_keys, pixel_bytes)
+    cache_plan = _plan_cache(
+        cache, data_dir, split, pipeline, part, size, with_keys, pixel_bytes, version
+    )
     if deterministic is None:
         deterministic = not training or seed is not None
     records = _records(info, pipeline, training, seed, deterministic)
@@ -309,6 +322,7 @@ def _plan_cache(
     size: Size | None,
     with_keys: bool,
     pixel_bytes: int,
+    version: int | None = None,
 ) -> _CachePlan | None:
     """Where this pipeline's decoded part goes, after checking it fits there."""
     if cache is None:
@@ -329,7 +343,7 @@ def _plan_cache(
         raise ValueError(
             f"cache must be None, 'memory', 'auto' or a local directory, got {cache!r}"
         )
-    directory = cache_dir.open_directory(path, data_dir, split, pipeline, size, with_keys)
+    directory = cache_dir.open_directory(path, data_dir, split, pipeline, size, with_keys, version)
     return _CachePlan(pixel_bytes, directory)
 
 

@@ -56,6 +56,7 @@ def make_loader(
     window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     cache_dir: str | os.PathLike | None = None,
     cache_limit_bytes: int | None = None,
+    version: int | None = None,
 ) -> grain.IterDataset:
     """A Grain IterDataset of batches; `iter()` it for a checkpointable iterator.
 
@@ -69,11 +70,19 @@ def make_loader(
         records of each window of `window_shards` shards permuted; False, shard order.
     cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
         ~/.cache/segprep/shards and min(64 GiB, half its free space)).
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     read_order.check_shuffle(shuffle, window_shards)
-    source = RecordSource(data_dir, split, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes)
+    source = RecordSource(
+        data_dir,
+        split,
+        version=version,
+        cache_dir=cache_dir,
+        cache_limit_bytes=cache_limit_bytes,
+    )
     if source.image_shape is None and image_size is None and batch_size > 1:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms.format import dataset_info
+from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
 
 __all__ = [
@@ -38,6 +38,7 @@ class SplitInfo:
     mask_format: str
     image_shape: tuple[int, int] | None  # (height, width) when every record has it
     classes: ClassesInfo | None = None  # class-id masks; None: binary 0/255 masks
+    record_format: str = record_formats.DEFAULT  # how to read `files` (its adapter's name)
 
 
 def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
@@ -45,13 +46,14 @@ def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
     return dataset_info.read_metadata_json(data_dir)
 
 
-def load_split(data_dir: str | os.PathLike, split: str) -> SplitInfo:
+def load_split(data_dir: str | os.PathLike, split: str, version: int | None = None) -> SplitInfo:
     """The split's shards and shape, checked for consistency before any record is read.
 
     Exact epochs and sharding rely on the per-shard counts, so a metadata.json whose counts
-    do not add up is refused rather than trusted.
+    do not add up is refused rather than trusted. `version`: the split as that version of a
+    dataset that grew (`prepare --append`) was published; None: the latest.
     """
-    metadata = dataset_info.load(data_dir)
+    metadata = dataset_info.load(data_dir, version)
     info = metadata.split(split)
     if info.num_examples == 0:
         raise ValueError(f"split {split!r} of {data_dir} has no examples")
@@ -62,6 +64,7 @@ def load_split(data_dir: str | os.PathLike, split: str) -> SplitInfo:
         mask_format=metadata.mask_format,
         image_shape=info.image_shape,
         classes=metadata.classes,
+        record_format=metadata.record_format,
     )
 
 

@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from transforms import gcs_client
+from transforms import files
 
 # Defaults for a training host: the user's cache folder, and at most 64 GiB or half the free
 # space of its file system (checked when the cache is created), whichever is smaller.
@@ -77,7 +77,7 @@ def default_limit(cache_dir: str) -> int:
 def require_credentials() -> None:
     """Fail within seconds, in one line, when gs:// cannot be read: nothing is needed against
     a storage emulator (STORAGE_EMULATOR_HOST), else Application Default Credentials."""
-    if gcs_client.emulator_host() is not None:
+    if files.emulator_host() is not None:
         return
     outcome: list[BaseException | None] = []
 
@@ -104,31 +104,13 @@ def require_credentials() -> None:
     )
 
 
-_CLIENTS: dict[tuple[int, str | None], object] = {}
-
-
-def _client():
-    # One client per process: a forked worker must not share its parent's HTTP connections.
-    key = (os.getpid(), gcs_client.emulator_host())
-    client = _CLIENTS.get(key)
-    if client is None:
-        from google.cloud import storage
-
-        if key[1] is not None:
-            client = storage.Client.create_anonymous_client()
-        else:
-            client = storage.Client()
-        _CLIENTS[key] = client
-    return client
-
-
 def _download_into(url: str, size: int, handle) -> None:
     """At most size + 1 bytes of the object (one more shows a longer object), with the client
     library's retry: exponential back-off on 429, 5xx and dropped connections."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    bucket, name = gcs_client.split(url)
-    blob = _client().bucket(bucket).blob(name)
+    bucket, name = files.split_gcs(url)
+    blob = files.gcs_client().bucket(bucket).blob(name)
     try:
         blob.download_to_file(handle, start=0, end=size, retry=DEFAULT_RETRY, checksum=None)
     except Exception as error:

@@ -8,16 +8,18 @@ For an output with class-id masks (metadata.json `classes`), "mask" is the store
 and ignore index as they are, uint8 from 8-bit PNGs and int32 from 16-bit ones
 (`source.mask_dtype`), as make_dataset returns them.
 
-Record i is found through the record index (transforms/format/record_index.py; `segprep index DIR`
-builds it for an output that lacks one): one pread of exactly its frame, the frame's two
-CRC-32C checks (google-crc32c), the tf.train.Example parsed by protobuf
-(transforms.format.example_schema),
-then JPEG decoding by simplejpeg with TensorFlow's default DCT, so pixels equal what
-`make_dataset` yields (and it measured 1.5-2x faster than Pillow here), PNG masks by Pillow.
+Record i is read through the output's record format (transforms/format/record_formats.py;
+metadata.json `record_format`). TFRecord shards: the record index gives its frame
+(transforms/format/record_index.py; `segprep index DIR` builds it for an output that lacks
+one), read with one pread and its two CRC-32C checks (google-crc32c); ArrayRecord shards:
+the native reader's random access, no offset index needed. Then the tf.train.Example is
+parsed by protobuf (transforms.format.example_schema), JPEG decoding by simplejpeg with
+TensorFlow's default DCT, so pixels equal what `make_dataset` yields (and it measured
+1.5-2x faster than Pillow here), PNG masks by Pillow.
 Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, so they too
 equal make_dataset's.
 
-The source is picklable and fork-safe (file descriptors are opened lazily, per process),
+The source is picklable and fork-safe (shard readers are opened lazily, per process),
 so PyTorch and Grain worker processes can each hold a copy.
 
 A gs:// output is read through a bounded local cache of whole shards
@@ -32,25 +34,22 @@ import dataclasses
 import hashlib
 import io
 import os
-import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import simplejpeg
 from PIL import Image
 
 from shard_reader import remote_cache
-from transforms.files import TooLargeError, open_regular, read_bounded_local
-from transforms.format import dataset_info, features, record_index
+from transforms.files import TooLargeError, read_bounded
+from transforms.format import dataset_info, features, record_formats, record_index
 from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import INDEX_LINE_BYTES, ClassesInfo, MetadataError
 
-_CRC_MASK_DELTA = 0xA282EAD8
-_HEADER = struct.Struct("<QI")  # payload length, masked CRC-32C of those 8 bytes
-_FOOTER = struct.Struct("<I")  # masked CRC-32C of the payload
+# Re-exported: callers catch shard_reader.source.CorruptRecordError, whatever the format.
+from transforms.format.tfrecord import CorruptRecordError, masked_crc, unframe  # noqa: F401
 
 
 def usable_cores() -> int:
@@ -64,44 +63,12 @@ class IndexMissingError(MetadataError):
     """The output has no record index (written before indexes existed)."""
 
 
-class CorruptRecordError(OSError):
-    """A record's bytes fail the TFRecord length or CRC check, or do not decode."""
-
-
-def masked_crc(data: bytes) -> int:
-    """TFRecord's masked CRC-32C: the CRC rotated right by 15 bits plus a constant.
-
-    TFRecord masks CRCs so that a CRC of data that itself holds CRCs stays well mixed.
-    """
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
-
-
-def unframe(framed: bytes, where: str) -> bytes:
-    """The payload of one TFRecord frame, after checking its length and both CRCs."""
-    if len(framed) < record_index.FRAME_OVERHEAD:
-        raise CorruptRecordError(f"{where}: {len(framed)} bytes, shorter than a frame")
-    length, length_crc = _HEADER.unpack_from(framed)
-    if masked_crc(framed[:8]) != length_crc:
-        raise CorruptRecordError(f"{where}: length CRC mismatch (corrupt shard)")
-    if length + record_index.FRAME_OVERHEAD != len(framed):
-        raise CorruptRecordError(
-            f"{where}: the frame holds {length} bytes, the index says "
-            f"{len(framed) - record_index.FRAME_OVERHEAD} (stale index)"
-        )
-    payload = framed[12 : 12 + length]
-    (payload_crc,) = _FOOTER.unpack_from(framed, 12 + length)
-    if masked_crc(payload) != payload_crc:
-        raise CorruptRecordError(f"{where}: data CRC mismatch (corrupt shard)")
-    return payload
-
-
 @dataclasses.dataclass(frozen=True)
 class _Shard:
     path: str
     size: int  # bytes, from metadata.json
-    offsets: np.ndarray  # int64 frame offsets
-    lengths: np.ndarray  # int64 frame lengths
+    num_records: int
+    frames: np.ndarray | None  # int64 [records, 2] (offset, length): formats with offset_index
     sha256: str = ""  # from metadata.json: what a gs:// shard's download must hash to
 
 
@@ -121,6 +88,7 @@ class RecordSource:
         split: str,
         *,
         verify_index: bool = True,
+        version: int | None = None,
         cache_dir: str | os.PathLike | None = None,
         cache_limit_bytes: int | None = None,
     ) -> None:
@@ -132,7 +100,7 @@ class RecordSource:
             self.cache = remote_cache.ShardCache.create(cache_dir, cache_limit_bytes)
         self.data_dir = str(data_dir)
         self.split = split
-        metadata = dataset_info.load(data_dir)
+        metadata = dataset_info.load(data_dir, version)
         info = metadata.split(split)
         if not info.has_index:
             raise IndexMissingError(
@@ -142,23 +110,29 @@ class RecordSource:
         self.mask_format = metadata.mask_format
         self.image_shape = info.image_shape
         self.classes = metadata.classes  # None: binary masks, returned as 0/1
+        self.record_format = metadata.record_format
+        self._format = metadata.adapter
         self._shards = tuple(self._load_shard(shard, verify_index) for shard in info.shards)
         starts = [0]
         for shard in self._shards:
-            starts.append(starts[-1] + len(shard.offsets))
+            starts.append(starts[-1] + shard.num_records)
         self._starts = starts  # global index of each shard's first record, then the total
-        self._key_table = info.key_table
+        self._key_tables = info.key_tables
         self._keys: dict[str, int] | None = None
-        self._fds: dict[int, int] = {}
-        self._pinned: dict[int, list[int]] = {}  # gs:// shard -> [descriptor, readers]
+        self._readers: dict[int, record_formats.RandomReader] = {}
+        # gs:// shards: shard -> [reader, pin descriptor, readers now reading]
+        self._pinned: dict[int, list] = {}
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
+        shard_path = dataset_info.join(self.data_dir, shard.file)
+        if not self._format.offset_index:
+            return _Shard(shard_path, shard.bytes, shard.num_examples, None, shard.sha256)
         path = dataset_info.join(self.data_dir, shard.index.file)
         cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
         try:
-            data = _read_bounded(path, cap)
+            data = read_bounded(path, cap)
         except TooLargeError as error:
             raise MetadataError(f"{error} (stale index?)") from None
         if verify_index and hashlib.sha256(data).hexdigest() != shard.index.sha256:
@@ -174,13 +148,7 @@ class RecordSource:
                 f"says {shard.num_examples} records in {shard.bytes} bytes"
             )
         table = np.array(frames, dtype=np.int64).reshape(-1, 2)
-        return _Shard(
-            dataset_info.join(self.data_dir, shard.file),
-            shard.bytes,
-            table[:, 0],
-            table[:, 1],
-            shard.sha256,
-        )
+        return _Shard(shard_path, shard.bytes, shard.num_examples, table, shard.sha256)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -201,18 +169,12 @@ class RecordSource:
         return shard, index - self._starts[shard]
 
     def read_serialized(self, index: int) -> bytes:
-        """The serialized tf.train.Example of record `index`, CRC-checked."""
+        """The serialized tf.train.Example of record `index`, checked as its format allows
+        (TFRecord: both CRCs; ArrayRecord: the chunk hash)."""
         shard_number, record = self.locate(index)
-        shard = self._shards[shard_number]
-        offset, length = int(shard.offsets[record]), int(shard.lengths[record])
-        if self.cache is None:
-            framed = os.pread(self._fd(shard_number), length, offset)
-        else:
-            framed = self._pread_cached(shard_number, length, offset)
-        where = f"{os.path.basename(shard.path)} record {record}"
-        if len(framed) != length:
-            raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
-        return unframe(framed, where)
+        if self.cache is not None:
+            return self._read_cached(shard_number, record)
+        return self._reader(shard_number).read(record)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         serialized = self.read_serialized(index)
@@ -284,26 +246,31 @@ class RecordSource:
         found = record_key(self.read_serialized(index), f"{self.split} record {index}")
         if found != key:
             raise MetadataError(
-                f"{self._key_table.file} places key {key!r} at record {index}, which holds "
+                f"the key table places key {key!r} at record {index}, which holds "
                 f"{found!r} (key table does not match the shards)"
             )
         return index
 
     def _read_key_table(self) -> dict[str, int]:
-        ref = self._key_table
-        if ref is None:  # a split with no shards has no table
+        """The split's key tables (one per version read), concatenated: line i, record i."""
+        if not self._key_tables:  # a split with no shards has no table
             return {}
-        path = dataset_info.join(self.data_dir, ref.file)
-        try:
-            data = _read_bounded(path, ref.bytes)
-        except TooLargeError as error:
-            raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise MetadataError(f"{path}: sha256 differs from metadata.json (tampered or stale)")
-        try:
-            rows = record_index.parse_key_table(data)
-        except (record_index.IndexFormatError, UnicodeDecodeError, RecursionError) as error:
-            raise MetadataError(f"{path}: {error}") from None
+        rows = []
+        for ref in self._key_tables:
+            path = dataset_info.join(self.data_dir, ref.file)
+            try:
+                data = read_bounded(path, ref.bytes)
+            except TooLargeError as error:
+                raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
+            if hashlib.sha256(data).hexdigest() != ref.sha256:
+                raise MetadataError(
+                    f"{path}: sha256 differs from metadata.json (tampered or stale)"
+                )
+            try:
+                rows += record_index.parse_key_table(data)
+            except (record_index.IndexFormatError, UnicodeDecodeError, RecursionError) as error:
+                raise MetadataError(f"{path}: {error}") from None
+        path = "the key tables"
         if len(rows) != len(self):
             raise MetadataError(f"{path}: {len(rows)} keys for {len(self)} records")
         keys = {}
@@ -317,83 +284,87 @@ class RecordSource:
                 raise MetadataError(f"{path}: key {row.key!r} is listed twice")
         return keys
 
-    def _fd(self, shard_number: int) -> int:
-        if self._pid != os.getpid():  # a forked child: open its own descriptors
-            self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
-        fd = self._fds.get(shard_number)
-        if fd is None:
+    def _reader(self, shard_number: int) -> record_formats.RandomReader:
+        if self._pid != os.getpid():  # a forked child: open its own readers
+            self._readers, self._pid, self._lock = {}, os.getpid(), threading.Lock()
+        reader = self._readers.get(shard_number)
+        if reader is None:
             with self._lock:
-                fd = self._fds.get(shard_number)
-                if fd is None:
-                    fd = self._open(self._shards[shard_number])
-                    self._fds[shard_number] = fd
-        return fd
-
-    def remote_shards(self) -> list[remote_cache.RemoteShard]:
-        """Each shard's gs:// address, sha256 and size, in shard order (for prefetching)."""
-        return [remote_cache.RemoteShard(s.path, s.sha256, s.size) for s in self._shards]
+                reader = self._readers.get(shard_number)
+                if reader is None:
+                    shard = self._shards[shard_number]
+                    reader = self._format.random_reader(
+                        shard.path, shard.size, shard.num_records, shard.frames
+                    )
+                    self._readers[shard_number] = reader
+        return reader
 
     @property
     def shard_sizes(self) -> list[int]:
         """Records per shard, in shard order."""
-        return [len(shard.offsets) for shard in self._shards]
+        return [shard.num_records for shard in self._shards]
 
     def shard_of(self, indices: np.ndarray) -> np.ndarray:
         """The shard number of each of the split's record numbers `indices`."""
         return np.searchsorted(self._starts, np.asarray(indices), side="right") - 1
 
-    def _pread_cached(self, shard_number: int, length: int, offset: int) -> bytes:
-        # A cached shard is pinned (open) only while read: a reader holds at most one shard
-        # per thread, so eviction can always make room for the next one (remote_cache).
+    def remote_shards(self) -> list[remote_cache.RemoteShard]:
+        """Each shard's gs:// address, sha256 and size, in shard order (for prefetching)."""
+        return [remote_cache.RemoteShard(s.path, s.sha256, s.size) for s in self._shards]
+
+    def _read_cached(self, shard_number: int, record: int) -> bytes:
+        # A cached shard is pinned (a shared lock, remote_cache) and its reader open only
+        # while some thread reads it: a reader holds at most one shard per thread, so
+        # eviction can always make room for the next one.
         if self._pid != os.getpid():  # a forked child: its copies of the parent's pins go
-            for fd, _ in self._pinned.values():
-                os.close(fd)
-            self._fds, self._pinned = {}, {}
-            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._drop_pins()
+            self._readers, self._pid, self._lock = {}, os.getpid(), threading.Lock()
         with self._lock:
             entry = self._pinned.get(shard_number)
             if entry is not None:
-                entry[1] += 1
+                entry[2] += 1
             else:  # unpin the shards no thread is reading
-                for number, (fd, readers) in list(self._pinned.items()):
-                    if readers == 0:
-                        os.close(fd)
+                for number, (reader, pin, users) in list(self._pinned.items()):
+                    if users == 0:
+                        reader.close()
+                        os.close(pin)
                         del self._pinned[number]
         if entry is None:
             shard = self._shards[shard_number]
-            fd = self.cache.open(remote_cache.RemoteShard(shard.path, shard.sha256, shard.size))
+            remote = remote_cache.RemoteShard(shard.path, shard.sha256, shard.size)
+            pin = self.cache.open(remote)
+            try:
+                reader = self._format.random_reader(
+                    self.cache.object_path(remote), shard.size, shard.num_records, shard.frames
+                )
+            except BaseException:
+                os.close(pin)
+                raise
             with self._lock:
-                entry = self._pinned.setdefault(shard_number, [fd, 0])
-                if entry[0] != fd:  # another thread opened it meanwhile
-                    os.close(fd)
-                entry[1] += 1
+                entry = self._pinned.setdefault(shard_number, [reader, pin, 0])
+                if entry[1] != pin:  # another thread opened it meanwhile
+                    reader.close()
+                    os.close(pin)
+                entry[2] += 1
         try:
-            return os.pread(entry[0], length, offset)
+            return entry[0].read(record)
         finally:
             with self._lock:
-                entry[1] -= 1
+                entry[2] -= 1
 
-    @staticmethod
-    def _open(shard: _Shard) -> int:
-        # A FIFO or device in a shard's place is refused, never blocked on or read.
-        with open_regular(shard.path) as handle:
-            fd = os.dup(handle.fileno())  # not inheritable, as os.open's O_CLOEXEC
-        size = os.fstat(fd).st_size
-        if size != shard.size:
-            os.close(fd)
-            raise CorruptRecordError(
-                f"{shard.path}: {size} bytes, metadata.json says {shard.size} (changed file?)"
-            )
-        return fd
+    def _drop_pins(self) -> None:
+        for reader, pin, _ in self._pinned.values():
+            reader.close()
+            os.close(pin)
+        self._pinned = {}
 
     def close(self) -> None:
-        """Close this process's file descriptors (reopened on the next read)."""
+        """Close this process's shard readers (reopened on the next read)."""
         if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-            for fd, _ in getattr(self, "_pinned", {}).values():
-                os.close(fd)
-        self._fds, self._pinned = {}, {}
+            for reader in self._readers.values():
+                reader.close()
+            self._drop_pins()
+        self._readers, self._pinned = {}, {}
 
     def __del__(self) -> None:
         try:
@@ -403,7 +374,7 @@ class RecordSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fds={}, _pinned={}, _lock=None, _keys=None)
+        state.update(_readers={}, _pinned={}, _lock=None, _keys=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -412,16 +383,6 @@ class RecordSource:
 
     def __repr__(self) -> str:
         return f"RecordSource({self.data_dir!r}, {self.split!r}, {len(self)} records)"
-
-
-def _read_bounded(path: str, limit: int) -> bytes:
-    """A local or gs:// file of at most `limit` bytes (TooLargeError otherwise)."""
-    if not dataset_info.is_remote(path):
-        return read_bounded_local(path, limit)
-    data = dataset_info.read_file(path)
-    if len(data) > limit:
-        raise TooLargeError(f"{path}: {len(data):,} bytes, more than the {limit:,} allowed")
-    return data
 
 
 def record_key(serialized: bytes, where: str = "record") -> str:

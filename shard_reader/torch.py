@@ -355,6 +355,7 @@ def make_loader(
     window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     cache_dir: str | os.PathLike | None = None,
     cache_limit_bytes: int | None = None,
+    version: int | None = None,
 ) -> SegmentationLoader:
     """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, keys])` of one split; mask uint8 0/1,
     or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
@@ -371,13 +372,21 @@ def make_loader(
     cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
         ~/.cache/segprep/shards and min(64 GiB, half its free space)); the ranks and jobs of
         one host can share it. The limit must hold (workers + 2) shards.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
     read_order.check_shuffle(shuffle, window_shards)
-    source = RecordSource(data_dir, split, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes)
+    source = RecordSource(
+        data_dir,
+        split,
+        version=version,
+        cache_dir=cache_dir,
+        cache_limit_bytes=cache_limit_bytes,
+    )
     workers = usable_cores() if num_workers is None else num_workers
     if source.cache is not None:
         source.cache.check_limit([shard.size for shard in source.remote_shards()], max(1, workers))

@@ -34,7 +34,8 @@ def prepared(sample_dataset, tmp_path_factory):
 @pytest.fixture(scope="session")
 def unindexed(prepared, tmp_path_factory):
     """A copy of the `prepared` output as segprep wrote it before the record index and the
-    manifest existed: no index/, no TFDS files, no .segprep/, metadata without their refs."""
+    manifest existed: no index/, no TFDS files, no .segprep/, metadata without their refs
+    (nor versions, which came later still)."""
     import json
     import shutil
 
@@ -46,6 +47,7 @@ def unindexed(prepared, tmp_path_factory):
         (copy / name).unlink()
     metadata = json.loads((copy / "metadata.json").read_text())
     metadata.pop("tfds_files")
+    metadata.pop("dataset_versions")
     for split in metadata["splits"].values():
         split.pop("key_table")
         for shard in split["shards"]:

@@ -83,9 +83,10 @@ def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_pa
     second, _ = write_shard(settings, spec, pairs)  # the retry
     assert first == second and first.num_examples == 3
     assert (staging / spec.name).read_bytes() == data
-    # No stray partial files: the shard, and its index and key rows.
+    # No stray partial files: the shard, and its index, key rows and content digests.
     assert sorted(p.name for p in staging.iterdir()) == ["index", spec.name]
     assert sorted(p.name for p in (staging / "index").iterdir()) == [
+        f"{spec.name}.digests.jsonl",
         f"{spec.name}.idx",
         f"{spec.name}.keys.jsonl",
     ]

@@ -164,14 +164,15 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
 
 
 def _result(name: str, n: int) -> WrittenShard:
-    return WrittenShard(ShardSpec("train", 0, 1), n, 10, "ab" * 32, ((4, 3),), 0, 5, "cd" * 32)
+    return WrittenShard(ShardSpec("train", 0, 1), n, 90, "ab" * 32, ((4, 3),), 0, 5, "cd" * 32)
 
 
 def _staged_run(tmp_path, run_id: str = "run1") -> str:
     out = normalize_dir(str(tmp_path / "out"))
     staged = output_protocol.make_staging_dir(out, run_id)
+    # Five 2-byte records, framed: 5 x (2 + 16) bytes, as metadata.json will say.
     (tmp_path / "out" / ".segprep" / "runs" / run_id / "train-00000-of-00001.tfrecord").write_bytes(
-        b"0123456789"
+        b"0123456789" * 9
     )
     stage_index(staged, ShardSpec("train", 0, 1), [(f"k{n}", 2) for n in range(5)])
     assert staged.endswith(f"/.segprep/runs/{run_id}/")
@@ -203,7 +204,7 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
         "reason": "missing_mask",
         "detail": "no mask",
     }
-    assert (tmp_path / "out" / "train-00000-of-00001.tfrecord").read_bytes() == b"0123456789"
+    assert (tmp_path / "out" / "train-00000-of-00001.tfrecord").read_bytes() == b"0123456789" * 9
     assert not (tmp_path / "out" / ".segprep" / "runs" / "run1").exists()
     manifest = json.loads((tmp_path / "out" / ".segprep" / "manifest.json").read_text())
     assert manifest["state"] == "committed"

@@ -5,6 +5,7 @@ and the binary path writes the bytes it wrote before class masks existed."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
 from tests.helpers.images import encode, rgb_jpeg
 from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.naming import REJECTS_FILE, SEGPREP_DIR
+from transforms.spill import read_records
 
 # pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest
 # shows
@@ -102,7 +104,7 @@ ERRORS = [
     (["--mask_type", "classes", "--num_classes", "3", "--ignore_index", "-1"], "must be 0 or"),
     (["--mask_type", "classes", "--class_names", "{root}/none.txt"], "none.txt: no such file"),
     (["--mask_type", "classes", "--class_names", "{root}/dupes.txt"], "duplicate class names"),
-    (["--mask_type", "classes", "--class_names", "{root}/images"], "images: Is a directory"),
+    (["--mask_type", "classes", "--class_names", "{root}/images"], "images: not a regular file"),
     (["--mask_type", "classes", "--colormap", "{root}/broken.json"], "not valid JSON"),
     (
         ["--mask_type", "classes", "--class_names", "{root}/names.txt", "--num_classes", "4"],
@@ -376,10 +378,11 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
         ]
     )
     assert result.submission["mode"] == "template"
-    staged = result.plan.job.coco.staged
+    (staged,) = result.plan.job.coco.staged  # 5 image records: one record file
     assert staged.startswith(gcs.url(f"tpl/out/{SEGPREP_DIR}/runs/{result.plan.run_id}/"))
-    lines = gcs.read(staged.removeprefix(gcs.url())).decode().splitlines()
-    assert sorted(json.loads(line)["file_name"] for line in lines) == sorted(
+    data = gcs.read(staged.removeprefix(gcs.url()))
+    records = list(read_records(io.BytesIO(data), staged, len(data), 1 << 20))
+    assert sorted(json.loads(record)["file_name"] for record in records) == sorted(
         image.file_name for image in result.plan.masks.coco.images.values()
     )
     assert gcs.names("tpl/out/") == [staged.removeprefix(gcs.url())]  # nothing else written
@@ -388,7 +391,8 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
             "options"
         ]["pipelineUrl"].removeprefix(gcs.url())
     )
-    assert staged.encode() in pipeline and b"coco_images" in pipeline
+    # The job reads the staged files (their paths ride, compressed, in the graph's Create).
+    assert b"KeyCocoRecords" in pipeline and b"StagedCocoFiles" in pipeline
 
 
 # --- launcher memory ----------------------------------------------------------------------------
@@ -409,7 +413,7 @@ with open("/proc/self/clear_refs", "w") as refs:
     refs.write("5")  # VmHWM := the current RSS: the imports' peak must not hide growth
 before = peak()
 made = plan.make_plan(sys.argv[2:])
-masks.stage_coco(made.masks.coco, sys.argv[1])
+masks.stage_coco(made.masks.coco, (sys.argv[1],))
 print(peak() - before)
 """
 
@@ -423,12 +427,12 @@ def test_the_launcher_holds_compact_records_only(tmp_path):
     size = annotations.stat().st_size
     argv = _coco_args(images, annotations, tmp_path / "out", "--dry_run")
     run = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_MEASURE), str(tmp_path / "staged.jsonl"), *argv],
+        [sys.executable, "-c", textwrap.dedent(_MEASURE), str(tmp_path / "staged"), *argv],
         check=True,
         capture_output=True,
         text=True,
     )
     growth = int(run.stdout.strip().splitlines()[-1])
-    staged = (tmp_path / "staged.jsonl").read_text().splitlines()
-    assert len(staged) == 50
+    data = (tmp_path / "staged").read_bytes()
+    assert len(list(read_records(io.BytesIO(data), "staged", len(data), 1 << 20))) == 50
     assert growth < 2 * size, (growth, size)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from beam_pipeline.errors import usage_error
 from tests.helpers.images import blob_mask, encode, rgb_jpeg
 from tests.helpers.mat_files import mat_bytes, mat_v73_bytes
 from transforms.codecs.class_mask import (
@@ -26,6 +27,7 @@ from transforms.codecs.class_mask import (
     parse_colormap,
 )
 from transforms.rejects import Reason, RejectError
+from transforms.settings_error import SettingError, as_flag
 
 VOC = ClassMaskSettings("classes", 21)
 COLOURS = ((0, 0, 0), (128, 0, 0), (0, 128, 0), (0, 0, 128), (128, 128, 0))
@@ -361,16 +363,19 @@ def test_bit_depth_follows_the_largest_stored_value(num_classes, ignore_index, b
     ],
 )
 def test_bad_class_settings_are_one_line_errors(kwargs, words):
+    """Worded as the command line words them (settings the core names become flags)."""
     with pytest.raises(ValueError) as caught:
         class_mask_settings("classes", **kwargs)
-    assert words in str(caught.value) and "\n" not in str(caught.value)
+    text = usage_error(caught.value).args[0]
+    assert words in text and "\n" not in text
 
 
 def test_binary_takes_no_class_flags():
     assert class_mask_settings() == ClassMaskSettings()
     for kwargs in ({"num_classes": 3}, {"ignore_index": 255}, {"class_names": ["a", "b"]}):
-        with pytest.raises(ValueError, match="--mask_type classes"):
+        with pytest.raises(SettingError, match="mask_type classes") as caught:
             class_mask_settings("binary", **kwargs)
+        assert "--mask_type classes" in caught.value.worded(as_flag)
     with pytest.raises(ValueError, match="mask type"):
         class_mask_settings("multiclass")
 

@@ -167,7 +167,7 @@ def test_metadata_needs_no_tensorflow_local_or_on_gcs(indexed, gcs):  # noqa: F8
         "try:\n"
         f"    dataset_info.load({gcs.url('nothing-here')!r})\n"
         "except dataset_info.IncompleteOutputError as error:\n"
-        "    assert 'not a finished segprep output' in str(error), error\n"
+        "    assert 'does not exist' in str(error), error\n"
         "else:\n"
         "    raise AssertionError('a missing gs:// metadata.json loaded')\n"
     )

@@ -172,3 +172,35 @@ def test_cli_job_with_worker_threads_against_the_emulator(gcs, raw):  # noqa: F8
     metadata = json.loads(gcs.read(f"cli-out/{METADATA_FILE}"))
     assert metadata["num_discovered"] == COUNT
     assert sum(split["num_shards"] for split in metadata["splits"].values()) >= 2
+
+
+def test_array_record_job_writes_the_bucket_and_reads_back(gcs, raw, job, tmp_path):  # noqa: F811
+    """--record_format array_record to gs://: shards written locally, then uploaded."""
+    from shard_reader.source import RecordSource
+
+    result = launcher.run(
+        [
+            "--image_dir", gcs.url("raw/images"),
+            "--mask_dir", gcs.url("raw/masks"),
+            "--output_dir", gcs.url("array_record"),
+            "--num_shards", "3",
+            "--record_format", "array_record",
+            *RUNNER_ARGS,
+        ]
+    )  # fmt: skip
+    files = [name.removeprefix("array_record/") for name in gcs.names("array_record/")]
+    assert sorted(name for name in files if name.endswith(".array_record")) == sorted(
+        shard["file"].replace(".tfrecord", ".array_record")
+        for split in job.metadata["splits"].values()
+        for shard in split["shards"]
+    )
+    assert not [name for name in files if name.endswith(".idx")]
+    gcs.download_prefix("array_record/", tmp_path)
+    train = RecordSource(tmp_path, "train")
+    assert len(train) == result.metadata["splits"]["train"]["num_examples"]
+    assert {train[i]["key"] for i in range(len(train))} == {
+        row[0]
+        for row in map(
+            json.loads, (tmp_path / "index" / "train.keys.jsonl").read_text().splitlines()
+        )
+    }

@@ -88,3 +88,68 @@ def test_truncated_mat_is_rejected():
     with pytest.raises(RejectError) as caught:
         load_mask(data[: len(data) // 2], "k.mat")
     assert caught.value.reason == Reason.MASK_UNREADABLE
+
+
+def _first_quality_that_thresholds_back(mask: np.ndarray) -> bytes | None:
+    """The JPEG encode_mask should store, found the plain way: threshold both, compare."""
+    for quality in (95, 100):
+        encoded = encode(Image.fromarray(mask, mode="L"), "JPEG", quality=quality)
+        if np.array_equal(decode_mask_threshold(encoded), mask >= 128):
+            return encoded
+    return None
+
+
+def _grey_masks() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    square = {}
+    for value in (127, 128, 200):  # 127 and 128 fail at quality 95, pass at 100
+        mask = np.zeros((40, 40), dtype=np.uint8)
+        mask[10:30, 10:30] = value
+        square[f"square of {value}"] = mask
+    return {
+        **square,
+        "blob": blob_mask(60, 45) * np.uint8(255),
+        "noise near 128": rng.integers(118, 138, size=(32, 32), dtype=np.uint8),  # fails both
+        "uniform noise": rng.integers(0, 256, size=(32, 32), dtype=np.uint8),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_grey_masks()))
+def test_jpeg_quality_choice_is_the_plain_thresholded_comparison(name):
+    mask = _grey_masks()[name]
+    expected = _first_quality_that_thresholds_back(mask)
+    if expected is None:
+        with pytest.raises(RejectError) as caught:
+            encode_mask(mask, "jpeg")
+        assert caught.value.reason == Reason.MASK_VALUES
+    else:
+        assert encode_mask(mask, "jpeg") == expected
+
+
+def test_the_quality_choice_corpus_has_each_outcome():
+    outcomes = set()
+    for mask in _grey_masks().values():
+        expected = _first_quality_that_thresholds_back(mask)
+        q95 = encode(Image.fromarray(mask, mode="L"), "JPEG", quality=95)
+        outcomes.add("reject" if expected is None else "95" if expected == q95 else "100")
+    assert outcomes == {"95", "100", "reject"}
+
+
+def test_binarize_rejects_every_value_between_0_and_255():
+    for value in (1, 2, 127, 128, 254):
+        mask = np.array([[0, 255], [value, 255]], dtype=np.uint8)
+        with pytest.raises(RejectError) as caught:
+            binarize(mask)
+        assert caught.value.reason == Reason.MASK_VALUES
+        assert str(value) in caught.value.detail
+    np.testing.assert_array_equal(binarize(np.full((2, 2), 255, np.uint8)), np.full((2, 2), 255))
+
+
+@pytest.mark.parametrize("where", [140, 300, -40])
+def test_corrupt_compressed_mat_variable_is_unreadable(where):
+    """A broken zlib stream inside a MAT v5 file is a reject, whichever inflater reads it."""
+    data = bytearray(mat_bytes(mask=blob_mask(60, 45)))
+    data[where : where + 24] = bytes(range(24))  # the zlib header or the deflate data
+    with pytest.raises(RejectError) as caught:
+        load_mask(bytes(data), "k_mask.mat")
+    assert caught.value.reason == Reason.MASK_UNREADABLE

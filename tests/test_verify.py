@@ -35,7 +35,7 @@ def flip_byte(directory) -> str:
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    return "fails the TFRecord check"
+    return "fails the tfrecord check"
 
 
 def remove_shard(directory) -> str:

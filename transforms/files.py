@@ -1,16 +1,33 @@
-"""The one file layer: bounded, regular-file-only reads of local paths and gs:// objects.
+"""The one file layer: local paths and gs:// objects, read bounded, written whole or not at all.
 
 Every read of a file segprep did not just write (metadata, index files, key tables, shards,
-caches, class files, inputs) goes through here, so a FIFO never blocks a reader, a link to
+rejects, class files, inputs) goes through here, so a FIFO never blocks a reader, a link to
 /dev/zero is never read until memory runs out, and a file over its cap is refused by its
 size before a byte is read.
+
+Local paths go to the OS; gs:// objects to google-cloud-storage, imported on first use (an
+anonymous client when STORAGE_EMULATOR_HOST names an emulator). Chosen over Beam's
+FileSystems (0.6 s and ~1,900 modules to import, 4-6 ms a call against the emulator, against
+0.12 s and ~1 ms here), etils.epath (gs:// through tf.io.gfile) and fsspec (needs gcsfs): the
+tools and readers that use it need neither Beam nor TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import glob as local_glob
+import hashlib
 import os
-import stat
-from typing import BinaryIO
+import re
+import stat as stat_module
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+_CHUNK = 8 << 20
+_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 
 
 class NotAFileError(OSError):
@@ -21,8 +38,23 @@ class TooLargeError(OSError):
     """The file is larger than the caller's limit: refused before it is read."""
 
 
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    size: int  # bytes
+    mtime_ns: int  # last modification, nanoseconds since the epoch
+    is_file: bool  # a regular file (local) or an object (gs://)
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     return "://" in str(path)
+
+
+def join(directory: str | os.PathLike, name: str) -> str:
+    """`name` (relative, with '/') inside `directory`, local or gs://."""
+    return f"{str(directory).rstrip('/')}/{name}"
+
+
+# --- local --------------------------------------------------------------------------------
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:
@@ -33,7 +65,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     """
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
             raise NotAFileError(f"{path}: not a regular file (FIFO, device, socket or folder)")
         os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
@@ -48,7 +80,348 @@ def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise TooLargeError(f"{path}: {size:,} bytes, more than the {limit:,} allowed")
-        data = handle.read(limit + 1)
+        data = handle.read(min(limit, size) + 1)  # grown since fstat: still caught below
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
     return data
+
+
+# --- gs:// ----------------------------------------------------------------------------------
+
+_clients: dict[tuple[int, str | None], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def emulator_host() -> str | None:
+    """The storage emulator's address when one is configured (STORAGE_EMULATOR_HOST)."""
+    return os.environ.get(_EMULATOR_VARIABLE) or None
+
+
+def gcs_client():
+    """This process's google-cloud-storage client: anonymous against an emulator
+    (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe) and
+    emulator address (the client reads it once, when it is made)."""
+    identity = (os.getpid(), emulator_host())
+    with _clients_lock:
+        client = _clients.get(identity)
+        if client is None:
+            from google.cloud import storage
+
+            if identity[1] is not None:
+                client = storage.Client.create_anonymous_client()
+            else:
+                client = storage.Client()
+            _clients.clear()
+            _clients[identity] = client
+    return client
+
+
+def split_gcs(path: str) -> tuple[str, str]:
+    """(bucket, object name) of gs://BUCKET/NAME; ValueError for another scheme."""
+    if not str(path).startswith("gs://"):
+        raise ValueError(f"{path}: only local paths and gs:// are supported")
+    bucket, _, name = str(path)[len("gs://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{path}: no bucket name")
+    return bucket, name
+
+
+def _blob(path: str):
+    """The object's metadata, or FileNotFoundError."""
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(path)
+    if not name or name.endswith("/"):
+        raise NotAFileError(f"{path}: a folder, not an object")
+    try:
+        blob = gcs_client().bucket(bucket).get_blob(name)
+    except exceptions.NotFound:
+        blob = None
+    if blob is None:
+        raise FileNotFoundError(f"{path}: no such object")
+    return blob
+
+
+def _prefix(name: str) -> str:
+    return name.rstrip("/") + "/" if name.strip("/") else ""
+
+
+def _pages(path: str, delimiter: str | None, max_results: int | None = None):
+    """The listing's pages under the prefix `path` names; none for a missing bucket (other
+    errors, such as no credentials, propagate: they must not read as "empty")."""
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(path)
+    listing = gcs_client().list_blobs(
+        bucket, prefix=_prefix(name), delimiter=delimiter, max_results=max_results
+    )
+    try:
+        yield from listing.pages
+    except exceptions.NotFound:
+        return
+
+
+def _any_under(path: str) -> bool:
+    return any(page.num_items for page in _pages(path, None, max_results=1))
+
+
+# --- the layer --------------------------------------------------------------------------------
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file or object of at most `limit` bytes: refused by its size
+    before a byte is read, never more than limit + 1 bytes read. FileNotFoundError when
+    missing, NotAFileError for a FIFO, device or folder, TooLargeError over the limit."""
+    if not is_remote(path):
+        return read_bounded_local(path, limit)
+    blob = _blob(str(path))
+    if blob.size > limit:
+        raise TooLargeError(f"{path}: {blob.size:,} bytes, more than the {limit:,} allowed")
+    if blob.size == 0:
+        return b""
+    end = min(limit, blob.size)  # inclusive: one byte past the listed size, if it is there
+    data = blob.download_as_bytes(start=0, end=end, if_generation_match=blob.generation)
+    if len(data) > limit:
+        raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
+    return data
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, int]]:
+    """(handle, size) of a regular file or object, for streaming reads (shards).
+
+    The size is that of the open file (local fstat) or of the object's generation being
+    read (gs://), so a reader bounded by it never reads past what was checked.
+    """
+    if not is_remote(path):
+        with open_regular(path) as handle:
+            yield handle, os.fstat(handle.fileno()).st_size
+        return
+    blob = _blob(str(path))
+    with blob.open("rb", chunk_size=_CHUNK, if_generation_match=blob.generation) as handle:
+        yield handle, blob.size
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a regular file or object, read in chunks."""
+    digest = hashlib.sha256()
+    with opened(path) as (handle, _):
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """A file, folder or object at `path` (a link counts even when broken: it is there)."""
+    if not is_remote(path):
+        return os.path.lexists(path)
+    try:
+        _blob(str(path))
+    except (FileNotFoundError, NotAFileError):
+        return isdir(path)
+    return True
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    """A local folder, or a gs:// prefix with at least one object under it (or a bucket)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    bucket, name = split_gcs(str(path))
+    if not name.strip("/"):
+        from google.api_core import exceptions
+
+        try:
+            return gcs_client().bucket(bucket).exists()
+        except exceptions.Forbidden:  # listing may still be allowed
+            pass
+    return _any_under(str(path))
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+    """Sorted names directly inside a folder or gs:// prefix (sub-folders without '/').
+    FileNotFoundError when there is none."""
+    if not is_remote(path):
+        return sorted(os.listdir(path))
+    _, name = split_gcs(str(path))
+    prefix = _prefix(name)
+    names = set()
+    for page in _pages(str(path), "/"):
+        names.update(blob.name[len(prefix) :] for blob in page)
+        names.update(sub[len(prefix) :].rstrip("/") for sub in page.prefixes)
+    names.discard("")
+    if not names and not isdir(path):
+        raise FileNotFoundError(f"{path}: no such folder")
+    return sorted(names)
+
+
+def list_files(path: str | os.PathLike) -> list[str]:
+    """Paths of every file under a folder or gs:// prefix, recursively; [] when there is none.
+
+    Errors (no credentials, network) propagate: they must not read as "empty".
+    """
+    if not is_remote(path):
+        found = []
+        for root, _, names in os.walk(path):
+            found.extend(os.path.join(root, name) for name in names)
+        return sorted(found)
+    bucket, _ = split_gcs(str(path))
+    return [f"gs://{bucket}/{blob.name}" for page in _pages(str(path), None) for blob in page]
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted paths matching `pattern`, whose * and ? never cross a '/'."""
+    if not is_remote(pattern):
+        return sorted(local_glob.glob(pattern))
+    bucket, name = split_gcs(pattern)
+    literal = re.split(r"[*?\[]", name, maxsplit=1)[0]
+    regex = re.compile(
+        "".join(
+            "[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char) for char in name
+        )
+        + r"\Z"
+    )
+    from google.api_core import exceptions
+
+    try:
+        blobs = list(gcs_client().list_blobs(bucket, prefix=literal))
+    except exceptions.NotFound:  # no such bucket
+        return []
+    return sorted(f"gs://{bucket}/{blob.name}" for blob in blobs if regex.match(blob.name))
+
+
+def stat(path: str | os.PathLike) -> FileStat:
+    """Size and modification time of a file or object (a local link is followed)."""
+    if not is_remote(path):
+        info = os.stat(path)
+        return FileStat(info.st_size, info.st_mtime_ns, stat_module.S_ISREG(info.st_mode))
+    blob = _blob(str(path))
+    updated = blob.updated
+    mtime = int(updated.timestamp() * 1e9) if updated is not None else 0
+    return FileStat(blob.size, mtime, True)
+
+
+def makedirs(path: str | os.PathLike) -> None:
+    """A local folder and its parents (gs:// has no folders: nothing to do)."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """A file, whole or not at all: local through a temporary name and a rename, gs:// as
+    one object upload (an object is only visible once complete)."""
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                handle.write(data)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        return
+    bucket, name = split_gcs(str(path))
+    gcs_client().bucket(bucket).blob(name).upload_from_string(data)
+
+
+def write_new(path: str | os.PathLike, data: bytes) -> bool:
+    """Write `data` at `path` whole, only if nothing is there; False when the name is taken.
+
+    Local: written under a temporary name, then hard-linked to `path` (link fails if the name
+    exists, so two writers never share it); gs://: an upload on the condition that no
+    generation of the object exists.
+    """
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                handle.write(data)
+            try:
+                os.link(partial, path)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+    from google.api_core import exceptions
+
+    bucket, name = split_gcs(str(path))
+    blob = gcs_client().bucket(bucket).blob(name)
+    if blob.exists():  # the precondition alone decides on GCS; not every emulator checks it
+        return False
+    try:
+        blob.upload_from_string(data, if_generation_match=0)
+    except exceptions.PreconditionFailed:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def streamed(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A file written in pieces, whole or not at all: local under a temporary name renamed
+    at the end; gs:// spooled to a local temporary file and uploaded as one object."""
+    if not is_remote(path):
+        partial = f"{path}.partial-{uuid.uuid4().hex}"
+        try:
+            with open(partial, "xb") as handle:
+                yield handle
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        return
+    import tempfile
+
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.seek(0)
+        bucket, name = split_gcs(str(path))
+        gcs_client().bucket(bucket).blob(name).upload_from_file(spool, rewind=True)
+
+
+def upload_file(local_path: str | os.PathLike, remote_path: str) -> None:
+    """Copy a finished local file to a gs:// object (created whole, or not at all)."""
+    bucket, name = split_gcs(remote_path)
+    gcs_client().bucket(bucket).blob(name).upload_from_filename(str(local_path))
+
+
+def download_file(remote_path: str, local_path: str | os.PathLike) -> None:
+    """Copy a gs:// object to a local file in chunks (never whole in memory)."""
+    blob = _blob(remote_path)
+    blob.download_to_filename(str(local_path), if_generation_match=blob.generation)
+
+
+def delete(paths: list[str]) -> None:
+    """Delete files or objects that are there (a missing one is already gone)."""
+    from google.api_core import exceptions
+
+    for path in paths:
+        if not is_remote(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        bucket, name = split_gcs(path)
+        with contextlib.suppress(exceptions.NotFound):
+            gcs_client().bucket(bucket).blob(name).delete()
+
+
+def rename(sources: list[str], targets: list[str]) -> None:
+    """Rename files within one file system (local: atomic replace; gs://: copy, then delete
+    the source: a reader sees the target only once it is whole)."""
+    for source, target in zip(sources, targets, strict=True):
+        if not is_remote(source):
+            os.replace(source, target)
+            continue
+        source_bucket, source_name = split_gcs(source)
+        target_bucket, target_name = split_gcs(target)
+        client = gcs_client()
+        bucket = client.bucket(source_bucket)
+        bucket.copy_blob(bucket.blob(source_name), client.bucket(target_bucket), target_name)
+        bucket.blob(source_name).delete()
+
+
+def has_files(path: str | os.PathLike) -> bool:
+    """True when at least one file lies under the folder or prefix; cheap on huge buckets."""
+    if not is_remote(path):
+        return any(names for _, _, names in os.walk(path))
+    return _any_under(str(path))

@@ -14,11 +14,11 @@ exactly that path under the image folder.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import enum
+import itertools
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from transforms.rejects import Reason, Reject
 
@@ -271,19 +271,51 @@ class Entries:
         return len(self.pairs) + len(self.rejects)
 
 
+# A keyed row: ((key, role, sequence number), source). The sequence number settles ties, so
+# sources are never compared and rows can go through an external sort (transforms/spill.py).
+KeyedRow = tuple[tuple[str, str, int], "SourceFile | CocoEntry"]
+
+
+def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | CocoEntry) -> KeyedRow:
+    return (key, role.value, sequence), source
+
+
+def pair_sorted(
+    rows: Iterable[KeyedRow], annotations: str | None = None
+) -> Iterator[Pair | Reject]:
+    """Resolve each key of `rows` sorted by key, in one streaming pass: only one key's files
+    are held at a time."""
+    for key, group in itertools.groupby(rows, key=lambda row: row[0][0]):
+        images: list = []
+        masks: list = []
+        for (_, role, _), source in group:
+            (images if role == Role.IMAGE else masks).append(source)
+        yield resolve_pair(key, images, masks, annotations)
+
+
 def pair_files(
     keyed: Iterable[tuple[Role, str, SourceFile | CocoEntry]],
     file_rejects: Iterable[Reject] = (),
     annotations: str | None = None,
 ) -> Entries:
     """Group classified files (and the COCO file's image records, as masks) by key and
-    resolve each key; in key order."""
-    grouped: dict[str, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
-    for role, key, source in keyed:
-        grouped[key][0 if role is Role.IMAGE else 1].append(source)
+    resolve each key; in key order. In memory: the launcher streams through `pair_sorted`."""
+    rows = sorted(
+        keyed_row(key, role, sequence, source) for sequence, (role, key, source) in enumerate(keyed)
+    )
     pairs: list[Pair] = []
     rejects: list[Reject] = list(file_rejects)
-    for key in sorted(grouped):
-        outcome = resolve_pair(key, *grouped[key], annotations)
+    for outcome in pair_sorted(rows, annotations):
         (pairs if isinstance(outcome, Pair) else rejects).append(outcome)
     return Entries(tuple(pairs), tuple(sorted(rejects)))
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedEntries:
+    """A listing's outcome on disk, for the job to read in parallel: record files of pickled
+    pairs and of pickled rejects (transforms/spill.py), each record at most `record_limit`
+    bytes."""
+
+    pair_files: tuple[str, ...]
+    reject_files: tuple[str, ...]
+    record_limit: int

@@ -26,6 +26,7 @@ class Reason(enum.StrEnum):
     SIZE_MISMATCH = "size_mismatch"
     NOT_IN_SPLIT = "not_in_split"
     READ_ERROR = "read_error"
+    KEY_EXISTS = "key_exists"  # `--append`: the output holds the key with other bytes
 
 
 class RejectError(Exception):

@@ -8,7 +8,9 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from transforms.format import record_formats
 from transforms.format.naming import SPLITS, shard_name
+from transforms.settings_error import SettingError
 
 _TWO_64 = float(2**64)
 
@@ -32,14 +34,14 @@ class SplitFractions:
     def __post_init__(self) -> None:
         for name, value in (("train_size", self.train), ("validation_size", self.validation)):
             if not (0.0 <= value <= 1.0) or math.isnan(value):
-                raise ValueError(f"--{name} must be a fraction between 0 and 1, got {value}")
+                raise SettingError(f"{{{name}}} must be a fraction between 0 and 1, got {value}")
         if self.train + self.validation > 1.0 + 1e-9:
-            raise ValueError(
-                f"--train_size + --validation_size must be at most 1, got "
+            raise SettingError(
+                "{train_size} + {validation_size} must be at most 1, got "
                 f"{self.train} + {self.validation} = {self.train + self.validation:g}"
             )
         if self.train + self.validation == 0:
-            raise ValueError("--train_size and --validation_size are both 0: nothing to write")
+            raise SettingError("{train_size} and {validation_size} are both 0: nothing to write")
 
     def split_of(self, key: str) -> str | None:
         """Same key, same split, whatever else is in the dataset; None if left out."""
@@ -61,10 +63,12 @@ class ShardSpec:
     split: str
     index: int
     num_shards: int
+    record_format: str = record_formats.DEFAULT  # the name gets its suffix
 
     @property
     def name(self) -> str:
-        return shard_name(self.split, self.index, self.num_shards)
+        suffix = record_formats.get(self.record_format).suffix
+        return shard_name(self.split, self.index, self.num_shards, suffix=suffix)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +127,12 @@ def num_shards_note(requested: int | None, planned: int) -> str | None:
     )
 
 
-def shard_specs(plan: Mapping[str, int]) -> list[ShardSpec]:
-    return [ShardSpec(split, i, n) for split, n in sorted(plan.items()) for i in range(n)]
+def shard_specs(
+    plan: Mapping[str, int], record_format: str = record_formats.DEFAULT
+) -> list[ShardSpec]:
+    return [
+        ShardSpec(split, i, n, record_format) for split, n in sorted(plan.items()) for i in range(n)
+    ]
 
 
 def seed_keys(hashed_keys: Iterable[tuple[int, str]], num_shards: int) -> list[str]:
@@ -146,10 +154,14 @@ class ShardAssigner:
 
     plan: Mapping[str, int]
     seed_shard: Mapping[str, Mapping[str, int]]  # split -> seed key -> its shard index
+    record_format: str = record_formats.DEFAULT
 
     @classmethod
     def from_seeds(
-        cls, plan: Mapping[str, int], seeds: Mapping[str, Sequence[str]]
+        cls,
+        plan: Mapping[str, int],
+        seeds: Mapping[str, Sequence[str]],
+        record_format: str = record_formats.DEFAULT,
     ) -> ShardAssigner:
         """`seeds[split]`: at least plan[split] keys in seed order (extra ones are ignored)."""
         seed_shard = {}
@@ -158,9 +170,10 @@ class ShardAssigner:
             if len(chosen) < n:
                 raise ValueError(f"{split}: {n} shards need {n} seed keys, got {len(chosen)}")
             seed_shard[split] = {key: index for index, key in enumerate(chosen)}
-        return cls(dict(plan), seed_shard)
+        return cls(dict(plan), seed_shard, record_format)
 
     def assign(self, key: str, split: str) -> ShardSpec:
         n = self.plan[split]
         index = self.seed_shard[split].get(key)
-        return ShardSpec(split, shard_hash(key) % n if index is None else index, n)
+        index = shard_hash(key) % n if index is None else index
+        return ShardSpec(split, index, n, self.record_format)

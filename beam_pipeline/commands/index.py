@@ -1,7 +1,7 @@
 """`segprep index DIR`: add the record index and the TFDS files to an existing output.
 
 Outputs written before the index existed can be upgraded in place, without re-running the
-job: every shard is read once (TensorFlow's TFRecord reader checks each frame's CRCs), its
+job: every shard is read once (the record-format adapter checks each frame's CRCs), its
 records' lengths give the index (transforms/format/record_index.py) and their keys the key table.
 
 It follows the output protocol like a `prepare` run: it holds the output's lock, stages
@@ -18,14 +18,13 @@ import posixpath
 import time
 import uuid
 
-import tensorflow as tf
-
-from beam_pipeline.commands.verify import file_sha256
+from beam_pipeline.commands.shard_records import record_format, shard_records
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import output_protocol, storage
-from transforms.format import dataset_info, metadata, record_index, tfds_info
-from transforms.format import example_schema as tf_example
+from transforms import files
+from transforms.format import dataset_info, metadata, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
+from transforms.format.example import ExampleError, parse_example
 from transforms.format.features import KEY
 from transforms.format.naming import (
     INDEX_DIR,
@@ -63,7 +62,7 @@ def index_output(directory: str) -> IndexResult:
     stages under its own run folder, and publishes with the manifest, metadata.json last.
     """
     base = directory.rstrip("/") or "/"
-    if not tf.io.gfile.isdir(base):
+    if not files.isdir(base):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
     output = storage.normalize_dir(base)
     state = output_protocol.inspect_output(output)
@@ -79,7 +78,8 @@ def index_output(directory: str) -> IndexResult:
     with output_protocol.RunLock(output, run_id):
         output_protocol.make_staging_dir(output, run_id)
         try:
-            staged, records, info = _stage(base, run_dir(run_id), info)
+            adapter = record_format(raw)
+            staged, records, info = _stage(base, run_dir(run_id), info, adapter)
             _check_targets(base, staged, state)
             moves = [(name, name) for name in staged]
             keep = [name for name in state.ours if name not in staged and name != METADATA_FILE]
@@ -93,7 +93,7 @@ def index_output(directory: str) -> IndexResult:
 
 
 def _stage(
-    base: str, staging: str, info: DatasetInfo
+    base: str, staging: str, info: DatasetInfo, adapter: record_formats.RecordFormat
 ) -> tuple[list[str], dict[str, int], DatasetInfo]:
     """Write every new file under `staging`; the names written and the updated metadata."""
     staged: list[str] = []
@@ -101,28 +101,25 @@ def _stage(
     splits = {}
     for name, split in info.splits.items():
         table_name = key_table_name(name)
-        table_path = f"{base}/{staging}/{table_name}"
-        tf.io.gfile.makedirs(posixpath.dirname(table_path))
         shards = []
-        table_digest = hashlib.sha256()
-        table_size = 0
-        with tf.io.gfile.GFile(table_path, "wb") as table:
-            table.write(b"")  # GFile creates the file on its first write: an empty split too
-            for shard in split.shards:
-                indexed = _index_shard(base, shard)
-                path = f"{staging}/{indexed.index_file}"
-                _write(base, path, indexed.index_bytes)
-                staged.append(indexed.index_file)
-                rows = record_index.key_table_bytes(indexed.key_rows)
-                table.write(rows)
-                table_digest.update(rows)
-                table_size += len(rows)
-                ref = FileRef(
-                    indexed.index_file,
-                    len(indexed.index_bytes),
-                    hashlib.sha256(indexed.index_bytes).hexdigest(),
-                )
-                shards.append(dataclasses.replace(shard, index=ref))
+        table = []
+        for shard in split.shards:
+            indexed = _index_shard(base, shard, adapter)
+            table.append(record_index.key_table_bytes(indexed.key_rows))
+            if not adapter.offset_index:  # key table only: random access is native
+                shards.append(shard)
+                continue
+            _write(base, f"{staging}/{indexed.index_file}", indexed.index_bytes)
+            staged.append(indexed.index_file)
+            ref = FileRef(
+                indexed.index_file,
+                len(indexed.index_bytes),
+                hashlib.sha256(indexed.index_bytes).hexdigest(),
+            )
+            shards.append(dataclasses.replace(shard, index=ref))
+        rows = b"".join(table)
+        _write(base, f"{staging}/{table_name}", rows)
+        table_size, table_digest = len(rows), hashlib.sha256(rows)
         staged.append(table_name)
         records[name] = split.num_examples
         splits[name] = dataclasses.replace(
@@ -139,27 +136,33 @@ def _stage(
     return staged, records, dataclasses.replace(info, tfds_files=tuple(refs))
 
 
-def _index_shard(base: str, shard: dataset_info.ShardInfo) -> record_index.ShardIndex:
+def _index_shard(
+    base: str, shard: dataset_info.ShardInfo, adapter: record_formats.RecordFormat
+) -> record_index.ShardIndex:
     """The index of one shard, read back from the file, which must match metadata.json."""
     path = f"{base}/{shard.file}"
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         raise UsageError(f"{shard.file} is missing: run `segprep verify {base}`")
-    if file_sha256(path) != shard.sha256:
+    try:
+        digest = files.sha256(path)
+    except OSError as error:  # a FIFO, a device, a folder: never read
+        raise UsageError(f"{shard.file} cannot be read: {error}") from None
+    if digest != shard.sha256:
         raise UsageError(
             f"{shard.file} does not match its sha256 in metadata.json: "
             f"run `segprep verify {base}`; nothing was written"
         )
     records = []
     try:
-        for serialized in tf.data.TFRecordDataset(path).as_numpy_iterator():
-            example = tf_example.Example.FromString(serialized)
-            key = example.features.feature[KEY].bytes_list.value[0].decode("utf-8")
-            records.append((key, len(serialized)))
-    except (tf.errors.OpError, IndexError, ValueError) as error:
+        with shard_records(path, shard.file, adapter) as payloads:
+            for serialized in payloads:
+                records.append((parse_example(serialized)[KEY], len(serialized)))
+    except (OSError, ExampleError, ValueError) as error:
         raise UsageError(f"{shard.file} cannot be indexed: {error}") from None
     indexed = record_index.index_shard(shard.file, records)
     frames = record_index.frame_offsets(length for _, length in records)
-    end = frames[-1][0] + frames[-1][1] if frames else 0
+    # Offsets exist for formats framed back to back; the others are checked by count alone.
+    end = (frames[-1][0] + frames[-1][1] if frames else 0) if adapter.offset_index else shard.bytes
     if len(frames) != shard.num_examples or end != shard.bytes:
         raise UsageError(
             f"{shard.file}: {len(frames)} records in {end} bytes, metadata.json says "
@@ -172,7 +175,7 @@ def _check_targets(base: str, staged: list[str], state: output_protocol.OutputSt
     """Refuse to replace a file segprep did not write: every target must be absent or ours."""
     ours = set(state.ours)
     for name in staged:
-        if name not in ours and tf.io.gfile.exists(f"{base}/{name}"):
+        if name not in ours and files.exists(f"{base}/{name}"):
             raise UsageError(
                 f"{base}/{name} exists and segprep did not write it: move it away and run "
                 "`segprep index` again (nothing was changed)"
@@ -181,6 +184,5 @@ def _check_targets(base: str, staged: list[str], state: output_protocol.OutputSt
 
 def _write(base: str, name: str, data: bytes) -> None:
     path = f"{base}/{name}"
-    tf.io.gfile.makedirs(posixpath.dirname(path))
-    with tf.io.gfile.GFile(path, "wb") as handle:
-        handle.write(data)
+    files.makedirs(posixpath.dirname(path))
+    files.write_bytes(path, data)

@@ -24,6 +24,15 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         f"segprep: {metadata['num_discovered']:,} entries discovered, {accepted:,} accepted, "
         f"{rejected['total']:,} rejected",
     ]
+    versions = metadata.get("dataset_versions") or []
+    if len(versions) > 1:  # an append: what this run did, then the dataset as it now is
+        latest = versions[-1]
+        added = sum(latest["added"].values())
+        lines.append(
+            f"  version {latest['version']}: {added:,} added, {latest['skipped_identical']:,} "
+            f"already present with the same bytes, {sum(latest['num_rejected'].values()):,} "
+            "rejected by this run"
+        )
     for name, split in splits.items():
         size = sum(shard["bytes"] for shard in split["shards"])
         lines.append(

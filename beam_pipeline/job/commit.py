@@ -9,26 +9,31 @@ import dataclasses
 import datetime
 import hashlib
 import importlib.metadata
+import json
 import time
 from typing import Any
 
 import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
+from beam_pipeline.job import versions
 from beam_pipeline.job.settings import CommitSettings
-from beam_pipeline.job.shard_work import WrittenShard, staged_key_rows
+from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol, storage
-from transforms.format import features, metadata, record_index, tfds_info
+from transforms.format import features, metadata, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
+    FIRST_VERSION,
+    METADATA_FILE,
     REJECTS_FILE,
     SPLITS,
+    TFDS_FILES,
     index_name,
     key_table_name,
     parse_shard_name,
+    shard_name,
 )
 from transforms.rejects import Reason, Reject
-from transforms.splits import ShardSpec
 
 _VERSIONED_PACKAGES = (
     "segprep",
@@ -58,29 +63,28 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def final_names(shards: list[WrittenShard]) -> dict[str, str]:
+def final_names(shards: list[WrittenShard], version: int = FIRST_VERSION) -> dict[str, str]:
     """Staged name -> published name of every shard that holds a record.
 
     A shard whose every pair was rejected while it was written is not published: the split's
     other shards are renumbered `-of-N` over the ones left, so no published shard is empty.
+    An append's shards carry its version in their names (transforms.format.naming).
     """
     names: dict[str, str] = {}
     for split in sorted({shard.spec.split for shard in shards}):
         kept = sorted(s.spec for s in shards if s.spec.split == split and s.num_examples)
         for index, spec in enumerate(kept):
-            names[spec.name] = ShardSpec(split, index, len(kept)).name
+            suffix = record_formats.get(spec.record_format).suffix
+            names[spec.name] = shard_name(split, index, len(kept), version, suffix)
     return names
 
 
-def _shard_dict(shard: WrittenShard, name: str) -> dict[str, Any]:
+def _shard_dict(shard: WrittenShard, name: str, offsets: bool) -> dict[str, Any]:
+    index = {"file": index_name(name), "bytes": shard.index_bytes, "sha256": shard.index_sha256}
     return {
         "split": shard.spec.split,
         "file": name,
-        "index": {
-            "file": index_name(name),
-            "bytes": shard.index_bytes,
-            "sha256": shard.index_sha256,
-        },
+        "index": index if offsets else None,
         "num_examples": shard.num_examples,
         "bytes": shard.bytes,
         "sha256": shard.sha256,
@@ -94,16 +98,23 @@ def commit(
     rejects: list[Reject],
     discovered: int,
     settings: CommitSettings,
+    skipped: int = 0,
 ) -> dict[str, Any]:
-    """Check the accounting and the reject limit, then publish the staged run."""
+    """Check the accounting and the reject limit, then publish the staged run.
+
+    `skipped`: an append's keys already in the output with the same content."""
     accepted = sum(shard.num_examples for shard in shards)
     keys = [reject.key for reject in rejects]
-    if accepted + len(rejects) != discovered or len(set(keys)) != len(keys):
+    if accepted + len(rejects) + skipped != discovered or len(set(keys)) != len(keys):
         raise AccountingError(
             f"{discovered} entries discovered but {accepted} accepted + {len(rejects)} rejected "
-            f"({len(keys) - len(set(keys))} duplicate reject keys): refusing to publish"
+            f"+ {skipped} already present ({len(keys) - len(set(keys))} duplicate reject "
+            "keys): refusing to publish"
         )
-    published = final_names(shards)
+    append = settings.append
+    version = append.version if append else FIRST_VERSION
+    previous = _previous(settings) if append else None
+    published = final_names(shards, version)
     staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
     rejects_bytes = metadata.rejects_jsonl(rejects)
     commit_journal.hook("accounted")
@@ -119,9 +130,27 @@ def commit(
             f"--max_reject_fraction {settings.max_reject_fraction:g}: nothing was published; "
             f"{_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
-    key_tables = {split: _stage_key_table(staged, split, shards, published) for split in SPLITS}
+    key_tables = {
+        split: _stage_key_table(
+            staged,
+            split,
+            shards,
+            published,
+            version,
+            previous.splits[split].num_shards if previous and split in previous.splits else 0,
+        )
+        for split in SPLITS
+    }
+    new_keys: set[str] = set()
+    digest_tables = {
+        split: versions.stage_digest_table(staged, split, shards, published, version, new_keys)
+        for split in SPLITS
+    }
+    adapter = record_formats.get(settings.record_format)
     written = [
-        _shard_dict(shard, published[shard.spec.name]) for shard in shards if shard.num_examples
+        _shard_dict(shard, published[shard.spec.name], adapter.offset_index)
+        for shard in shards
+        if shard.num_examples
     ]
     info = metadata.build_metadata(
         written,
@@ -130,11 +159,41 @@ def commit(
         parameters=settings.parameters,
         versions=package_versions(),
         key_tables=key_tables,
+        record_format=adapter.name,
     )
     info["num_discovered"] = discovered
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
-        _add_classes(info, shards, settings)
+        _add_classes(info, shards, settings, previous)
+    if previous is not None:
+        info["splits"] = versions.merged_splits(previous, info["splits"])
+        accounted = new_keys | set(keys)
+        old_rejects = storage.read_bounded(storage.join(settings.output_dir, REJECTS_FILE), 1 << 32)
+        rejects_bytes = versions.merged_rejects(old_rejects, rejects_bytes, accounted)
+        storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
+        info["num_rejected"] = versions.rejected_by_reason(rejects_bytes)
+        for field in ("parameters", "format_version"):
+            if field in previous.extra:
+                info[field] = previous.extra[field]
+        info["exif_orientation_ignored"] += previous.extra.get("exif_orientation_ignored", 0)
+        # The entries the latest version accounts for: each key once, in a shard or rejected.
+        records = sum(split["num_examples"] for split in info["splits"].values())
+        info["num_discovered"] = records + info["num_rejected"]["total"]
+    added_files = {split: [] for split in SPLITS}
+    for name in published.values():
+        added_files[parse_shard_name(name)[0]].append(name)
+    record = versions.version_info(
+        info,
+        version=version,
+        run_id=settings.run_id,
+        added_files=added_files,
+        key_tables=key_tables,
+        digest_tables=digest_tables,
+        rejects=rejects,
+        skipped_identical=skipped,
+    )
+    earlier = [v.to_json() for v in previous.dataset_versions] if previous else []
+    info["dataset_versions"] = [*earlier, record.to_json()]
     info["run"] = {"run_id": settings.run_id}
     if settings.started_at is not None:
         wall = max(time.time() - settings.started_at, 1e-6)
@@ -152,12 +211,25 @@ def commit(
     info = metadata.with_tfds_files(info, tfds)
     moves = [
         *sorted(published.items()),
-        *sorted((index_name(old), index_name(new)) for old, new in published.items()),
+        *sorted(
+            (index_name(old), index_name(new))
+            for old, new in published.items()
+            if adapter.offset_index
+        ),
         *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
+        *sorted((ref["file"], ref["file"]) for ref in digest_tables.values()),
         *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
         (REJECTS_FILE, REJECTS_FILE),
     ]
-    output_protocol.publish(settings.output_dir, settings.run_id, moves, metadata.dumps(info))
+    keep: list[str] = []
+    if previous is not None:
+        # Every earlier file stays where it is, untouched; only these are replaced.
+        replaced = {METADATA_FILE, REJECTS_FILE, *TFDS_FILES}
+        state = output_protocol.inspect_output(settings.output_dir, holder=False)
+        keep = [name for name in state.ours if name not in replaced]
+    output_protocol.publish(
+        settings.output_dir, settings.run_id, moves, metadata.dumps(info), keep=keep
+    )
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
@@ -177,17 +249,38 @@ def _commit_bytes(
             if shard.spec.name in published:
                 with contextlib.suppress(OSError):
                     rows += os.path.getsize(staged + staged_key_rows(shard.spec.name))
+                    rows += os.path.getsize(staged + staged_digest_rows(shard.spec.name))
     per_shard = 4096  # its metadata.json entry and TFDS lines, generously
     names = [name for shard in published.values() for name in (shard, index_name(shard))]
     return rejects + rows + per_shard * len(shards) + commit_journal.manifest_bytes(names)
 
 
+def _previous(settings: CommitSettings) -> DatasetInfo:
+    """The output an append extends, exactly as the run planned on (else nothing is
+    published: another tool changed it meanwhile)."""
+    data = storage.read_bounded(storage.join(settings.output_dir, METADATA_FILE), 64 << 20)
+    if hashlib.sha256(data).hexdigest() != settings.append.previous_sha256:
+        raise versions.OutputChangedError(
+            f"{settings.output_dir}{METADATA_FILE} changed while the append ran: nothing was "
+            "published"
+        )
+    return DatasetInfo.from_json(json.loads(data))
+
+
 def _stage_key_table(
-    staged: str, split: str, shards: list[WrittenShard], published: dict[str, str]
+    staged: str,
+    split: str,
+    shards: list[WrittenShard],
+    published: dict[str, str],
+    version: int = FIRST_VERSION,
+    first_shard: int = 0,
 ) -> dict[str, Any]:
     """The split's key table, streamed from its shards' staged key rows in published order:
-    no more than one shard's rows are ever held. Its {file, bytes, sha256}."""
-    name = key_table_name(split)
+    no more than one shard's rows are ever held. Its {file, bytes, sha256}.
+
+    An append's table numbers its shards after the `first_shard` ones the split had, so the
+    split's tables, concatenated, number every shard as the split lists it."""
+    name = key_table_name(split, version)
     digest, size = hashlib.sha256(), 0
     kept = sorted(
         (published[shard.spec.name], shard.spec.name)
@@ -197,9 +290,9 @@ def _stage_key_table(
     with storage.streamed(staged + name) as table:
         for number, (_, staged_name) in enumerate(kept):
             rows = storage.read_bounded(staged + staged_key_rows(staged_name), 1 << 30)
-            if int(parse_shard_name(staged_name)[1]) != number:  # renumbered: rewrite rows
+            if int(parse_shard_name(staged_name)[1]) != first_shard + number:  # rewrite rows
                 rows = record_index.key_table_bytes(
-                    dataclasses.replace(row, shard=number)
+                    dataclasses.replace(row, shard=first_shard + number)
                     for row in record_index.parse_key_table(rows)
                 )
             table.write(rows)
@@ -209,19 +302,22 @@ def _stage_key_table(
 
 
 def _add_classes(
-    info: dict[str, Any], shards: list[WrittenShard], settings: CommitSettings
+    info: dict[str, Any],
+    shards: list[WrittenShard],
+    settings: CommitSettings,
+    previous: DatasetInfo | None = None,
 ) -> None:
-    """metadata.json's `classes` section: the shards' class statistics summed per split, and
-    what the stored mask holds."""
+    """metadata.json's `classes` section: the shards' class statistics summed per split (an
+    append adds them to the earlier version's sums), and what the stored mask holds."""
     from transforms.class_stats import ClassStats, classes_section, sum_stats
 
     classes = settings.classes
+    earlier = previous.classes.stats if previous and previous.classes else {}
     stats = {
         split: sum_stats(
             (
-                ClassStats.from_json(shard.class_stats)
-                for shard in shards
-                if shard.spec.split == split
+                *(ClassStats.from_json(s.class_stats) for s in shards if s.spec.split == split),
+                *((earlier[split],) if split in earlier else ()),
             ),
             classes.num_classes,
         )
@@ -246,7 +342,8 @@ class CommitOutput(beam.PTransform):
         self._settings = settings
 
     def expand(self, inputs):
-        shards, rejects, discovered = inputs
+        shards, rejects, discovered, *skipped = inputs
+        extra = {"skipped": beam.pvalue.AsSingleton(skipped[0])} if skipped else {}
         return (
             shards.pipeline
             | "CommitSeed" >> beam.Create([None])
@@ -257,6 +354,7 @@ class CommitOutput(beam.PTransform):
                 rejects=beam.pvalue.AsList(rejects),
                 discovered=beam.pvalue.AsSingleton(discovered),
                 settings=self._settings,
+                **extra,
             )
         )
 

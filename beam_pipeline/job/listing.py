@@ -1,15 +1,17 @@
 """The job's first stage: every entry, as a pair or a reject. Only paths travel, never pixels.
 
-Local folders were listed and paired once by the launcher (runtime/local_listing.py): the job
-starts from that result. Cloud Storage folders are listed by the job itself, in parallel;
-both paths apply the same pairing rule (transforms/pairing.py).
+Local folders were listed and paired once by the launcher (runtime/local_listing.py), which
+staged the pairs and rejects as record files: the job reads those files in parallel, one file
+per work item, so the job graph holds their paths, never a list of entries. Cloud Storage
+folders are listed by the job itself, in parallel; both paths apply the same pairing rule
+(transforms/pairing.py).
 
-COCO runs: the launcher staged one JSON line per image record of the annotations file
-(launch/masks.py). The job reads that file in parallel (ReadFromText, split across workers)
-and each image's annotations join its pair by key, so they travel with the pair's paths from
-there on. Neither the launcher's pairs (beam.Create, part of the job graph) nor the graph
-itself ever hold annotations: a graph holding a large COCO file would outgrow Dataflow's
-job-graph limit (10 MB) and be copied into every worker's process.
+COCO runs: with local folders each pair carries its image record from the launcher. With
+Cloud Storage folders the launcher staged the image records as record files
+(launch/masks.py), which the job reads in parallel and keys like image files. Record files,
+not text lines: Beam's text reader grows its buffer by concatenation, quadratic in a long
+line, and a record's length is checked against a cap before it is read. The graph never
+holds annotations: a large COCO file would outgrow Dataflow's job-graph limit (10 MB).
 """
 
 from __future__ import annotations
@@ -19,23 +21,25 @@ import json
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.textio import ReadFromText
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_pipeline.job.settings import CocoSettings
+from beam_pipeline.runtime.local_listing import read_staged
 from transforms.pairing import (
-    Entries,
     Layout,
     Pair,
     Role,
     SourceFile,
+    StagedEntries,
     coco_entry,
     is_hidden,
     resolve_pair,
     unrecognized,
 )
 from transforms.rejects import Reject
+from transforms.spill import read_records
 
 REJECTS = "rejects"
 _NAMESPACE = "segprep"
@@ -67,67 +71,48 @@ class _KeyFiles(beam.DoFn):
 
 
 class _KeyCocoRecords(beam.DoFn):
-    """(key, (MASK, CocoEntry carrying its staged line)) per image record of a COCO file; a
+    """(key, (MASK, CocoEntry carrying its record)) per image record of one staged file; a
     reject for a file_name that is no image name."""
 
     def __init__(self, coco: CocoSettings, image_dir: str) -> None:
         self._coco = coco
         self._image_dir = image_dir
 
-    def process(self, line: str):
-        record = json.loads(line)
-        outcome = coco_entry(
-            self._coco.annotations, self._image_dir, record["image_id"], record["file_name"]
-        )
-        if isinstance(outcome, Reject):
-            yield beam.pvalue.TaggedOutput(REJECTS, outcome)
-            return
-        key, entry = outcome
-        yield key, (Role.MASK, dataclasses.replace(entry, payload=line))
+    def process(self, path: str):
+        for payload in _records(path, self._coco.record_limit):
+            line = payload.decode("utf-8")
+            record = json.loads(line)
+            outcome = coco_entry(
+                self._coco.annotations, self._image_dir, record["image_id"], record["file_name"]
+            )
+            if isinstance(outcome, Reject):
+                yield beam.pvalue.TaggedOutput(REJECTS, outcome)
+                continue
+            key, entry = outcome
+            yield key, (Role.MASK, dataclasses.replace(entry, payload=line))
 
 
-def _coco_records(pbegin, coco: CocoSettings, image_dir: str):
+def _records(path: str, limit: int):
+    """The records of one staged record file, on any Beam file system; linear in its size."""
+    (match,) = FileSystems.match([path])
+    size = match.metadata_list[0].size_in_bytes
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        yield from read_records(handle, path, size, limit)
+
+
+def _read_files(pbegin, label: str, paths: tuple[str, ...]):
+    """The paths as a spread collection: each file is one work item."""
     return (
         pbegin
-        | "ReadStagedCoco" >> ReadFromText(coco.staged, validate=False)
-        | "KeyCocoRecords"
-        >> beam.ParDo(_KeyCocoRecords(coco, image_dir)).with_outputs(REJECTS, main="keyed")
+        | f"{label}Files" >> beam.Create(list(paths)).with_output_types(str)
+        | f"Spread{label}Files" >> beam.Reshuffle()
     )
 
 
-def _attach_annotations(element):
-    """The launcher's COCO pair with its annotations; records of unpaired keys are dropped
-    (the launcher's listing rejected those keys already)."""
-    key, grouped = element
-    pairs = list(grouped["pairs"])
-    if not pairs:
-        return
-    (pair,) = pairs
-    found = [entry for _, entry in grouped["coco"] if entry.image_id == pair.mask.image_id]
-    if len(found) != 1:
-        raise RuntimeError(
-            f"{len(found)} staged COCO records for {key!r}, image {pair.mask.image_id}: the "
-            "run's staging folder changed while it ran"
-        )
-    yield dataclasses.replace(pair, mask=found[0])
-
-
-class AttachAnnotations(beam.PTransform):
-    """Pairs whose mask is a COCO entry, with that image's annotations from the staged file."""
-
-    def __init__(self, coco: CocoSettings, image_dir: str) -> None:
-        super().__init__()
-        self._coco = coco
-        self._image_dir = image_dir
-
-    def expand(self, pairs):
-        records = _coco_records(pairs.pipeline, self._coco, self._image_dir)
-        keyed = pairs | "PairByKey" >> beam.Map(lambda pair: (pair.key, pair))
-        return (
-            {"pairs": keyed, "coco": records.keyed}
-            | "JoinAnnotations" >> beam.CoGroupByKey()
-            | "AttachAnnotations" >> beam.FlatMap(_attach_annotations).with_output_types(Pair)
-        )
+def _coco_records(pbegin, coco: CocoSettings, image_dir: str):
+    return _read_files(pbegin, "StagedCoco", coco.staged) | "KeyCocoRecords" >> beam.ParDo(
+        _KeyCocoRecords(coco, image_dir)
+    ).with_outputs(REJECTS, main="keyed")
 
 
 class _ResolvePairs(beam.DoFn):
@@ -186,25 +171,28 @@ class ListAndPair(beam.PTransform):
 
 
 class FromListing(beam.PTransform):
-    """Entries the launcher already listed and paired (local folders)."""
+    """Entries the launcher already listed, paired and staged (local folders)."""
 
-    def __init__(self, entries: Entries) -> None:
+    def __init__(self, staged: StagedEntries) -> None:
         super().__init__()
-        self._entries = entries
+        self._staged = staged
 
     def expand(self, pbegin):
-        pairs = pbegin | "ListedPairs" >> beam.Create(self._entries.pairs).with_output_types(Pair)
-        rejects = pbegin | "ListedRejects" >> beam.Create(self._entries.rejects).with_output_types(
-            Reject
+        limit = self._staged.record_limit
+        pairs = _read_files(pbegin, "ListedPair", self._staged.pair_files) | (
+            "ReadListedPairs" >> beam.FlatMap(read_staged, limit).with_output_types(Pair)
+        )
+        rejects = _read_files(pbegin, "ListedReject", self._staged.reject_files) | (
+            "ReadListedRejects" >> beam.FlatMap(read_staged, limit).with_output_types(Reject)
         )
         return {"pairs": pairs, REJECTS: rejects}
 
 
 class DiscoverEntries(beam.PTransform):
-    """Pairs and listing rejects, from the launcher's listing or listed here."""
+    """Pairs and listing rejects, from the launcher's staged listing or listed here."""
 
     def __init__(
-        self, layout: Layout, entries: Entries | None, coco: CocoSettings | None = None
+        self, layout: Layout, entries: StagedEntries | None, coco: CocoSettings | None = None
     ) -> None:
         super().__init__()
         self._layout = layout
@@ -214,11 +202,6 @@ class DiscoverEntries(beam.PTransform):
     def expand(self, pbegin):
         if self._entries is not None:
             found = pbegin | "FromListing" >> FromListing(self._entries)
-            if self._coco is not None:
-                attached = found["pairs"] | "WithAnnotations" >> AttachAnnotations(
-                    self._coco, self._layout.image_dir
-                )
-                found = {"pairs": attached, REJECTS: found[REJECTS]}
         else:
             found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._coco)
         counted = found["pairs"] | "CountPairs" >> beam.Map(_count, "paired_keys")

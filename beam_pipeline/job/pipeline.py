@@ -9,6 +9,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_pipeline.job.commit import CommitOutput
+from beam_pipeline.job.existing_keys import SKIPPED, CheckExistingKeys
 from beam_pipeline.job.listing import REJECTS, DiscoverEntries
 from beam_pipeline.job.planning import PlanShards
 from beam_pipeline.job.settings import JobSettings
@@ -23,7 +24,18 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         | "AllDiscovered" >> beam.Flatten()
         | "CountDiscovered" >> beam.combiners.Count.Globally()
     )
-    planned = found["pairs"] | "PlanShards" >> PlanShards(job.planning)
+    pairs, checked = found["pairs"], []
+    if job.commit.append is not None:  # `--append`: only keys the output lacks go on
+        checked = found["pairs"] | "CheckExistingKeys" >> CheckExistingKeys(
+            job.commit.output_dir, job.commit.append, job.planning.fractions, job.writing
+        )
+        pairs = checked["pairs"]
+    planned = pairs | "PlanShards" >> PlanShards(job.planning)
     written = planned | "WriteShards" >> WriteShards(job.writing)
-    rejects = (found[REJECTS], planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
-    return (written.shards, rejects, discovered) | "Commit" >> CommitOutput(job.commit)
+    all_rejects = [found[REJECTS], planned[REJECTS], written[REJECTS]]
+    counts = [discovered]
+    if checked:
+        all_rejects.append(checked[REJECTS])
+        counts.append(checked[SKIPPED])
+    rejects = all_rejects | "AllRejects" >> beam.Flatten()
+    return (written.shards, rejects, *counts) | "Commit" >> CommitOutput(job.commit)

@@ -125,11 +125,12 @@ class PlanShards(beam.PTransform):
             | "SplitKey" >> beam.MapTuple(lambda split, pair: (split, pair.key))
             | "SeedKeys" >> beam.CombinePerKey(_SeedKeys(), beam.pvalue.AsSingleton(limit))
         )
+        record_format = self._settings.record_format
         assigner = plan | "Assigner" >> beam.Map(
-            ShardAssigner.from_seeds, seeds=beam.pvalue.AsDict(seeds)
+            ShardAssigner.from_seeds, seeds=beam.pvalue.AsDict(seeds), record_format=record_format
         )
         specs = plan | "ShardSpecs" >> beam.FlatMap(
-            lambda p: [(spec.name, spec) for spec in shard_specs(p)]
+            lambda p: [(spec.name, spec) for spec in shard_specs(p, record_format)]
         )
         by_shard = assigned.split | "AssignShard" >> beam.Map(
             _keyed_by_shard, assigner=beam.pvalue.AsSingleton(assigner)

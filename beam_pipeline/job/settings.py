@@ -11,8 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from transforms.format import record_formats
 from transforms.limits import DEFAULT_LIMITS, InputLimits
-from transforms.pairing import Entries, Layout
+from transforms.pairing import Layout, StagedEntries
 from transforms.splits import SplitFractions
 
 if TYPE_CHECKING:
@@ -34,20 +35,25 @@ class PlanningSettings:
     num_shards: int | None = None
     shard_size_mb: float | None = None
     min_total_shards: int = 1
+    # transforms.format.record_formats: each ShardSpec carries it, naming and writing its shard
+    record_format: str = record_formats.DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
 class CocoSettings:
     """A COCO run: where the job finds each image's annotations.
 
-    The launcher reads the annotations file once and stages one JSON line per image record
-    (`staged`, in the run's staging folder); the job reads that file in parallel and joins
-    the lines to the pairs by key. The job graph carries these two paths, never annotations.
+    Local image folders: the launcher pairs each image record with its image file and
+    stages the pairs, annotations included (`JobSettings.entries`). Cloud Storage folders:
+    the launcher stages the image records as record files (`staged`, in the run's staging
+    folder, launch/masks.py), and the job reads them in parallel, one file per work item,
+    while it lists the folder. The job graph carries paths, never annotations.
     """
 
     annotations: str  # the user's COCO file (rejects.jsonl names it)
-    staged: str  # JSON lines {"key", "entry" or "reject", "payload"} (launch/masks.py: stage_coco)
+    staged: tuple[str, ...]  # record files of image records (image_payload JSON), if staged
     fill: int  # the value of pixels no annotation covers: 0 or the ignore index
+    record_limit: int = 0  # bytes of one staged record, framing aside
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +81,16 @@ class ShardWriterSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AppendSettings:
+    """`--append`: the version this run adds, and what it was planned against."""
+
+    version: int  # the new version's number: the output's latest + 1
+    previous_sha256: str  # of the output's metadata.json when planned; the commit rechecks it
+    # split -> the digest tables of versions 1..version-1 (names relative to the output)
+    digest_tables: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class CommitSettings:
     output_dir: str
     run_id: str
@@ -85,6 +101,8 @@ class CommitSettings:
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
     classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
+    record_format: str = record_formats.DEFAULT  # metadata.json's record_format
+    append: AppendSettings | None = None  # `--append`: a new version of the output
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +110,7 @@ class JobSettings:
     """Everything the graph needs, stage by stage."""
 
     layout: Layout
-    entries: Entries | None  # local folders: listed and paired by the launcher
+    entries: StagedEntries | None  # local folders: listed, paired and staged by the launcher
     planning: PlanningSettings
     writing: ShardWriterSettings
     commit: CommitSettings

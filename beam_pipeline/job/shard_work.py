@@ -24,8 +24,8 @@ from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
 from transforms.class_stats import StatsSum
-from transforms.format import record_formats, record_index
-from transforms.format.naming import INDEX_DIR, KEY_TABLE_SUFFIX
+from transforms.format import digest_table, record_formats, record_index
+from transforms.format.naming import DIGEST_TABLE_SUFFIX, INDEX_DIR, KEY_TABLE_SUFFIX
 from transforms.pairing import Pair, SourceFile
 from transforms.record import Record
 from transforms.rejects import Reason, Reject, RejectError
@@ -47,7 +47,9 @@ class WrittenShard:
     sha256: str
     image_shapes: tuple[tuple[int, int], ...]  # distinct (height, width), sorted
     transcoded_images: int
-    index_bytes: int = 0  # the staged record index (index/<name>.idx), see transforms/record_index
+    # The staged offset index (index/<name>.idx, transforms/format/record_index), for record
+    # formats that need one (record_formats: offset_index); 0 and "" for the others.
+    index_bytes: int = 0
     index_sha256: str = ""
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
@@ -65,13 +67,15 @@ def write_shard(
     rejects: list[Reject] = []
     shapes: set[tuple[int, int]] = set()
     written: list[tuple[str, int]] = []  # (key, serialized length): the record index
+    digests: list[tuple[str, str]] = []  # (key, content digest), in key order
     classes = settings.classes
     stats = StatsSum(classes.num_classes) if classes.is_classes else None
     transcoded = exif_ignored = 0
     convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
+    adapter = record_formats.get(spec.record_format)  # the format the shard's name says
     try:
-        with record_formats.get(record_formats.DEFAULT).writer(partial) as writer:
+        with adapter.writer(partial) as writer:
             for pair, record in ordered_map(convert, ordered, settings.threads):
                 progress.add()
                 if isinstance(record, RejectError):
@@ -81,6 +85,8 @@ def write_shard(
                         )
                     )
                     continue
+                record, digest = record
+                digests.append((pair.key, digest))
                 writer.write(record.serialized)
                 written.append((pair.key, len(record.serialized)))
                 transcoded += record.image_transcoded
@@ -93,7 +99,13 @@ def write_shard(
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    index_bytes, index_sha256 = stage_index(settings.staging_dir, spec, written)
+    index_bytes, index_sha256 = stage_index(
+        settings.staging_dir, spec, written, adapter.offset_index
+    )
+    storage.write_bytes(
+        storage.join(settings.staging_dir, staged_digest_rows(spec.name)),
+        digest_table.row_bytes(digests),
+    )
     shard = WrittenShard(
         spec,
         len(written),
@@ -109,24 +121,35 @@ def write_shard(
     return shard, tuple(rejects)
 
 
-def stage_index(staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]]):
-    """Stage the shard's record index and key rows beside it; (index bytes, sha256).
+def stage_index(
+    staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]], offsets: bool = True
+):
+    """Stage the shard's key rows, and its offset index when `offsets`; (index bytes, sha256),
+    (0, "") without one.
 
     The commit renames the index with its shard and joins the key rows into the split's key
     table, renumbered if shards emptied by rejects were dropped.
     """
     indexed = record_index.index_shard(spec.name, written)
-    storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
+    if offsets:
+        storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
     storage.write_bytes(
         storage.join(staging_dir, staged_key_rows(spec.name)),
         record_index.key_table_bytes(indexed.key_rows),
     )
+    if not offsets:
+        return 0, ""
     return len(indexed.index_bytes), hashlib.sha256(indexed.index_bytes).hexdigest()
 
 
 def staged_key_rows(shard_name: str) -> str:
     """Where a shard's key rows wait for the commit, inside the staging folder."""
     return f"{INDEX_DIR}/{shard_name}{KEY_TABLE_SUFFIX}"
+
+
+def staged_digest_rows(shard_name: str) -> str:
+    """Where a shard's (key, content digest) rows wait for the commit (in key order)."""
+    return f"{INDEX_DIR}/{shard_name}{DIGEST_TABLE_SUFFIX}"
 
 
 def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
@@ -168,14 +191,37 @@ def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
         ) from None
 
 
-def _record_or_reject(settings: ShardWriterSettings, pair: Pair) -> Record | RejectError:
+def _read_pair(settings: ShardWriterSettings, pair: Pair) -> tuple[bytes, bytes | None, str]:
+    """The pair's image bytes, mask bytes (None when the mask is no file) and content digest
+    (of the mask file's bytes, or of a COCO entry's staged annotations)."""
     limits = settings.limits
+    image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
+    mask_bytes = None
+    if registry.get(settings.mask_source).reads_mask_file:
+        mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
+        digested = mask_bytes
+    else:
+        digested = (getattr(pair.mask, "payload", None) or "").encode()
+    return image_bytes, mask_bytes, digest_table.content_digest(image_bytes, digested)
+
+
+def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
+    """The content digest of a pair's source files, or why they cannot be read."""
+    try:
+        return _read_pair(settings, pair)[2]
+    except RejectError as error:
+        return error
+
+
+def _record_or_reject(
+    settings: ShardWriterSettings, pair: Pair
+) -> tuple[Record, str] | RejectError:
     source = registry.get(settings.mask_source)
     try:
-        image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
-        mask_bytes = None
-        if source.reads_mask_file:
-            mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
-        return source.record(pair.key, image_bytes, pair.mask, mask_bytes, settings.source_settings)
+        image_bytes, mask_bytes, digest = _read_pair(settings, pair)
+        record = source.record(
+            pair.key, image_bytes, pair.mask, mask_bytes, settings.source_settings
+        )
+        return record, digest
     except RejectError as error:
         return error

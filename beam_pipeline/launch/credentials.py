@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from beam_pipeline.errors import UsageError
-from transforms.gcs_client import emulator_host
+from transforms.files import emulator_host
 
 CREDENTIALS_DEADLINE = 20.0  # seconds; google.auth retries a metadata server that may not exist
 

@@ -75,15 +75,18 @@ def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
 
 
 def _stage_inputs(plan: RunPlan) -> None:
-    """What the job reads from the run's staging folder: a COCO file's image records."""
-    if plan.job.coco is not None:
+    """What the job reads from the run's staging folder: a COCO file's image records, when
+    the job lists the images itself (a local listing's pairs carry them)."""
+    if plan.job.coco is not None and plan.job.coco.staged:
         stage_coco(plan.masks.coco, plan.job.coco.staged)
 
 
 def _recheck(plan: RunPlan) -> output_protocol.OutputState:
     """The output as it is now that this run holds the lock (the plan looked before)."""
     state = output_protocol.inspect_output(plan.output_dir, holder=False)
-    output_protocol.check_output(state, overwrite=plan.overwrite)
+    output_protocol.check_output(
+        state, overwrite=plan.overwrite, append=plan.job.commit.append is not None
+    )
     return state
 
 

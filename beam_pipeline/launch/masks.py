@@ -2,9 +2,10 @@
 
 Every class-mask flag is checked here, once, into one frozen ClassMaskSettings that the shard
 writers and the commit share. A COCO file is read here too, by the launcher alone (streamed,
-transforms/sources/coco.py); the job never opens it: `stage_coco` writes each image record as one
-JSON
-line into the run's staging folder, and the job reads that file in parallel (job/listing.py).
+transforms/sources/coco.py); the job never opens it: with local image folders each image record
+travels in its staged pair (runtime/local_listing.py); with Cloud Storage ones `stage_coco` writes
+the records as record files into the run's staging folder, which the job reads in parallel
+(job/listing.py).
 Every mistake is a one-line UsageError (exit 2) before anything is written.
 """
 
@@ -13,12 +14,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import tempfile
+import shutil
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from beam_pipeline.runtime import storage
+from transforms import spill
 from transforms.format.features import DEFAULT_COCO_UNLABELED
 from transforms.pairing import CocoEntry, coco_entry
 from transforms.rejects import Reject
@@ -36,7 +39,8 @@ CLASS_FLAGS = (
     "coco_unlabeled",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
-STAGED_COCO_FILE = "coco_images.jsonl"  # in the run's staging folder
+STAGED_COCO_PREFIX = "coco_images"  # record files in the run's staging folder
+STAGED_COCO_PER_FILE = 10_000  # image records per staged file: the job's unit of work
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +89,7 @@ class MaskPlan:
             described["ignore_index"] = self.classes.ignore_index
         if self.coco is not None:
             described["coco"] = {
-                "images": len(self.coco.images),
+                "images": self.coco.num_images,
                 "annotations": self.coco.num_annotations,
                 "orphan_annotations": self.coco.orphan_annotations,
             }
@@ -149,7 +153,7 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             colormap=colormap,
         )
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise usage_error(error) from None
     return MaskPlan(classes, mask_format, coco, annotations)
 
 
@@ -164,7 +168,8 @@ def _read_flag_file(source: str, path: str) -> bytes:
     except FileNotFoundError:
         raise UsageError(f"{source}: no such file") from None
     except OSError as error:
-        raise UsageError(f"{source}: {error.strerror or error}") from None
+        reason = error.strerror or str(error).removeprefix(f"{path}: ")
+        raise UsageError(f"{source}: {reason}") from None
 
 
 def read_annotations(path: str, unlabeled: str) -> CocoDataset:
@@ -177,7 +182,7 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
         if not os.path.isfile(path):
             raise UsageError(f"{source}: no such file")
         return _read(read_coco, path, source, unlabeled)
-    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
+    with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
         try:
             storage.download_file(path, local)
@@ -195,32 +200,45 @@ def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
 
 def coco_entries(
     dataset: CocoDataset, annotations: str, image_dir: str
-) -> list[tuple[str, CocoEntry] | Reject]:
-    """Every image record of the file, keyed for the pairing rule (transforms/pairing.py)."""
-    return [
-        coco_entry(annotations, image_dir, image.image_id, file_name)
-        for file_name, image in dataset.images.items()
-    ]
+) -> Iterator[tuple[str, CocoEntry] | Reject]:
+    """Every image record of the file with its annotations, keyed for the pairing rule
+    (transforms/pairing.py); streamed from the dataset's records."""
+    for image_id, file_name, payload in dataset.staged():
+        outcome = coco_entry(annotations, image_dir, image_id, file_name)
+        if isinstance(outcome, Reject):
+            yield outcome
+        else:
+            key, entry = outcome
+            yield key, dataclasses.replace(entry, payload=payload)
 
 
-def stage_coco(dataset: CocoDataset, staged: str) -> None:
-    """Write one JSON line per image record (transforms.sources.coco.image_payload) to `staged`.
+def staged_coco_files(staging: str, dataset: CocoDataset) -> tuple[str, ...]:
+    """Where `stage_coco` writes the image records: known before it runs, for the job graph."""
+    count = max(1, -(-dataset.num_images // STAGED_COCO_PER_FILE))
+    return tuple(
+        storage.join(staging, f"{STAGED_COCO_PREFIX}-{index:05d}.records") for index in range(count)
+    )
 
-    Written one line at a time: the launcher holds the compact records it read, nothing more.
-    A gs:// staging folder gets a finished local file, uploaded whole.
+
+def stage_coco(dataset: CocoDataset, staged: tuple[str, ...]) -> None:
+    """Write the image records (transforms.sources.coco.image_payload, as UTF-8) as record
+    files, STAGED_COCO_PER_FILE records each, to the paths `staged_coco_files` named.
+
+    Streamed from the dataset's records: memory holds one record at a time. Files for a
+    gs:// staging folder are finished locally, then uploaded whole.
     """
-    from transforms.sources.coco import image_payload
+    from transforms.spill import RecordFiles
 
-    def write(path: str) -> None:
-        with open(path, "w", encoding="ascii") as handle:
-            for image in dataset.images.values():
-                handle.write(image_payload(image) + "\n")
-
-    if storage.is_local(staged):
-        os.makedirs(os.path.dirname(staged), exist_ok=True)  # a template run has no folder yet
-        write(staged)
-        return
-    with tempfile.TemporaryDirectory(prefix="segprep-coco-") as folder:
-        local = os.path.join(folder, STAGED_COCO_FILE)
-        write(local)
-        storage.upload_file(local, staged)
+    with spill.temporary_folder("coco") as folder:
+        records = RecordFiles(os.path.join(folder, STAGED_COCO_PREFIX), STAGED_COCO_PER_FILE)
+        for _, _, payload in dataset.staged():
+            records.write(payload.encode("utf-8"))
+        written = records.close()
+        if len(written) != len(staged):
+            raise RuntimeError(f"{len(written)} staged COCO files, {len(staged)} planned")
+        for local, target in zip(written, staged, strict=True):
+            if storage.is_local(target):
+                os.makedirs(os.path.dirname(target), exist_ok=True)  # a template run: no folder yet
+                shutil.copyfile(local, target)
+            else:
+                storage.upload_file(local, target)

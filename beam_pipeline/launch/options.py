@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from transforms.format import record_formats
 from transforms.format.features import (
     COCO_UNLABELED,
     DEFAULT_COCO_UNLABELED,
@@ -189,6 +190,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_MASK_FORMAT['classes']} for classes (JPEG is refused for class ids)",
     )
     parser.add_argument(
+        "--record_format",
+        choices=record_formats.names(),
+        default=record_formats.DEFAULT,
+        help="shard file format: tfrecord (tf.data, every reader) or array_record (random "
+        "access without an offset index: RecordSource, PyTorch, Grain, TFDS data sources)",
+    )
+    parser.add_argument(
         "--mask_key",
         help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
     )
@@ -219,6 +227,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace an earlier segprep output in --output_dir, or write beside files "
         "segprep did not write (which are never deleted)",
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add the keys --output_dir lacks as a new version of its finished output; no "
+        "earlier file is touched (keys present with the same bytes are skipped, with other "
+        "bytes rejected key_exists); the record-shaping flags must equal the output's",
     )
     parser.add_argument(
         "--no_wait",

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
     CocoSettings,
     CommitSettings,
@@ -36,6 +36,7 @@ from beam_pipeline.launch.options import (
 )
 from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
+from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
 from transforms.splits import MIN_SHARDS, SplitFractions
 
@@ -68,7 +69,7 @@ class RunPlan:
     output_dir: str
     overwrite: bool
     dry_run: bool
-    listing: LocalListing | None  # local inputs, listed and paired once
+    listing: LocalListing | None  # local inputs, listed, paired and staged once
     output: output_protocol.OutputState | None  # None: a dry run on gs:// (touches nothing)
     writer_processes: int
     progress: bool
@@ -84,7 +85,7 @@ class RunPlan:
     @property
     def discovered(self) -> int | None:
         """Entries found before the job (local inputs), the summary's first figure."""
-        return self.listing.entries.discovered if self.listing else None
+        return self.listing.discovered if self.listing else None
 
     @property
     def decided_before_writing(self) -> int:
@@ -92,9 +93,7 @@ class RunPlan:
         splits. The progress display counts them done from the start."""
         if self.listing is None:
             return 0
-        fractions = self.job.planning.fractions
-        left_out = sum(fractions.split_of(pair.key) is None for pair in self.listing.entries.pairs)
-        return len(self.listing.entries.rejects) + left_out
+        return self.listing.rejects + self.listing.left_out
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able data: what a dry run prints besides the job's steps."""
@@ -106,18 +105,16 @@ class RunPlan:
             "writer_processes": self.writer_processes,
             "threads_per_shard": self.job.writing.threads,
             "min_total_shards": planning.min_total_shards,
+            "record_format": planning.record_format,
             "progress": self.progress,
             "masks": self.masks.describe(),
         }
         if self.listing is not None:
-            entries = self.listing.entries
-            reasons: dict[str, int] = {}
-            for reject in entries.rejects:
-                reasons[reject.reason.value] = reasons.get(reject.reason.value, 0) + 1
+            listing = self.listing
             described["listing"] = {
-                "discovered": entries.discovered,
-                "paired": len(entries.pairs),
-                "rejected_by_listing": dict(sorted(reasons.items())),
+                "discovered": listing.discovered,
+                "paired": listing.paired,
+                "rejected_by_listing": dict(sorted(listing.rejected.items())),
                 "hidden_files_ignored": self.listing.hidden,
             }
         if self.output is not None:
@@ -178,10 +175,15 @@ def make_plan(argv: list[str]) -> RunPlan:
     try:
         fractions = SplitFractions(args.train_size, args.validation_size)
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise usage_error(error) from None
     mask_plan = masks.plan_masks(args)
-    listing = _inputs(args, layout, mask_plan)
+    listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)
+    append = None
+    if args.append:
+        from beam_pipeline.launch.append import plan_append
+
+        append = plan_append(args, output_dir, output, mask_plan, fractions)
 
     processes = _writer_processes(args, runner, paths)
     threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
@@ -196,6 +198,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         num_shards=args.num_shards,
         shard_size_mb=shard_size,
         min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
+        record_format=args.record_format,
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
@@ -218,6 +221,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         "num_shards": args.num_shards,
         "shard_size_mb": shard_size,
         "mask_format": mask_plan.mask_format,
+        "record_format": args.record_format,
         "mask_key": args.mask_key,
         **mask_plan.parameters(args),
         "max_reject_fraction": args.max_reject_fraction,
@@ -235,14 +239,14 @@ def make_plan(argv: list[str]) -> RunPlan:
         release_lock=not runner.local and not runner.template,
         classes=mask_plan.classes,
         coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
+        record_format=args.record_format,
+        append=append,
     )
     coco = None
     if mask_plan.coco is not None:
-        coco = CocoSettings(
-            mask_plan.annotations,
-            storage.join(staging, masks.STAGED_COCO_FILE),
-            mask_plan.coco_fill,
-        )
+        # Pairs of a local listing carry their image records; the job lists anything else.
+        staged = () if listing else masks.staged_coco_files(staging, mask_plan.coco)
+        coco = CocoSettings(mask_plan.annotations, staged, mask_plan.coco_fill, STAGED_RECORD_BYTES)
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -258,14 +262,14 @@ def make_plan(argv: list[str]) -> RunPlan:
         writer_processes=processes,
         progress=progress,
         job=JobSettings(
-            layout, listing.entries if listing else None, planning, writing, commit, coco
+            layout, listing.staged if listing else None, planning, writing, commit, coco
         ),
         masks=mask_plan,
     )
 
 
 def _inputs(
-    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan
+    args: argparse.Namespace, layout: Layout, mask_plan: masks.MaskPlan, fractions: SplitFractions
 ) -> LocalListing | None:
     """Local inputs are listed and paired here, once; gs:// ones are only checked for files
     (the job lists them). A dry run reads what exists and needs nothing to exist."""
@@ -279,7 +283,9 @@ def _inputs(
                 if mask_plan.coco is None
                 else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
             )
-            listing = list_local(layout, *flags, coco=coco)
+            listing = list_local(
+                layout, *flags, coco=coco, left_out=lambda key: fractions.split_of(key) is None
+            )
             preflight.check_listing(layout, listing, flags)
     elif not args.dry_run:
         preflight.check_remote_inputs(layout, flags)
@@ -294,7 +300,7 @@ def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.Output
         return None
     output = output_protocol.inspect_output(output_dir)
     if not args.dry_run or output.ours or output.foreign:
-        output_protocol.check_output(output, overwrite=args.overwrite)
+        output_protocol.check_output(output, overwrite=args.overwrite, append=args.append)
     return output
 
 

@@ -17,7 +17,7 @@ def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str])
     if layout.annotations is not None:
         if listing.files == 0:
             raise UsageError(f"{image_flag} {layout.image_dir} holds no files: check the path")
-        if not listing.entries.pairs:
+        if not listing.paired:
             raise UsageError(
                 f"no image in {image_flag} {layout.image_dir} is named by {mask_flag} "
                 f"{layout.annotations}: its images' file_name must be the image's path "
@@ -30,12 +30,9 @@ def check_listing(layout: Layout, listing: LocalListing, flags: tuple[str, str])
             + ("" if layout.one_folder else f" and {mask_flag} {layout.mask_dir}")
             + " hold no files: check the paths"
         )
-    if listing.entries.pairs:
+    if listing.paired:
         return
-    if (
-        not layout.one_folder
-        and list_local(Layout(layout.mask_dir, layout.image_dir)).entries.pairs
-    ):
+    if not layout.one_folder and list_local(Layout(layout.mask_dir, layout.image_dir)).paired:
         raise UsageError(
             f"the folders look swapped: {image_flag} {layout.image_dir} holds masks and "
             f"{mask_flag} {layout.mask_dir} images; pass them the other way round"
@@ -91,10 +88,7 @@ def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str)
     from transforms.codecs.mask import DEFAULT_MASK_KEY
 
     if listing is not None:
-        paths = [
-            pair.mask.path for pair in listing.entries.pairs if pair.mask.path.endswith(".mat")
-        ]
-        path = paths[0] if paths else None
+        path = listing.first_mat_mask
     else:
         path = _first_remote_mat(layout.mask_dir)
     if path is None:

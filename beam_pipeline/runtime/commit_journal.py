@@ -40,10 +40,10 @@ from beam_pipeline.runtime import storage
 from transforms.format.naming import (
     INDEX_DIR,
     INDEX_SUFFIX,
-    KEY_TABLE_SUFFIX,
     MANIFEST_FILE,
     METADATA_FILE,
     SEGPREP_DIR,
+    SIDE_TABLE_RE,
     is_output_name,
     parse_shard_name,
     run_dir,
@@ -60,7 +60,7 @@ SPACE_MARGIN = 1 << 20
 # writer closes it), so tests can cut a commit short at an exact step of the journal.
 HOOK_VARIABLE = "SEGPREP_TEST_COMMIT_HOOK"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_KEY_TABLE = re.compile(r"[a-z]+" + re.escape(KEY_TABLE_SUFFIX))
+_KEY_TABLE = SIDE_TABLE_RE
 
 
 class CommitSpaceError(RuntimeError):

@@ -4,38 +4,75 @@ reject, and a folder that cannot be read stops the run before anything is writte
 Beam's MatchFiles would skip what it cannot read and cannot tell a FIFO from a file; this
 walk sees each directory entry without following links into folders, so nothing is silently
 dropped and nothing hangs.
+
+Memory stays flat whatever the count: the walk's (key, role, file) rows go through an
+external sort (transforms/spill.py) in a temporary folder, one streaming pass pairs adjacent
+keys, and the pairs and rejects are written there as record files that the job reads in
+parallel (job/listing.py). Only counts stay in memory.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import os
+import pickle
 import stat
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
 
 from beam_pipeline.errors import UsageError
+from transforms import spill
+from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
     CocoEntry,
-    Entries,
     Layout,
+    Pair,
     Role,
     SourceFile,
+    StagedEntries,
     file_reject,
     image_key,
+    keyed_row,
     mask_key,
-    pair_files,
+    pair_sorted,
     unrecognized,
 )
 from transforms.rejects import Reason, Reject
+from transforms.spill import ExternalSort, RecordFiles, read_records
+
+PAIRS_PER_FILE = 10_000  # the job reads one record file per work item
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalListing:
-    """What the walk found: the paired entries, and the hidden files it left out."""
+    """What the walk found: counts, and the staged pairs and rejects (in `folder`, removed
+    when this object is collected or the process ends)."""
 
-    entries: Entries
+    staged: StagedEntries
+    paired: int
+    rejected: Mapping[str, int]  # reason -> count
+    left_out: int  # paired keys outside both splits
     hidden: int  # .DS_Store, ._x.jpg, .git/...: never data, counted for the summary
     files: int  # every non-hidden file seen, in all folders
+    first_mat_mask: str | None  # a paired .mat mask, for the --mask_key check
+    folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
+
+    @property
+    def rejects(self) -> int:
+        return sum(self.rejected.values())
+
+    @property
+    def discovered(self) -> int:
+        return self.paired + self.rejects
+
+
+def read_staged(path: str, limit: int):
+    """The pickled pairs or rejects of one staged record file (written by this launcher)."""
+    with open(path, "rb") as handle:
+        for payload in read_records(handle, path, os.fstat(handle.fileno()).st_size, limit):
+            yield pickle.loads(payload)
 
 
 def list_local(
@@ -44,16 +81,26 @@ def list_local(
     mask_flag: str = "--mask_dir",
     *,
     coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
+    left_out: Callable[[str], bool] | None = None,
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
-    image records (launch/masks.py) are the masks."""
-    keyed: list[tuple[Role, str, SourceFile | CocoEntry]] = []
-    rejects: list[Reject] = []
+    image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes."""
+    folder = spill.temporary_folder("listing")
+    sort = ExternalSort(folder.name, "keyed")
+    rejects = RecordFiles(os.path.join(folder.name, "rejects"), PAIRS_PER_FILE)
+    rejected: collections.Counter[str] = collections.Counter()
+    sequence = itertools.count()
+
+    def reject(outcome: Reject) -> None:
+        rejects.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+        rejected[outcome.reason.value] += 1
+
     for outcome in coco:
         if isinstance(outcome, Reject):
-            rejects.append(outcome)
+            reject(outcome)
         else:
-            keyed.append((Role.MASK, *outcome))
+            key, entry = outcome
+            sort.add(*keyed_row(key, Role.MASK, next(sequence), entry))
     hidden = files = 0
     for root, role in layout.roots():
         flag = mask_flag if role is Role.MASK else image_flag
@@ -68,16 +115,34 @@ def list_local(
             files += 1
             if not _is_utf8(relative):
                 shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-                rejects.append(
+                reject(
                     file_reject(shown, role, Reason.BAD_FILE_NAME, "file name is not valid UTF-8")
                 )
                 continue
             classified = layout.classify(relative, role)
             if classified is None:
-                rejects.append(unrecognized(path, role))
+                reject(unrecognized(path, role))
                 continue
-            keyed.append((*classified, source))
-    return LocalListing(pair_files(keyed, rejects, layout.annotations), hidden, files)
+            found_role, key = classified
+            sort.add(*keyed_row(key, found_role, next(sequence), source))
+    pairs = RecordFiles(os.path.join(folder.name, "pairs"), PAIRS_PER_FILE)
+    outside = 0
+    first_mat = None
+    for outcome in pair_sorted(sort.sorted(), layout.annotations):
+        if isinstance(outcome, Pair):
+            pairs.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+            outside += bool(left_out and left_out(outcome.key))
+            if first_mat is None and outcome.mask.path.endswith(".mat"):
+                first_mat = outcome.mask.path
+        else:
+            reject(outcome)
+    staged = StagedEntries(tuple(pairs.close()), tuple(rejects.close()), STAGED_RECORD_BYTES)
+    for path in os.listdir(folder.name):  # the sort's runs: read, no longer needed
+        if path.endswith(".run"):
+            os.remove(os.path.join(folder.name, path))
+    return LocalListing(
+        staged, pairs.records, dict(rejected), outside, hidden, files, first_mat, folder
+    )
 
 
 def keys_in(folder: str, role: Role, flag: str) -> set[str]:
@@ -102,30 +167,31 @@ def _walk(root: str, flag: str):
     """(path, relative path, SourceFile or None when hidden) for every entry under root.
 
     Real sub-folders are descended; a link to a folder is not (no cycles, nothing outside the
-    tree) and is listed like a file, which pairing then rejects as not a regular file.
+    tree) and is listed like a file, which pairing then rejects as not a regular file. Names
+    stream in the folder's own order: the external sort, not the walk, orders the entries.
     """
     pending = [""]
     while pending:
         prefix = pending.pop()
         folder = os.path.join(root, prefix)
         try:
-            with os.scandir(folder) as scan:
-                found = sorted(scan, key=lambda item: item.name)
+            scan = os.scandir(folder)
         except PermissionError:
             raise UsageError(
                 f"{flag}: cannot read the folder {folder} (permission denied): fix its "
                 "permissions or move it out of the input"
             ) from None
-        for item in found:
-            relative = prefix + item.name
-            if item.name.startswith("."):
-                if not item.is_dir(follow_symlinks=False):
-                    yield item.path, relative, None
-                continue
-            if item.is_dir(follow_symlinks=False):
-                pending.append(relative + "/")
-                continue
-            yield item.path, relative, _source(item)
+        with scan:
+            for item in scan:
+                relative = prefix + item.name
+                if item.name.startswith("."):
+                    if not item.is_dir(follow_symlinks=False):
+                        yield item.path, relative, None
+                    continue
+                if item.is_dir(follow_symlinks=False):
+                    pending.append(relative + "/")
+                    continue
+                yield item.path, relative, _source(item)
 
 
 def _source(item: os.DirEntry) -> SourceFile:

@@ -34,7 +34,7 @@ from beam_pipeline.runtime.commit_journal import (
     is_published_name,
     own_folder,
 )
-from transforms import gcs_client
+from transforms import files
 from transforms.format.naming import (
     INDEX_DIR,
     LOCK_FILE,
@@ -98,11 +98,25 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     return OutputState(output_dir, ours, finished, foreign, running)
 
 
-def check_output(state: OutputState, *, overwrite: bool) -> None:
-    """Refuse, in one line, a run that would mix outputs or touch files that are not ours."""
+def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -> None:
+    """Refuse, in one line, a run that would mix outputs or touch files that are not ours.
+
+    `append`: the run adds a version to the finished output there (which it requires)."""
     out = state.output_dir
     if state.holder is not None:
         raise UsageError(f"--output_dir {out} is in use by {state.holder.describe()}")
+    if append:
+        if state.colliding:
+            raise UsageError(
+                f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write: "
+                "move it away before appending"
+            )
+        if not state.finished:
+            raise UsageError(
+                f"--append needs a finished segprep output in --output_dir {out}: there is "
+                "none (run `segprep prepare` without --append first)"
+            )
+        return
     if state.colliding:
         raise UsageError(
             f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write and "
@@ -337,7 +351,8 @@ class RunLock:
 
 
 def _lock_blob(output_dir: str):
-    return gcs_client.blob(storage.join(output_dir, LOCK_FILE))
+    bucket, name = files.split_gcs(storage.join(output_dir, LOCK_FILE))
+    return files.gcs_client().bucket(bucket).blob(name)
 
 
 def release_remote_lock(output_dir: str, generation: int) -> None:
@@ -373,6 +388,8 @@ def staging_dir(output_dir: str, run_id: str) -> str:
 def make_staging_dir(output_dir: str, run_id: str) -> str:
     """Create this run's staging folder (local; gs:// has no folders); its path."""
     staged = staging_dir(output_dir, run_id)
+    if storage.is_local(output_dir):
+        os.makedirs(output_dir, exist_ok=True)  # the output folder itself may be new
     own_folder(output_dir, f"{run_dir(run_id)}/{INDEX_DIR}")  # writers create no folders
     return staged
 

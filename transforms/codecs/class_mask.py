@@ -9,6 +9,7 @@ therefore goes through one table entry that knows its trap, and every value is c
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
@@ -26,13 +27,16 @@ from transforms.format.features import (
     MAX_CLASS_ID,
     class_png_bit_depth,
 )
+from transforms.json_shape import check_shape
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.rejects import Reason, RejectError
+from transforms.settings_error import SettingError
 
 PNG_COMPRESS_LEVEL = 1  # label maps compress well even at level 1; the writer's time matters
 _SHOWN_VALUES = 8  # values listed in a reject detail before "... (N distinct)"
 
 RGB = tuple[int, int, int]
+FLAG_JSON_DEPTH = 8  # --class_names and --colormap JSON: 2 levels needed, deeper is refused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,17 +54,19 @@ class ClassMaskSettings:
             raise ValueError(f"mask type must be one of {', '.join(MASK_TYPES)}")
         if self.mask_type == "binary":
             if (self.num_classes, self.class_names, self.colormap) != (None, None, None):
-                raise ValueError("class names, colormap and class count need --mask_type classes")
+                raise SettingError("class names, colormap and class count need {mask_type} classes")
             return
         n, ignore = self.num_classes, self.ignore_index
         if not (type(n) is int and 2 <= n <= MAX_CLASS_ID):
-            raise ValueError(f"--num_classes must be an integer from 2 to {MAX_CLASS_ID}, got {n}")
+            raise SettingError(
+                f"{{num_classes}} must be an integer from 2 to {MAX_CLASS_ID}, got {n}"
+            )
         if not (type(ignore) is int and 0 <= ignore <= MAX_CLASS_ID):
-            raise ValueError(f"--ignore_index must be an integer from 0 to {MAX_CLASS_ID}")
+            raise SettingError(f"{{ignore_index}} must be an integer from 0 to {MAX_CLASS_ID}")
         if ignore < n:
-            raise ValueError(
-                f"--ignore_index {ignore} is a class id (num_classes {n}): pass --ignore_index "
-                f"{255 if n <= 255 else MAX_CLASS_ID} or another value >= {n}"
+            raise SettingError(
+                f"{{ignore_index}} {ignore} is a class id (num_classes {n}): pass "
+                f"{{ignore_index}} {255 if n <= 255 else MAX_CLASS_ID} or another value >= {n}"
             )
         for label, values in (("class names", self.class_names), ("colormap", self.colormap)):
             if values is not None and len(values) != n:
@@ -95,7 +101,7 @@ def class_mask_settings(
     """
     if mask_type != "classes":
         if ignore_index is not None:
-            raise ValueError("--ignore_index needs --mask_type classes")
+            raise SettingError("{ignore_index} needs {mask_type} classes")
         return ClassMaskSettings(
             mask_type,
             num_classes,
@@ -105,11 +111,13 @@ def class_mask_settings(
     colour_names = None if colormap is None else tuple(name for name, _ in colormap)
     names = None if class_names is None else tuple(class_names)
     if names is not None and colour_names is not None and names != colour_names:
-        raise ValueError("--class_names and --colormap name different classes (or orders)")
+        raise SettingError("{class_names} and {colormap} name different classes (or orders)")
     names = names or colour_names
     if num_classes is None:
         if names is None:
-            raise ValueError("--mask_type classes needs --num_classes, --class_names or --colormap")
+            raise SettingError(
+                "{mask_type} classes needs {num_classes}, {class_names} or {colormap}"
+            )
         num_classes = len(names)
     return ClassMaskSettings(
         mask_type,
@@ -173,6 +181,9 @@ def _text(data: bytes | str, source: str) -> str:
 
 
 def _json(text: str, source: str, **options):
+    # A list of names or an object of colours is 2 levels deep; deep nesting would exhaust
+    # json's recursion (RecursionError) instead of being a usage error.
+    check_shape([text.encode("utf-8", "surrogatepass")], source, FLAG_JSON_DEPTH)
     try:
         return json.loads(text, **options)
     except json.JSONDecodeError as error:
@@ -185,7 +196,7 @@ def _check_names(names: Sequence[str], source: str) -> None:
     for position, name in enumerate(names):
         if not name.strip():
             raise ValueError(f"{source}: class {position} has an empty name")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, count in collections.Counter(names).items() if count > 1)
     if duplicates:
         raise ValueError(f"{source}: duplicate class names {duplicates}")
 
@@ -205,7 +216,7 @@ def load_class_mask(
     Sizes are checked against `limits` from the file's header, before pixels are decoded.
     """
     if not settings.is_classes:
-        raise ValueError("load_class_mask needs --mask_type classes settings")
+        raise SettingError("load_class_mask needs {mask_type} classes settings")
     if not data:
         raise RejectError(Reason.MASK_EMPTY, "file is empty (0 bytes)")
     extension = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""

@@ -1,4 +1,4 @@
-"""Validate an image file by decoding it fully, and produce the RGB JPEG to store."""
+"""Validate an image file by decoding all of its data, and produce the RGB JPEG to store."""
 
 from __future__ import annotations
 
@@ -59,10 +59,11 @@ def open_image(
     reasons: OpenReasons,
     check_header: Callable[[Image.Image], None] | None = None,
 ) -> Image.Image:
-    """Decode every pixel of `data` with Pillow (its verify() would miss a truncated file),
+    """Decode all of `data` with Pillow (its verify() would miss a truncated file),
     behind the decompression-bomb guard: the size in the header is checked against
     `max_pixels` before any pixel buffer is allocated, and Pillow's own bomb warning is an
-    error. `check_header` may refuse the file (RejectError) from its header alone. Every
+    error. `check_header` may refuse the file (RejectError) from its header alone, or choose
+    how it is decoded (a JPEG draft scale): it runs before any pixel is decoded. Every
     failure is a RejectError with the codes of `reasons`.
     """
     try:
@@ -97,18 +98,43 @@ def open_image(
     return image
 
 
-def _open_fully(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
+def _open_fully(
+    data: bytes,
+    max_pixels: int = MAX_PIXELS,
+    check_header: Callable[[Image.Image], None] | None = None,
+) -> Image.Image:
     if not data:
         raise RejectError(Reason.IMAGE_EMPTY, "file is empty (0 bytes)")
-    return open_image(data, max_pixels, IMAGE_REASONS)
+    return open_image(data, max_pixels, IMAGE_REASONS, check_header)
 
 
-def validate_image(data: bytes, max_pixels: int = MAX_PIXELS) -> ValidImage:
-    """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG."""
-    image = _open_fully(data, max_pixels)
-    width, height = image.size
+def _stored_as_is(image: Image.Image) -> bool:
+    return image.format == "JPEG" and image.mode == "RGB"
+
+
+def validate_image(
+    data: bytes, max_pixels: int = MAX_PIXELS, *, scaled_check: bool = True
+) -> ValidImage:
+    """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG.
+
+    A JPEG kept as it is needs no pixels, only proof that it decodes: with `scaled_check`
+    libjpeg decodes it at 1/8 scale, which still entropy-decodes every coefficient of every
+    scan (truncated or corrupt data fails alike) but skips the full-size inverse DCT,
+    upsampling and colour conversion. benchmarks/jpeg_fuzz.py and
+    tests/test_jpeg_validation_fuzz.py show both decodes give the same verdict on corrupted
+    photos. Images that are transcoded are decoded in full.
+    """
+    header: list[tuple[int, int]] = []
+
+    def remember_size(image: Image.Image) -> None:
+        header.append(image.size)
+        if scaled_check and _stored_as_is(image):
+            image.draft(None, (1, 1))  # the smallest scale libjpeg has: 1/8
+
+    image = _open_fully(data, max_pixels, remember_size)
+    width, height = header[0]
     orientation = image.getexif().get(_ORIENTATION_TAG, 1)
-    if image.format == "JPEG" and image.mode == "RGB":
+    if _stored_as_is(image):
         return ValidImage(data, height, width, transcoded=False, orientation=orientation)
     return ValidImage(encode_rgb_jpeg(image), height, width, True, orientation)
 

@@ -6,8 +6,8 @@ exact epochs and sharding rely on the per-shard counts, and every file name in i
 checked against transforms.format.naming, so a tampered file cannot point a reader outside the
 output directory.
 
-Local paths are read with the standard library, gs:// objects with google-cloud-storage
-(transforms.gcs_client): no TensorFlow either way.
+Files are read through the file layer (transforms.files: local paths and gs://, bounded, no
+TensorFlow), so a FIFO or a link to /dev/zero as metadata.json is a one-line error.
 """
 
 from __future__ import annotations
@@ -22,19 +22,25 @@ from typing import Any
 
 import numpy as np
 
-from transforms import gcs_client
+from transforms import files
 from transforms.class_stats import ClassStats, median_frequency_weights
+from transforms.format import record_formats
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
+    FIRST_VERSION,
+    MAX_VERSION,
     METADATA_FILE,
     SEGPREP_DIR,
     TFDS_FILES,
+    digest_table_name,
     index_name,
     key_table_name,
     parse_shard_name,
+    shard_version,
 )
 from transforms.format.record_index import FRAME_OVERHEAD, is_count
 from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
+from transforms.limits import FILE_LIMITS
 
 # Longest `.idx` line: two uint64 in decimal, a space and a newline.
 INDEX_LINE_BYTES = 2 * 20 + 2
@@ -93,17 +99,27 @@ class SplitInfo:
     shards: tuple[ShardInfo, ...]
     key_table: FileRef | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The record format's shards need an offset index each (record_formats: offset_index).
+    offset_index: bool = dataclasses.field(default=True, compare=False)
+    # Key tables of versions 2, 3, ... in order: rows of the records each version added,
+    # numbered like key_table's (shard number in the split, record in the shard).
+    appended_key_tables: tuple[FileRef, ...] = ()
 
     @property
     def num_shards(self) -> int:
         return len(self.shards)
 
     @property
+    def key_tables(self) -> tuple[FileRef, ...]:
+        """Every key table of the split, in record order: concatenated, line i is record i."""
+        return (*((self.key_table,) if self.key_table else ()), *self.appended_key_tables)
+
+    @property
     def has_index(self) -> bool:
-        """Every shard has its index file and the split its key table (or it is empty)."""
-        return all(shard.index is not None for shard in self.shards) and (
-            self.key_table is not None or not self.shards
-        )
+        """The split has its key table (or no shards), and every shard its offset index when
+        the record format needs one."""
+        offsets = not self.offset_index or all(shard.index is not None for shard in self.shards)
+        return offsets and (self.key_table is not None or not self.shards)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.extra)
@@ -115,7 +131,115 @@ class SplitInfo:
         )
         if self.key_table is not None:
             data["key_table"] = self.key_table.to_json()
+        if self.appended_key_tables:
+            data["appended_key_tables"] = [ref.to_json() for ref in self.appended_key_tables]
         return data
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionInfo:
+    """One version of a dataset that grows (`segprep prepare --append`): the shards it added
+    per split, and what the dataset holds as of it. Version 1 is the first prepare."""
+
+    version: int
+    created_at: str  # ISO 8601, UTC
+    run_id: str
+    shards: Mapping[str, tuple[str, ...]]  # split -> shard files this version added
+    added: Mapping[str, int]  # split -> records this version added
+    num_examples: Mapping[str, int]  # split -> records as of this version
+    image_shape: Mapping[str, tuple[int, int] | None]  # split -> as of this version
+    key_tables: Mapping[str, FileRef]  # split -> the rows of the records this version added
+    digest_tables: Mapping[str, FileRef]  # split -> content digests of the keys it added
+    skipped_identical: int = 0  # keys already present with the same image and mask bytes
+    num_rejected: Mapping[str, int] = dataclasses.field(default_factory=dict)  # by reason
+    # `--mask_type classes`: split -> ClassStats.to_json() as of this version.
+    class_stats: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {
+            "version": self.version,
+            "created_at": self.created_at,
+            "run_id": self.run_id,
+            "shards": {split: list(files) for split, files in self.shards.items()},
+            "added": dict(self.added),
+            "num_examples": dict(self.num_examples),
+            "image_shape": {
+                split: list(shape) if shape else None for split, shape in self.image_shape.items()
+            },
+            "key_tables": {split: ref.to_json() for split, ref in self.key_tables.items()},
+            "digest_tables": {split: ref.to_json() for split, ref in self.digest_tables.items()},
+            "skipped_identical": self.skipped_identical,
+            "num_rejected": dict(self.num_rejected),
+        }
+        if self.class_stats is not None:
+            data["class_stats"] = dict(self.class_stats)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, number: int) -> VersionInfo:
+        where = f"metadata.json dataset_versions[{number - 1}]"
+        if not isinstance(data, dict):
+            raise MetadataError(f"{where}: not an object")
+        if data.get("version") != number:
+            raise MetadataError(f"{where}: version {data.get('version')!r}, expected {number}")
+        for field in ("created_at", "run_id"):
+            if not isinstance(data.get(field), str):
+                raise MetadataError(f"{where}: {field} is not a string")
+        tables = {}
+        fields = ("shards", "added", "num_examples", "image_shape", "key_tables", "digest_tables")
+        for field in fields:
+            if not isinstance(data.get(field), dict):
+                raise MetadataError(f"{where}: {field} is not an object")
+            tables[field] = data[field]
+        shards = {}
+        for split, names in tables["shards"].items():
+            if not isinstance(names, list) or not all(isinstance(f, str) for f in names):
+                raise MetadataError(f"{where}: shards of {split!r} is not a list of names")
+            for name in names:
+                parsed = parse_shard_name(name)
+                if parsed is None or parsed[0] != split or shard_version(name) != number:
+                    raise MetadataError(f"{where}: {name!r} is no {split} shard of its version")
+            shards[split] = tuple(names)
+        counts = {}
+        for field in ("added", "num_examples"):
+            for split, value in tables[field].items():
+                if not is_count(value):
+                    raise MetadataError(f"{where}: {field} of {split!r} is not a count")
+            counts[field] = dict(tables[field])
+        shapes = {}
+        for split, shape in tables["image_shape"].items():
+            good = isinstance(shape, list) and len(shape) == 2
+            if shape is not None and not (good and all(is_count(n) and n for n in shape)):
+                raise MetadataError(f"{where}: image_shape of {split!r} is not [height, width]")
+            shapes[split] = (shape[0], shape[1]) if shape else None
+        refs = {}
+        names = (("key_tables", key_table_name), ("digest_tables", digest_table_name))
+        for field, name_of in names:
+            refs[field] = {
+                split: _file_ref(ref, f"{where} {field} {split}", name_of(split, number))
+                for split, ref in tables[field].items()
+            }
+        skipped = data.get("skipped_identical", 0)
+        rejected = data.get("num_rejected", {})
+        if not is_count(skipped) or not isinstance(rejected, dict):
+            raise MetadataError(f"{where}: skipped_identical or num_rejected is malformed")
+        class_stats = data.get("class_stats")
+        if class_stats is not None and not isinstance(class_stats, dict):
+            raise MetadataError(f"{where}: class_stats is not an object")
+        return cls(
+            version=number,
+            created_at=data["created_at"],
+            run_id=data["run_id"],
+            shards=shards,
+            added=counts["added"],
+            num_examples=counts["num_examples"],
+            image_shape=shapes,
+            key_tables=refs["key_tables"],
+            digest_tables=refs["digest_tables"],
+            skipped_identical=skipped,
+            num_rejected=dict(rejected),
+            class_stats=class_stats,
+        )
 
 
 RGB = tuple[int, int, int]
@@ -237,6 +361,58 @@ class DatasetInfo:
     tfds_files: tuple[FileRef, ...] = ()
     classes: ClassesInfo | None = None  # a `--mask_type classes` output; None: binary masks
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
+    # metadata.json's record_format; absent in outputs older than the field: tfrecord.
+    record_format: str = record_formats.DEFAULT
+
+    @property
+    def adapter(self) -> record_formats.RecordFormat:
+        """The record format's adapter: how to write, read and name this output's shards."""
+        return record_formats.get(self.record_format)
+
+    # Versions 1..N (`--append`); empty for an output written before segprep kept versions,
+    # which is its own version 1. The splits describe the latest version.
+    dataset_versions: tuple[VersionInfo, ...] = ()
+
+    @property
+    def latest_version(self) -> int:
+        return self.dataset_versions[-1].version if self.dataset_versions else FIRST_VERSION
+
+    def at_version(self, version: int | None = None) -> DatasetInfo:
+        """This dataset as version `version` (None: the latest) was published: the splits hold
+        exactly the shards of versions 1..version, in the order they had then, so a reader
+        pinned to a version reads the same records in the same order after later appends."""
+        if version is None or version == self.latest_version:
+            return self
+        if not is_count(version) or not FIRST_VERSION <= version < self.latest_version:
+            raise ValueError(
+                f"version {version!r} is not a version of this dataset (1..{self.latest_version})"
+            )
+        pinned = self.dataset_versions[version - 1]
+        splits = {}
+        for name, split in self.splits.items():
+            shards = tuple(s for s in split.shards if shard_version(s.file) <= version)
+            tables = split.key_tables[:version] if split.key_table else ()
+            splits[name] = dataclasses.replace(
+                split,
+                num_examples=sum(s.num_examples for s in shards),
+                image_shape=pinned.image_shape.get(name),
+                shards=shards,
+                key_table=tables[0] if tables else None,
+                appended_key_tables=tuple(tables[1:]),
+            )
+        classes = self.classes
+        if classes is not None and pinned.class_stats is not None:
+            classes = dataclasses.replace(
+                classes,
+                stats={s: ClassStats.from_json(v) for s, v in pinned.class_stats.items()},
+            )
+        return dataclasses.replace(
+            self,
+            splits=splits,
+            classes=classes,
+            dataset_versions=self.dataset_versions[:version],
+            tfds_files=(),  # they describe the latest version
+        )
 
     def split(self, name: str) -> SplitInfo:
         if name not in self.splits:
@@ -253,8 +429,9 @@ class DatasetInfo:
         for split in self.splits.values():
             names.update(shard.file for shard in split.shards)
             names.update(shard.index.file for shard in split.shards if shard.index)
-            if split.key_table:
-                names.add(split.key_table.file)
+            names.update(ref.file for ref in split.key_tables)
+        for version in self.dataset_versions:
+            names.update(ref.file for ref in version.digest_tables.values())
         return names
 
     def to_json(self) -> dict[str, Any]:
@@ -262,12 +439,15 @@ class DatasetInfo:
         data.update(
             format_version=self.format_version,
             mask_format=self.mask_format,
+            record_format=self.record_format,
             splits={name: split.to_json() for name, split in self.splits.items()},
         )
         if self.tfds_files:
             data["tfds_files"] = [ref.to_json() for ref in self.tfds_files]
         if self.classes is not None:
             data["classes"] = self.classes.to_json()
+        if self.dataset_versions:
+            data["dataset_versions"] = [version.to_json() for version in self.dataset_versions]
         return data
 
     @classmethod
@@ -299,20 +479,79 @@ class DatasetInfo:
             _capped(ref.bytes, LIMITS.side_file_bytes, "bytes", f"tfds_files {ref.file}")
         if len({ref.file for ref in tfds_files}) != len(tfds_files):
             raise MetadataError("tfds_files lists a file twice")
+        record_format = data.get("record_format", record_formats.DEFAULT)
+        if not isinstance(record_format, str) or record_format not in record_formats.FORMATS:
+            raise MetadataError(
+                f"record_format {record_format!r} is not one of {record_formats.names()}: "
+                "written by a newer segprep? upgrade segprep to read it"
+            )
+        adapter = record_formats.get(record_format)
         classes = None
         if data.get("classes") is not None:
             classes = ClassesInfo.from_json(data["classes"])
             if mask_format != "png":
                 raise MetadataError(f"class-id masks stored as {mask_format}: only png is lossless")
-        known = ("format_version", "mask_format", "splits", "tfds_files", "classes")
+        known = (
+            "format_version",
+            "mask_format",
+            "splits",
+            "tfds_files",
+            "classes",
+            "dataset_versions",
+        )
+        parsed = {name: _split(name, entry, adapter) for name, entry in splits.items()}
+        versions = _versions(data.get("dataset_versions"), parsed)
         return cls(
             format_version=version,
             mask_format=mask_format,
-            splits={name: _split(name, entry) for name, entry in splits.items()},
+            splits=parsed,
             tfds_files=tfds_files,
             classes=classes,
-            extra={key: value for key, value in data.items() if key not in known},
+            extra={
+                key: value for key, value in data.items() if key not in (*known, "record_format")
+            },
+            record_format=record_format,
+            dataset_versions=versions,
         )
+
+
+def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, ...]:
+    """The checked version list: versions 1..N, each split's shards those of the versions in
+    version order, and every earlier version's counts and key tables as the splits hold them."""
+    if data is None:
+        return ()
+    if not isinstance(data, list) or not data:
+        raise MetadataError("metadata.json dataset_versions is not a non-empty list")
+    if len(data) > MAX_VERSION:
+        raise MetadataError(f"metadata.json lists more than {MAX_VERSION} versions")
+    versions = tuple(VersionInfo.from_json(entry, number) for number, entry in enumerate(data, 1))
+    # The splits are the latest version; each earlier one must be a prefix of them, as a
+    # reader pinned to it reads exactly those shards (the latest record only describes).
+    for name, split in splits.items():
+        earlier = [file for v in versions[:-1] for file in v.shards.get(name, ())]
+        files = [shard.file for shard in split.shards]
+        later = {shard_version(file) for file in files[len(earlier) :]}
+        if files[: len(earlier)] != earlier or later - {len(versions)}:
+            raise MetadataError(
+                f"split {name!r}: its shards are not those its versions added, in version order"
+            )
+        sizes = {shard.file: shard.num_examples for shard in split.shards}
+        total = 0
+        for v in versions[:-1]:
+            added = sum(sizes[file] for file in v.shards.get(name, ()))
+            total += added
+            if v.added.get(name, 0) != added or v.num_examples.get(name, 0) != total:
+                raise MetadataError(
+                    f"split {name!r} version {v.version}: counts {v.added.get(name)} added, "
+                    f"{v.num_examples.get(name)} in all, but its shards hold {added} of {total}"
+                )
+        tables = split.key_tables
+        expected = [v.key_tables[name] for v in versions[:-1] if name in v.key_tables]
+        if split.key_table is not None and (
+            list(tables[: len(expected)]) != expected or len(tables) > len(versions)
+        ):
+            raise MetadataError(f"split {name!r}: its key tables are not its versions' ones")
+    return versions
 
 
 def check_json_depth(data: bytes, where: str = "metadata.json") -> None:
@@ -365,13 +604,15 @@ def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileR
     return FileRef(name, _count(entry, "bytes", where), digest)
 
 
-def _split(name: Any, entry: Any) -> SplitInfo:
+def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> SplitInfo:
     where = f"split {name!r}"
     if not re.fullmatch(r"[a-z]+", name):
         raise MetadataError(f"{where}: a split name is lowercase letters only")
     if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
         raise MetadataError(f"{where} has no shards list")
-    shards = tuple(_shard(name, number, shard) for number, shard in enumerate(entry["shards"]))
+    shards = tuple(
+        _shard(name, number, shard, adapter) for number, shard in enumerate(entry["shards"])
+    )
     twice = sorted(file for file, n in Counter(s.file for s in shards).items() if n > 1)
     if twice:
         # A shard listed twice would be served twice per epoch.
@@ -398,7 +639,23 @@ def _split(name: Any, entry: Any) -> SplitInfo:
     if key_table is not None:
         key_table = _file_ref(key_table, f"{where} key_table", key_table_name(name))
         _capped(key_table.bytes, LIMITS.key_table_bytes, "bytes", f"{where} key_table")
-    known = ("num_examples", "num_shards", "image_shape", "shards", "key_table")
+    appended = entry.get("appended_key_tables") or []
+    if not isinstance(appended, list) or (appended and key_table is None):
+        raise MetadataError(f"{where}: appended_key_tables is not a list after a key_table")
+    appended_tables = tuple(
+        _file_ref(ref, f"{where} appended_key_tables", key_table_name(name, number))
+        for number, ref in enumerate(appended, start=FIRST_VERSION + 1)
+    )
+    for ref in appended_tables:
+        _capped(ref.bytes, LIMITS.key_table_bytes, "bytes", f"{where} {ref.file}")
+    known = (
+        "num_examples",
+        "num_shards",
+        "image_shape",
+        "shards",
+        "key_table",
+        "appended_key_tables",
+    )
     return SplitInfo(
         name=name,
         num_examples=num_examples,
@@ -406,16 +663,20 @@ def _split(name: Any, entry: Any) -> SplitInfo:
         shards=shards,
         key_table=key_table,
         extra={key: value for key, value in entry.items() if key not in known},
+        offset_index=adapter.offset_index,
+        appended_key_tables=appended_tables,
     )
 
 
-def _shard(split: str, number: int, entry: Any) -> ShardInfo:
+def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFormat) -> ShardInfo:
     if not isinstance(entry, dict):
         raise MetadataError(f"split {split!r} shard {number}: not an object")
     name = entry.get("file")
-    parsed = parse_shard_name(name) if isinstance(name, str) else None
+    parsed = parse_shard_name(name, adapter.suffix) if isinstance(name, str) else None
     if parsed is None or parsed[0] != split:
-        raise MetadataError(f"{name!r} is not a shard name of split {split!r}")
+        raise MetadataError(
+            f"{name!r} is not a shard name of split {split!r} in record format {adapter.name}"
+        )
     where = f"shard {name}"
     digest = entry.get("sha256")
     if not isinstance(digest, str):
@@ -428,6 +689,8 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
             f"(a record takes at least {FRAME_OVERHEAD})"
         )
     index = entry.get("index")
+    if index is not None and not adapter.offset_index:
+        raise MetadataError(f"{where}: lists an offset index, which {adapter.name} has none of")
     if index is not None:
         index = _file_ref(index, f"{where} index", index_name(name))
         cap = num_examples * INDEX_LINE_BYTES
@@ -445,33 +708,31 @@ def _shard(split: str, number: int, entry: Any) -> ShardInfo:
 
 def join(data_dir: str | os.PathLike, name: str) -> str:
     """`name` (relative, from metadata.json) inside the output directory."""
-    return f"{str(data_dir).rstrip('/')}/{name}"
+    return files.join(data_dir, name)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
+    return files.is_remote(path)
 
 
-def read_file(path: str) -> bytes:
-    """Bytes of a local file (standard library) or a gs:// object (google-cloud-storage)."""
-    if not is_remote(path):
-        with open(path, "rb") as handle:
-            return handle.read()
-    return gcs_client.read_object(path)
+def read_file(path: str, limit: int = FILE_LIMITS.index_bytes) -> bytes:
+    """Bytes of a file of the output (local or gs://), at most `limit` of them: a FIFO, a
+    device or a larger file is refused (OSError) before it is read."""
+    return files.read_bounded(path, limit)
 
 
 def file_exists(path: str) -> bool:
-    return os.path.exists(path) if not is_remote(path) else gcs_client.object_exists(path)
+    return files.exists(path)
 
 
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     """The parsed metadata.json of `data_dir`, unchecked (for tools that report problems)."""
-    if not is_remote(data_dir) and not os.path.isdir(data_dir):
-        reason = "is not a directory" if os.path.exists(data_dir) else "does not exist"
+    if not files.isdir(data_dir):
+        reason = "is not a directory" if files.exists(data_dir) else "does not exist"
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
     path = join(data_dir, METADATA_FILE)
     if not file_exists(path):
-        if is_remote(data_dir) or os.path.isdir(join(data_dir, SEGPREP_DIR)):
+        if is_remote(data_dir) or files.isdir(join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
                 "(the job failed or is still running); re-run `segprep prepare`"
@@ -480,9 +741,18 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
             f"{path} not found: no segprep run ever wrote into {data_dir}; pass the "
             "--output_dir of `segprep prepare`"
         )
-    return parse_json(read_file(path), path)
+    try:
+        data = files.read_bounded(path, FILE_LIMITS.metadata_bytes)
+    except (files.NotAFileError, files.TooLargeError) as error:
+        raise MetadataError(str(error)) from None
+    return parse_json(data, path)
 
 
-def load(data_dir: str | os.PathLike) -> DatasetInfo:
-    """The checked metadata of a segprep output directory (local path or gs://)."""
-    return DatasetInfo.from_json(read_metadata_json(data_dir))
+def load(data_dir: str | os.PathLike, version: int | None = None) -> DatasetInfo:
+    """The checked metadata of a segprep output directory (local path or gs://), as of
+    `version` (None: the latest; DatasetInfo.at_version)."""
+    info = DatasetInfo.from_json(read_metadata_json(data_dir))
+    try:
+        return info.at_version(version)
+    except ValueError as error:
+        raise MetadataError(f"{data_dir}: {error}") from None

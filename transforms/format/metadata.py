@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from transforms.format import features
+from transforms.format import features, record_formats
 from transforms.format.dataset_info import FORMAT_VERSION
 from transforms.format.naming import SPLITS
 from transforms.rejects import Reject
@@ -24,6 +24,7 @@ def build_metadata(
     versions: Mapping[str, str],
     key_tables: Mapping[str, Mapping[str, Any]] | None = None,
     tfds_files: Iterable[Mapping[str, Any]] = (),
+    record_format: str = record_formats.DEFAULT,
 ) -> dict[str, Any]:
     """The metadata dict (its typed, checked form is transforms.format.dataset_info.DatasetInfo).
 
@@ -64,6 +65,7 @@ def build_metadata(
         },
         "features": features.SCHEMA,
         "mask_format": mask_format,
+        "record_format": record_formats.get(record_format).name,
         "parameters": dict(parameters),
         "versions": dict(versions),
     }

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 
+from transforms.format import record_formats
+
 METADATA_FILE = "metadata.json"
 REJECTS_FILE = "rejects.jsonl"
-SHARD_SUFFIX = ".tfrecord"
+# The default format's shard suffix; every registered format's is a shard suffix
+# (record_formats: `.tfrecord`, `.array_record`).
+SHARD_SUFFIX = record_formats.get(record_formats.DEFAULT).suffix
+SHARD_SUFFIXES = tuple(sorted(fmt.suffix for fmt in record_formats.FORMATS.values()))
 SPLITS = ("train", "validation")
 
 # segprep's own folder inside an output directory (hidden: a `*.tfrecord` glob never sees it).
@@ -26,36 +31,88 @@ def run_dir(run_id: str) -> str:
     return f"{RUNS_DIR}/{run_id}"
 
 
-_SHARD_RE = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord$")
+_SHARD_RE = re.compile(
+    r"^(?P<split>[a-z]+)(?:_v(?P<version>\d{5}))?-(?P<index>\d{5})-of-(?P<count>\d{5})"
+    r"(?P<suffix>\.\w+)$"
+)
+# Versions 2 and later of a dataset (`--append`) add shards `train_v00002-00000-of-00003`:
+# new names that cannot collide with any earlier version's, that sort after them (`-` before
+# `_`, versions zero-padded), and whose `train_v00002` prefix TFDS reads as a split name with
+# its standard `{SPLIT}-{SHARD_X_OF_Y}` template (transforms/format/tfds_info.py).
+FIRST_VERSION = 1
+MAX_VERSION = 99999
 
 
-def shard_name(split: str, index: int, num_shards: int) -> str:
-    """`train-00003-of-00010.tfrecord`: sortable, self-describing, TFDS-like."""
+def shard_name(
+    split: str,
+    index: int,
+    num_shards: int,
+    version: int = FIRST_VERSION,
+    suffix: str = SHARD_SUFFIX,
+) -> str:
+    """`train-00003-of-00010.tfrecord` (version 1), `train_v00002-00000-of-00004.tfrecord`
+    (shards a version >= 2 added): sortable, self-describing, TFDS-like; the suffix is the
+    record format's (`train-00003-of-00010.array_record`)."""
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} outside 0..{num_shards - 1}")
-    return f"{split}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+    if suffix not in SHARD_SUFFIXES:
+        raise ValueError(f"{suffix!r} is not a record format's suffix: {SHARD_SUFFIXES}")
+    return f"{version_prefix(split, version)}-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
-def parse_shard_name(name: str) -> tuple[str, int, int] | None:
-    """(split, index, num_shards) for a shard file name, None for any other name."""
+def version_prefix(split: str, version: int = FIRST_VERSION) -> str:
+    """`train` for version 1, `train_v00002` for version 2: the shard names' first part."""
+    if not FIRST_VERSION <= version <= MAX_VERSION:
+        raise ValueError(f"version {version} outside {FIRST_VERSION}..{MAX_VERSION}")
+    return split if version == FIRST_VERSION else f"{split}_v{version:05d}"
+
+
+def parse_shard_name(name: str, suffix: str | None = None) -> tuple[str, int, int] | None:
+    """(split, index, num_shards) for a shard file name, None for any other name.
+
+    `index` and `num_shards` count the shards of the shard's version (shard_version);
+    `suffix`: only shards of that record format; None: of any registered format.
+    """
     match = _SHARD_RE.match(name)
-    if not match:
+    if not match or match["version"] == f"{FIRST_VERSION:05d}":
+        return None
+    if match["suffix"] not in ((suffix,) if suffix else SHARD_SUFFIXES):
         return None
     return match["split"], int(match["index"]), int(match["count"])
 
 
+def looks_like_shard(name: str) -> bool:
+    """A shard name, or any file ending in a record format's suffix."""
+    return parse_shard_name(name) is not None or name.endswith(SHARD_SUFFIXES)
+
+
+def shard_version(name: str) -> int:
+    """The dataset version that added shard `name`: 1, or N for `<split>_vN-...`."""
+    match = _SHARD_RE.match(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a shard name")
+    return int(match["version"] or FIRST_VERSION)
+
+
 # The record index (transforms/format/record_index.py) lives in its own folder, so a shard glob
 # such as
-# `train-*-of-*.tfrecord` run at the top of the output never sees it.
+# `train-*-of-*.tfrecord` run at the top of the output never sees it. Its `.idx` offset files
+# exist for formats that need them (record_formats: `offset_index`).
 INDEX_DIR = "index"
 INDEX_SUFFIX = ".idx"
 KEY_TABLE_SUFFIX = ".keys.jsonl"
+# Per split and version: ["key", "<sha256 of the source image and mask>"] sorted by key
+# (transforms/format/digest_table.py), what `--append` looks keys up in.
+DIGEST_TABLE_SUFFIX = ".digests.jsonl"
 # What tfds.builder_from_directory reads (transforms/format/tfds_info.py writes them).
 TFDS_DATASET_INFO = "dataset_info.json"
 TFDS_FEATURES = "features.json"
 TFDS_FILES = (TFDS_DATASET_INFO, TFDS_FEATURES)
-# TFDS's name for the shards, in its template language: it expands to shard_name()'s output.
-TFDS_FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}" + SHARD_SUFFIX
+
+
+def tfds_file_template(suffix: str) -> str:
+    """TFDS's name for the shards, in its template language: it expands to shard_name()'s."""
+    return "{SPLIT}-{SHARD_X_OF_Y}" + suffix
 
 
 def index_name(shard_file: str) -> str:
@@ -65,11 +122,34 @@ def index_name(shard_file: str) -> str:
     return f"{INDEX_DIR}/{shard_file}{INDEX_SUFFIX}"
 
 
-def key_table_name(split: str) -> str:
-    """`index/train.keys.jsonl`: key -> (shard, record number) for one split."""
+def key_table_name(split: str, version: int = FIRST_VERSION) -> str:
+    """`index/train.keys.jsonl`: key -> (shard, record number) for one split; a later
+    version's rows (the records it added) are in `index/train.v2.keys.jsonl`."""
+    return f"{INDEX_DIR}/{split}{_version_part(split, version)}{KEY_TABLE_SUFFIX}"
+
+
+def digest_table_name(split: str, version: int = FIRST_VERSION) -> str:
+    """`index/train.digests.jsonl`, `index/train.v2.digests.jsonl`: the content digests of
+    the keys one version added to one split."""
+    return f"{INDEX_DIR}/{split}{_version_part(split, version)}{DIGEST_TABLE_SUFFIX}"
+
+
+def _version_part(split: str, version: int) -> str:
     if not re.fullmatch(r"[a-z]+", split):
         raise ValueError(f"{split!r} is not a split name")
-    return f"{INDEX_DIR}/{split}{KEY_TABLE_SUFFIX}"
+    if not FIRST_VERSION <= version <= MAX_VERSION:
+        raise ValueError(f"version {version} outside {FIRST_VERSION}..{MAX_VERSION}")
+    return "" if version == FIRST_VERSION else f".v{version}"
+
+
+# A key or digest table name inside index/ (the version part never names version 1).
+SIDE_TABLE_RE = re.compile(
+    r"[a-z]+(?:\.v(?:[2-9]|[1-9]\d{1,4}))?(?:"
+    + re.escape(KEY_TABLE_SUFFIX)
+    + "|"
+    + re.escape(DIGEST_TABLE_SUFFIX)
+    + ")"
+)
 
 
 def is_output_name(name: str) -> bool:

@@ -1,13 +1,16 @@
 """The record index: where every record of a shard starts, and which record holds which key.
 
-Two artefacts per split, both small text files under `index/` (names in transforms.format.naming):
+Small text files under `index/` (names in transforms.format.naming):
 
 * `index/<shard file>.idx`, one line per record, `"<offset> <length>\\n"`: the byte offset of
   the record's frame in the shard and the frame's length. This is the format of DALI's
   `tfrecord2idx` and of the `tfrecord` package's `.tfindex`, so their readers use it as is.
-* `index/<split>.keys.jsonl`, one JSON array per record, `["<key>", <shard>, <record>]`, in
-  the split's record order (shard by shard, record by record): line i is the split's record
-  i, and a dict over the lines answers key -> (shard number, record number in that shard).
+  Only formats whose adapter has `offset_index` (TFRecord) get one: ArrayRecord finds
+  record i by itself, and offsets into its chunks would mean nothing to any reader.
+* `index/<split>.keys.jsonl`, for every format, one JSON array per record,
+  `["<key>", <shard>, <record>]`, in the split's record order (shard by shard, record by
+  record): line i is the split's record i, and a dict over the lines answers
+  key -> (shard number, record number in that shard).
 
 Both are computed from the serialized record lengths alone, which the writer knows as it
 writes, so no shard is read back to build them: a TFRecord frame is the payload plus a fixed

@@ -7,11 +7,14 @@ A frame written here is byte for byte what `tf.io.TFRecordWriter` writes.
 
 from __future__ import annotations
 
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import google_crc32c
+
+from transforms.files import open_regular
 
 SUFFIX = ".tfrecord"
 # Bytes the framing adds to each record: uint64 length, its masked CRC, the payload's CRC.
@@ -22,7 +25,8 @@ _FOOTER = struct.Struct("<I")
 
 
 class CorruptRecordError(OSError):
-    """A record's bytes fail the TFRecord length or CRC check, or do not decode."""
+    """A record's bytes fail their format's checks (TFRecord: length and CRCs; ArrayRecord:
+    chunk hashes, transforms/format/array_record.py raises it too), or do not decode."""
 
 
 def masked_crc(data: bytes) -> int:
@@ -61,10 +65,13 @@ def unframe(framed: bytes, where: str) -> bytes:
     return payload
 
 
-def read_frames(handle: BinaryIO, where: str, size: int) -> Iterator[tuple[int, bytes]]:
+def read_frames(
+    handle: BinaryIO, where: str, size: int, max_length: int | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(offset, payload) of every frame of a stream of `size` bytes, each CRC-checked.
 
-    A length that runs past `size` is corruption, found before anything is allocated for it.
+    A length that runs past `size` (or `max_length`) is refused before anything is
+    allocated for it.
     """
     offset = 0
     while offset < size:
@@ -77,6 +84,10 @@ def read_frames(handle: BinaryIO, where: str, size: int) -> Iterator[tuple[int, 
         if offset + length + FRAME_OVERHEAD > size:
             raise CorruptRecordError(
                 f"{where}: a {length}-byte record at byte {offset} runs past the end"
+            )
+        if max_length is not None and length > max_length:
+            raise CorruptRecordError(
+                f"{where}: a {length}-byte record at byte {offset}, more than {max_length}"
             )
         payload = handle.read(length)
         footer = handle.read(4)
@@ -105,3 +116,35 @@ class Writer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RandomReader:
+    """Record number -> payload of one local shard: one pread of exactly the record's frame,
+    located by the shard's record index (`frames`: (offset, framed length) per record), then
+    its two CRC checks. pread keeps no file position, so threads share the descriptor."""
+
+    def __init__(self, path: str, size: int, frames: Sequence[tuple[int, int]]) -> None:
+        self._name = os.path.basename(path)
+        self._frames = frames
+        # A FIFO or device in a shard's place is refused, never blocked on or read.
+        with open_regular(path) as handle:
+            self._fd = os.dup(handle.fileno())  # not inheritable, as os.open's O_CLOEXEC
+        actual = os.fstat(self._fd).st_size
+        if actual != size:
+            self.close()
+            raise CorruptRecordError(
+                f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
+            )
+
+    def read(self, record: int) -> bytes:
+        offset, length = (int(value) for value in self._frames[record])
+        framed = os.pread(self._fd, length, offset)
+        where = f"{self._name} record {record}"
+        if len(framed) != length:
+            raise CorruptRecordError(f"{where}: file ends before the frame the index gives")
+        return unframe(framed, where)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -2,8 +2,15 @@
 
 The launcher reads the JSON once (`read_coco`), streaming it with ijson so a large file is
 never a Python object tree: each annotation is kept only as its class id, crowd flag and
-segmentation (polygons as float64 arrays, RLE as given), grouped per image. Those per-image
-records travel with the image paths; a worker turns one into a mask with `rasterize`.
+segmentation (polygons as float64 arrays, RLE as given). Grouping them per image is an
+external sort-merge join (transforms/spill.py) in a temporary folder, so memory stays flat
+for a million images; the joined per-image records wait there, in image id order, and travel
+with the image paths; a worker turns one into a mask with `rasterize`.
+
+Before ijson sees the file, one cheap pass checks it is UTF-8 and nested no deeper than
+COCO needs (transforms/json_shape.py): ijson's cost grows with the square of the depth. Each
+image record is capped (transforms/limits.py: points per polygon and per image, RLE length,
+record bytes); an image over a cap is a reject with the reason, not a stalled job.
 
 Draw order: an image's annotations are painted largest first, by the pixel area of their
 own rasterisation (ties in file order), so a small object on top of a large one stays
@@ -15,8 +22,12 @@ COCO-Stuff, whose "unlabeled" is no class).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import os
+import pickle
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, ClassVar
@@ -25,13 +36,16 @@ import ijson
 import numpy as np
 from pycocotools import mask as mask_utils
 
+from transforms import spill
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.codecs.image import validate_image
-from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED
-from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, MAX_CLASS_ID
+from transforms.json_shape import CHUNK_BYTES, check_shape
+from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
 from transforms.record import Record, aligned, class_record, guarded
 from transforms.rejects import Reason, RejectError
 from transforms.sources.base import SourceSettings
+from transforms.spill import ExternalSort, RecordFiles, read_records
 
 # pycocotools 2.0.11's decode trips a numpy 2 deprecation on every call; harmless, and it
 # would otherwise be printed by every worker.
@@ -44,6 +58,9 @@ warnings.filterwarnings(
 
 BACKGROUND_NAME = "background"
 _MIN_POLYGON_COORDINATES = 6  # three points; fewer enclose nothing (dropped, as detectron2 does)
+# COCO nests 5 deep (annotations > item > segmentation > polygon); `info` and `licenses` are
+# free-form, so room is left, but never the thousands of levels that make ijson quadratic.
+MAX_DEPTH = 32
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -67,6 +84,7 @@ class CocoImage:
     width: int
     annotations: tuple[CocoAnnotation, ...] = ()
     problem: str | None = None  # set when an annotation was unusable: the image is a reject
+    too_large: bool = False  # the problem is a cap of transforms/limits.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +97,26 @@ class CocoCategory:
 
 @dataclasses.dataclass(frozen=True)
 class CocoDataset:
-    images: Mapping[str, CocoImage]  # by file_name, as listed in the JSON
     categories: tuple[CocoCategory, ...]  # by class id
     unlabeled: str
     num_annotations: int
     orphan_annotations: int  # annotations naming no listed image
-    orphan_example: int | None = None  # the id of one, to look it up
+    orphan_example: int | None  # the id of the first, to look it up
+    num_images: int
+    records: str  # record file of (image id, file_name, payload), in image id order
+    folder: tempfile.TemporaryDirectory = dataclasses.field(repr=False)  # holds `records`
+
+    def staged(self) -> Iterator[tuple[int, str, str]]:
+        """(image id, file_name, image_payload) of every image, in image id order, streamed."""
+        with open(self.records, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            for payload in read_records(handle, self.records, size, STAGED_RECORD_BYTES):
+                yield pickle.loads(payload)
+
+    @property
+    def images(self) -> dict[str, CocoImage]:
+        """Every image by file_name, all in memory: for small files and tests only."""
+        return {name: image_from_payload(payload) for _, name, payload in self.staged()}
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -120,54 +152,138 @@ class CocoDataset:
 
 
 def read_coco(
-    open_file: Callable[[], IO[bytes]], source: str, *, unlabeled: str = DEFAULT_COCO_UNLABELED
+    open_file: Callable[[], IO[bytes]],
+    source: str,
+    *,
+    unlabeled: str = DEFAULT_COCO_UNLABELED,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> CocoDataset:
-    """Stream a COCO JSON (three passes: categories, images, annotations) into per-image records.
+    """Stream a COCO JSON (a shape check, then three passes: categories, images, annotations)
+    into per-image records in a temporary folder, with memory flat in the file's size.
 
-    `open_file` opens the JSON afresh for each pass. A file that is not COCO (no images or
-    categories, duplicate ids or file names, missing fields) is a ValueError naming `source`;
-    an unusable annotation only marks its image (`CocoImage.problem`), which becomes a reject.
+    `open_file` opens the JSON afresh for each pass. A file that is not COCO (not UTF-8,
+    nested too deep, no images or categories, duplicate ids or file names, missing fields) is
+    a ValueError naming `source`; an unusable or oversized annotation only marks its image
+    (`CocoImage.problem`), which becomes a reject.
     """
     if unlabeled not in COCO_UNLABELED:
         raise ValueError(f"unlabeled must be one of {', '.join(COCO_UNLABELED)}")
+    with open_file() as stream:
+        check_shape(iter(lambda: stream.read(CHUNK_BYTES), b""), source, MAX_DEPTH)
     categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
     class_of = {category.coco_id: category.class_id for category in categories}
-    images = _read_images(_items(open_file, source, "images"), source)
-    by_id = {image.image_id: image for image in images}
-    annotations: dict[int, list[CocoAnnotation]] = {image_id: [] for image_id in by_id}
-    problems: dict[int, str] = {}
-    total = orphans = 0
-    orphan_example = None
+    folder = spill.temporary_folder("coco")
+    images = _read_images(_items(open_file, source, "images"), source, folder.name)
+    annotations = ExternalSort(folder.name, "annotations")
+    total = 0
+    orphans = _Orphans()
     for raw in _items(open_file, source, "annotations"):
         total += 1
         image_id = raw.get("image_id") if isinstance(raw, dict) else None
-        if type(image_id) is not int or image_id not in by_id:
-            orphans += 1
-            if orphan_example is None and isinstance(raw, dict):
-                orphan_example = raw.get("id")
+        if type(image_id) is not int:
+            orphans.add(total, raw)
             continue
         try:
-            annotation = _annotation(raw, class_of)
-        except ValueError as error:
-            problems.setdefault(image_id, f"annotation {raw.get('id')}: {error}")
+            annotation = _annotation(raw, class_of, limits)
+        except _TooLargeError as error:
+            annotations.add((image_id, total), (raw.get("id"), f"{error}", True))
             continue
-        if annotation is not None:
-            annotations[image_id].append(annotation)
-    return CocoDataset(
-        {
-            image.file_name: dataclasses.replace(
+        except ValueError as error:
+            annotations.add((image_id, total), (raw.get("id"), f"{error}", False))
+            continue
+        # None: nothing to draw, but the annotation still names an image (or is an orphan).
+        annotations.add((image_id, total), (raw.get("id"), annotation, False))
+    records = RecordFiles(os.path.join(folder.name, "images"), per_file=2**62)
+    for image in _join(images, annotations.sorted(), orphans, limits):
+        payload = image_payload(image)
+        if len(payload) > limits.coco_record_bytes:
+            image = _too_large(
                 image,
-                annotations=tuple(annotations[image.image_id]),
-                problem=problems.get(image.image_id),
+                f"{len(payload):,} bytes of annotations, more than "
+                f"the {limits.coco_record_bytes:,} one image may have",
             )
-            for image in images
-        },
+            payload = image_payload(image)
+        records.write(
+            pickle.dumps((image.image_id, image.file_name, payload), pickle.HIGHEST_PROTOCOL)
+        )
+    paths = records.close()
+    for name in os.listdir(folder.name):  # the sorts' runs: joined, no longer needed
+        if name.endswith(".run"):
+            os.remove(os.path.join(folder.name, name))
+    return CocoDataset(
         categories,
         unlabeled,
         total,
-        orphans,
-        orphan_example,
+        orphans.count,
+        orphans.example,
+        records.records,
+        paths[0],
+        folder,
     )
+
+
+class _TooLargeError(ValueError):
+    """An annotation over a cap of transforms/limits.py."""
+
+
+class _Orphans:
+    """Annotations naming no listed image: counted, and the first in file order named."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._first: tuple[int, Any] | None = None
+
+    def add(self, position: int, raw: Any) -> None:
+        self.count += 1
+        if self._first is None or position < self._first[0]:
+            self._first = (position, raw.get("id") if isinstance(raw, dict) else None)
+
+    @property
+    def example(self) -> int | None:
+        return None if self._first is None else self._first[1]
+
+
+def _too_large(image: CocoImage, problem: str) -> CocoImage:
+    return dataclasses.replace(image, annotations=(), problem=problem, too_large=True)
+
+
+def _join(
+    images: ExternalSort,
+    annotations: Iterator,
+    orphans: _Orphans,
+    limits: InputLimits,
+) -> Iterator[CocoImage]:
+    """Each image (in id order) with its annotations (in file order): a merge join of two
+    sorted streams, holding one image's annotations at a time."""
+    pending = next(annotations, None)
+    for (image_id, _), (file_name, height, width) in images.sorted():
+        while pending is not None and pending[0][0] < image_id:
+            orphans.add(pending[0][1], {"id": pending[1][0]})
+            pending = next(annotations, None)
+        drawn: list[CocoAnnotation] = []
+        problem, too_large, points = None, False, 0
+        while pending is not None and pending[0][0] == image_id:
+            annotation_id, annotation, over = pending[1]
+            if isinstance(annotation, str):
+                if problem is None:
+                    problem, too_large = f"annotation {annotation_id}: {annotation}", over
+            elif annotation is not None:
+                drawn.append(annotation)
+                points += sum(len(polygon) // 2 for polygon in annotation.polygons)
+            pending = next(annotations, None)
+        image = CocoImage(file_name, image_id, height, width, tuple(drawn), problem, too_large)
+        if problem is None and points > limits.coco_image_points:
+            image = _too_large(
+                image,
+                f"polygons of {points:,} points, more than the {limits.coco_image_points:,} "
+                "one image may have",
+            )
+        elif problem is not None:
+            image = dataclasses.replace(image, annotations=())
+        yield image
+    while pending is not None:
+        orphans.add(pending[0][1], {"id": pending[1][0]})
+        pending = next(annotations, None)
 
 
 def read_coco_file(path: str, *, unlabeled: str = DEFAULT_COCO_UNLABELED) -> CocoDataset:
@@ -188,6 +304,7 @@ def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Ite
 def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple[CocoCategory, ...]:
     """Contiguous class ids in ascending COCO id order: the file's order cannot change them."""
     raw: dict[int, tuple[str, str | None]] = {}
+    first = 1 if unlabeled == "background" else 0
     for position, item in enumerate(items):
         if not (
             isinstance(item, dict)
@@ -200,25 +317,34 @@ def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple
             raise ValueError(f"{source}: category id {item['id']} is listed twice")
         supercategory = item.get("supercategory")
         raw[item["id"]] = (item["name"], supercategory if isinstance(supercategory, str) else None)
+        if len(raw) + first > MAX_CLASS_ID:
+            raise ValueError(
+                f"{source}: more than {MAX_CLASS_ID - first:,} categories: class ids and the "
+                f"ignore index are stored in 16 bits, so {MAX_CLASS_ID:,} classes at most"
+                + (" (background included)" if first else "")
+            )
     if not raw:
         raise ValueError(f"{source}: no categories")
-    first = 1 if unlabeled == "background" else 0
     categories = tuple(
         CocoCategory(coco_id, first + offset, *raw[coco_id])
         for offset, coco_id in enumerate(sorted(raw))
     )
-    names = [c.name for c in categories] + ([BACKGROUND_NAME] if first else [])
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    names = collections.Counter(c.name for c in categories)
+    if first:
+        names[BACKGROUND_NAME] += 1
+    duplicates = sorted(name for name, count in names.items() if count > 1)
     if duplicates:
         hint = " (or use unlabeled pixels as ignore)" if BACKGROUND_NAME in duplicates else ""
         raise ValueError(f"{source}: duplicate class names {duplicates}{hint}")
     return categories
 
 
-def _read_images(items: Iterator[Any], source: str) -> list[CocoImage]:
-    images: list[CocoImage] = []
-    ids: set[int] = set()
-    names: set[str] = set()
+def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort:
+    """The images, sorted by id into `folder`; ids and file names checked unique by sorting
+    them too (a set of a million names would cost what the sorts save)."""
+    images = ExternalSort(folder, "images")
+    ids = ExternalSort(folder, "ids")
+    names = ExternalSort(folder, "names")
     for position, item in enumerate(items):
         fields = (
             (item.get("id"), item.get("file_name"), item.get("height"), item.get("width"))
@@ -239,19 +365,23 @@ def _read_images(items: Iterator[Any], source: str) -> list[CocoImage]:
                 f"{source}: image {position} needs an integer id, a file_name and a positive "
                 "integer height and width"
             )
-        if image_id in ids:
-            raise ValueError(f"{source}: image id {image_id} is listed twice")
-        if file_name in names:
-            raise ValueError(f"{source}: file_name {file_name!r} is listed twice")
-        ids.add(image_id)
-        names.add(file_name)
-        images.append(CocoImage(file_name, image_id, height, width))
-    if not images:
+        images.add((image_id, position), (file_name, height, width))
+        ids.add((image_id,))
+        names.add((file_name,))
+    if not images.rows:
         raise ValueError(f"{source}: no images")
+    for sort, what in ((ids, "image id {}"), (names, "file_name {!r}")):
+        previous = None
+        for (value,), _ in sort.sorted():
+            if value == previous:
+                raise ValueError(f"{source}: {what.format(value)} is listed twice")
+            previous = value
     return images
 
 
-def _annotation(raw: Mapping[str, Any], class_of: Mapping[int, int]) -> CocoAnnotation | None:
+def _annotation(
+    raw: Mapping[str, Any], class_of: Mapping[int, int], limits: InputLimits = DEFAULT_LIMITS
+) -> CocoAnnotation | None:
     """The compact form of one annotation; None when it has no segmentation to draw."""
     category = raw.get("category_id")
     if type(category) is not int or category not in class_of:
@@ -262,20 +392,25 @@ def _annotation(raw: Mapping[str, Any], class_of: Mapping[int, int]) -> CocoAnno
     annotation_id = raw.get("id") if type(raw.get("id")) is int else None
     segmentation = raw.get("segmentation")
     if isinstance(segmentation, list):
-        polygons = tuple(_polygon(polygon) for polygon in segmentation)
+        polygons = tuple(_polygon(polygon, limits) for polygon in segmentation)
         polygons = tuple(p for p in polygons if len(p) >= _MIN_POLYGON_COORDINATES)
         if not polygons:
             return None
         return CocoAnnotation(annotation_id, class_of[category], bool(crowd), polygons)
     if isinstance(segmentation, dict):
         return CocoAnnotation(
-            annotation_id, class_of[category], bool(crowd), rle=_rle(segmentation)
+            annotation_id, class_of[category], bool(crowd), rle=_rle(segmentation, limits)
         )
     raise ValueError("segmentation must be a list of polygons or an RLE object")
 
 
-def _polygon(values: Any) -> np.ndarray:
+def _polygon(values: Any, limits: InputLimits) -> np.ndarray:
     """float64 coordinates; numpy checks the types (a Python loop per number costs seconds)."""
+    if isinstance(values, list) and len(values) > 2 * limits.coco_polygon_points:
+        raise _TooLargeError(
+            f"a polygon of {len(values) // 2:,} points, more than the "
+            f"{limits.coco_polygon_points:,} one polygon may have"
+        )
     try:
         array = np.array(values) if isinstance(values, list) else None
     except ValueError:  # ragged nesting
@@ -287,8 +422,13 @@ def _polygon(values: Any) -> np.ndarray:
     return array.astype(np.float64, copy=False)
 
 
-def _rle(segmentation: Mapping[str, Any]) -> dict[str, Any]:
+def _rle(segmentation: Mapping[str, Any], limits: InputLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     size, counts = segmentation.get("size"), segmentation.get("counts")
+    if isinstance(counts, (str, list)) and len(counts) > limits.coco_rle_chars:
+        raise _TooLargeError(
+            f"an RLE of {len(counts):,} counts, more than the {limits.coco_rle_chars:,} one "
+            "annotation may have"
+        )
     if not (
         isinstance(size, list) and len(size) == 2 and all(type(v) is int and v > 0 for v in size)
     ):
@@ -316,6 +456,7 @@ def image_payload(image: CocoImage) -> str:
             "height": image.height,
             "width": image.width,
             "problem": image.problem,
+            "too_large": image.too_large,
             "annotations": [
                 {
                     "id": a.annotation_id,
@@ -361,6 +502,7 @@ def image_from_payload(payload: str) -> CocoImage:
             data["width"],
             annotations,
             data["problem"],
+            data["too_large"],
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"not a staged COCO image record: {error!r}") from error
@@ -378,7 +520,8 @@ def rasterize(
     size the JSON merely claims; a disagreement is a size_mismatch reject.
     """
     if image.problem is not None:
-        raise RejectError(Reason.MASK_UNREADABLE, image.problem)
+        reason = Reason.MASK_TOO_LARGE if image.too_large else Reason.MASK_UNREADABLE
+        raise RejectError(reason, image.problem)
     if (height, width) != (image.height, image.width):
         raise RejectError(
             Reason.SIZE_MISMATCH,

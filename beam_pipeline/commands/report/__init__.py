@@ -20,12 +20,12 @@ def default_report_path(output_dir: str) -> str:
     return os.path.abspath(f"segprep-report-{name}.html")
 
 
-def write_report(output_dir: str, out_file: str | None = None) -> str:
+def write_report(output_dir: str, out_file: str | None = None, version: int | None = None) -> str:
     """Write the page for `output_dir` (local or gs://) to a local file; its path."""
     path = os.path.abspath(out_file) if out_file else default_report_path(output_dir)
     if not output_dir.startswith("gs://"):
         output_dir = os.path.abspath(output_dir)
-    html = render_page(gather(output_dir))
+    html = render_page(gather(output_dir, version))
     partial = f"{path}.partial-{os.getpid()}"
     with open(partial, "w", encoding="utf-8") as handle:
         handle.write(html)

@@ -99,13 +99,14 @@ class Report:
     total_bytes: int
 
 
-def gather(output_dir: str) -> Report:
+def gather(output_dir: str, version: int | None = None) -> Report:
+    """What the page shows; `version`: the splits as that version of a grown output was."""
     base = output_dir.rstrip("/")
     if not files.is_remote(base) and not os.path.isdir(base):
         raise ReportError(f"{output_dir} is not a directory: pass a segprep output directory")
     metadata_path = f"{base}/{METADATA_FILE}"
     if _exists(metadata_path):
-        return _finished(base)
+        return _finished(base, version)
     staged = _staged_rejects(base)
     if staged is None:
         raise ReportError(
@@ -139,11 +140,11 @@ def gather(output_dir: str) -> Report:
     )
 
 
-def _finished(base: str) -> Report:
+def _finished(base: str, version: int | None = None) -> Report:
     try:
         raw = dataset_info.read_metadata_json(base)
-        info = DatasetInfo.from_json(raw)
-    except (dataset_info.MetadataError, dataset_info.IncompleteOutputError) as error:
+        info = DatasetInfo.from_json(raw).at_version(version)
+    except (dataset_info.MetadataError, dataset_info.IncompleteOutputError, ValueError) as error:
         raise ReportError(str(error)) from None
     classes = info.classes
     names = _class_names(classes)

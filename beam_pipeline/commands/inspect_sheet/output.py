@@ -1,0 +1,82 @@
+"""Where a sheet comes from and goes: the dataset's metadata (checked), and the sheet's own
+file, outside the dataset (a published output), under a name no earlier sheet has."""
+
+from __future__ import annotations
+
+import os
+
+from beam_pipeline.errors import UsageError
+from transforms import files
+from transforms.format.dataset_info import IncompleteOutputError, MetadataError
+
+
+def require_dir(directory: str) -> None:
+    if not files.isdir(directory):
+        raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+
+
+def load_metadata(directory: str) -> dict:
+    from transforms.format.dataset_info import read_metadata_json
+
+    require_dir(directory)
+    try:
+        return read_metadata_json(directory)
+    except IncompleteOutputError as error:
+        raise UsageError(str(error)) from None
+    except MetadataError as error:
+        raise UsageError(f"{error}: run `segprep verify {directory}`") from None
+
+
+def default_sheet_path(directory: str, out: str | None, split: str, rejects: bool) -> str:
+    """`--out` itself, or `<dataset>_inspect_<split|rejects>.png` under `--out` when it is a
+    folder, else beside the dataset folder (in the current folder for a gs:// dataset: a
+    sheet is for looking at, here)."""
+    if out is not None and not files.isdir(out):
+        return out
+    remote = "://" in directory
+    dataset = directory.rstrip("/") if remote else os.path.realpath(directory)
+    name = f"{dataset.rsplit('/', 1)[-1]}_inspect_{'rejects' if rejects else split}.png"
+    if out is not None:
+        return f"{out.rstrip('/')}/{name}"
+    return os.path.join(os.getcwd() if remote else os.path.dirname(dataset), name)
+
+
+def check_out(out: str, directory: str) -> str:
+    """Absolute output path; refused inside the dataset directory or in a missing folder."""
+    if "://" in out:
+        dataset = directory.rstrip("/") + "/"
+        if out.startswith(dataset):
+            raise UsageError(f"--out {out} is inside the dataset directory: write it elsewhere")
+        return out
+    out = os.path.abspath(out)
+    if "://" not in directory:
+        dataset = os.path.realpath(directory)
+        if os.path.commonpath([os.path.realpath(out), dataset]) == dataset:
+            raise UsageError(
+                f"--out {out} is inside the dataset directory {directory}, a published output: "
+                "write the sheet elsewhere"
+            )
+    if not os.path.isdir(os.path.dirname(out)):
+        raise UsageError(f"--out {out}: folder {os.path.dirname(out)} does not exist")
+    return out
+
+
+def _numbered(path: str, number: int) -> str:
+    if number == 1:
+        return path
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}_{number}{suffix}"
+
+
+def write_new(path: str, data: bytes) -> str:
+    """Write `data` to `path`, or to `path` with _2, _3 ... when that name is taken.
+
+    Each name is claimed whole and exclusively (transforms.files.write_new: a hard link
+    locally, a no-generation precondition in a bucket), so two runs at once never share one.
+    """
+    number = 0
+    while True:
+        number += 1
+        candidate = _numbered(path, number)
+        if files.write_new(candidate, data):
+            return candidate

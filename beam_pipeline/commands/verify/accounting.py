@@ -1,0 +1,117 @@
+"""Every key accounted for: no extra shard, rejects.jsonl as metadata.json counts it, no key
+both stored and rejected or stored twice, and the output protocol's state."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+from typing import Any
+
+from beam_pipeline.commands.verify.state import Checked
+from transforms import files
+from transforms.format.dataset_info import DatasetInfo, MetadataError
+from transforms.format.naming import (
+    INDEX_DIR,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    REJECTS_FILE,
+    looks_like_shard,
+)
+from transforms.limits import FILE_LIMITS
+
+
+def check_extra_shards(state: Checked) -> None:
+    for name in files.listdir(state.base):
+        is_shard = looks_like_shard(name)
+        if is_shard and name not in state.listed:
+            state.problem(f"{name}: extra shard, present but not in metadata.json")
+
+
+def check_rejects(state: Checked) -> None:
+    rejected = state.metadata.get("num_rejected")
+    if not isinstance(rejected, dict) or not isinstance(rejected.get("total"), int):
+        state.problem("metadata.json has no num_rejected total")
+        return
+    path = state.path(REJECTS_FILE)
+    if not files.exists(path):
+        state.problem(f"{REJECTS_FILE}: missing (metadata.json counts {rejected['total']})")
+        return
+    try:
+        data = files.read_bounded(path, FILE_LIMITS.rejects_bytes)
+    except OSError as error:
+        state.problem(f"{REJECTS_FILE}: not readable: {error}")
+        return
+    lines = data.decode("utf-8", "replace").splitlines()
+    reasons: collections.Counter[str] = collections.Counter()
+    count = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        count += 1
+        try:
+            entry = json.loads(line)
+            reasons[entry["reason"]] += 1
+            key = entry["key"]
+        except (ValueError, KeyError, TypeError):
+            state.problem(f"{REJECTS_FILE} line {number}: not a JSON object with key and reason")
+            continue
+        # key_exists: an append left the key's earlier record as it was, by design.
+        if key in state.keys and entry["reason"] != "key_exists":
+            state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
+    state.report.rejects = count
+    if count != rejected["total"]:
+        state.problem(
+            f"{REJECTS_FILE}: {count} lines, metadata.json num_rejected total is "
+            f"{rejected['total']}"
+        )
+    state.rejects_read = True
+    by_reason = rejected.get("by_reason")
+    all_parsed = count == sum(reasons.values())
+    if all_parsed and isinstance(by_reason, dict) and dict(reasons) != by_reason:
+        state.problem(
+            f"{REJECTS_FILE}: reasons {dict(sorted(reasons.items()))}, metadata.json says "
+            f"{by_reason}"
+        )
+
+
+def check_accounting(state: Checked) -> None:
+    duplicates = sorted(key for key, count in state.keys.items() if count > 1)
+    if duplicates:
+        shown = ", ".join(duplicates[:10])
+        more = f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
+        state.problem(f"keys stored more than once (across all shards): {shown}{more}")
+    discovered = state.metadata.get("num_discovered")
+    if discovered is None or not (state.records_complete and state.rejects_read):
+        return
+    accepted = sum(state.report.examples.values())
+    if accepted + state.report.rejects != discovered:
+        state.problem(
+            f"metadata.json num_discovered {discovered} but {accepted} records + "
+            f"{state.report.rejects} rejects"
+        )
+
+
+def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
+    """The output protocol's state (runtime/output_protocol.py): no run writing, the last
+    commit finished, and the manifest naming exactly the published files."""
+    from beam_pipeline.runtime import output_protocol, storage
+
+    names = set(files.listdir(base))
+    published = names - {INDEX_DIR}
+    if INDEX_DIR in names and files.isdir(f"{base}/{INDEX_DIR}"):
+        published |= {f"{INDEX_DIR}/{name}" for name in files.listdir(f"{base}/{INDEX_DIR}")}
+    manifest = None
+    path = f"{base}/{MANIFEST_FILE}"
+    if files.exists(path):
+        try:
+            manifest = json.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes))
+        except ValueError:
+            return [f"{MANIFEST_FILE} is not valid JSON"]
+        except OSError as error:
+            return [f"{MANIFEST_FILE}: not readable: {error}"]
+    holder = output_protocol.current_holder(storage.normalize_dir(base))
+    listed = {REJECTS_FILE, METADATA_FILE}
+    with contextlib.suppress(MetadataError):
+        listed |= DatasetInfo.from_json(metadata).listed_files()
+    return output_protocol.protocol_problems(published, manifest, holder is not None, listed)

@@ -1,0 +1,69 @@
+"""`segprep verify DIR` as a whole: load metadata.json, run every check, print the report."""
+
+from __future__ import annotations
+
+from beam_pipeline.commands.shard_records import record_format
+from beam_pipeline.commands.verify import accounting, classes, indexes, records
+from beam_pipeline.commands.verify.report import VerifyReport
+from beam_pipeline.commands.verify.state import Checked
+from beam_pipeline.errors import UsageError
+from transforms import files
+from transforms.format.dataset_info import IncompleteOutputError, MetadataError, read_metadata_json
+
+
+def verify_output(directory: str) -> list[str]:
+    """Problems found in a segprep output directory, one line each; empty when it is sound.
+
+    Raises UsageError when `directory` is missing or has no metadata.json (not an output).
+    """
+    return check_output(directory).problems
+
+
+def check_output(directory: str) -> VerifyReport:
+    """The full report behind verify_output, with counts for the OK summary."""
+    base = directory.rstrip("/") or "/"
+    if not files.isdir(base):
+        raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+    report = VerifyReport(directory)
+    try:
+        metadata = read_metadata_json(base)
+    except IncompleteOutputError as error:
+        raise UsageError(str(error)) from None
+    except MetadataError as error:
+        report.problems.append(f"metadata.json: {error}")
+        return report
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("splits"), dict):
+        report.problems.append("metadata.json has no `splits` table")
+        return report
+    try:
+        record_format(metadata)
+    except (ValueError, TypeError) as error:  # TypeError: not a string
+        report.problems.append(f"metadata.json: record_format: {error}")
+        return report
+    state = Checked(base, metadata, report)
+    records.check_splits(state)
+    classes.check_class_stats(state)
+    indexes.check_index(state)
+    accounting.check_extra_shards(state)
+    accounting.check_rejects(state)
+    accounting.check_accounting(state)
+    report.problems.extend(accounting.protocol_problems(base, metadata))
+    return report
+
+
+def run_verify(directory: str, *, repair: bool = False) -> int:
+    """CLI body: the OK line and exit 0, or one line per problem and exit 1. `repair` first
+    finishes a commit cut short (runtime/output_protocol.py repair)."""
+    if repair:
+        from beam_pipeline.runtime import output_protocol, storage
+
+        for line in output_protocol.repair(storage.normalize_dir(directory)):
+            print(f"repaired: {line}")
+    report = check_output(directory)
+    if report.ok:
+        print(report.summary())
+        return 0
+    for problem in report.problems:
+        print(problem)
+    print(f"FAILED {directory}: {len(report.problems)} problems")
+    return 1

@@ -1,0 +1,193 @@
+"""The record index and TFDS files metadata.json lists, against the shards as read."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from beam_pipeline.commands.verify.state import Checked
+from transforms import files
+from transforms.format import digest_table, record_index, tfds_info
+from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
+from transforms.format.naming import INDEX_DIR, shard_version
+from transforms.limits import FILE_LIMITS
+
+
+def check_index(state: Checked) -> None:
+    listed = lists_index(state.metadata)
+    if not listed:
+        return  # written before the index existed: `segprep index` adds it
+    try:
+        info = DatasetInfo.from_json(state.metadata)
+    except MetadataError as error:
+        state.problem(f"record index not checked: metadata.json: {error}")
+        return
+    state.report.indexed = True
+    for split in info.splits.values():
+        if not split.has_index:
+            state.problem(
+                f"metadata.json: split {split.name!r} lacks part of its record index: "
+                "run `segprep index` to rebuild it"
+            )
+        # Per version (one key table each): the rows of the records it added.
+        versions = sorted({shard_version(shard.file) for shard in split.shards} | {1})
+        expected: dict[int, list[record_index.KeyRow] | None] = {v: [] for v in versions}
+        for number, shard in enumerate(split.shards):
+            records = state.records.get(shard.file)
+            version = shard_version(shard.file)
+            rows = expected.get(version)
+            if records is None or rows is None:
+                expected[version] = None  # the shard was not read to its end
+            else:
+                rows.extend(
+                    record_index.KeyRow(key or "", number, position)
+                    for position, (key, _) in enumerate(records)
+                )
+            if shard.index is not None:
+                _check_shard_index(state, shard.file, shard.index, records)
+        for version, ref in enumerate(split.key_tables, start=1):
+            _check_key_table(state, ref, expected.get(version, []))
+        for version in info.dataset_versions:
+            ref = version.digest_tables.get(split.name)
+            if ref is not None:
+                rows = expected.get(version.version, [])
+                keys = None if rows is None else sorted(row.key for row in rows)
+                _check_digest_table(state, ref, keys)
+    _check_versions(state, info)
+    expected = tfds_info.tfds_files(info)
+    for ref in info.tfds_files:
+        data = _listed_file(state, ref, FILE_LIMITS.metadata_bytes)
+        if data is not None and data != expected[ref.file]:
+            state.problem(f"{ref.file}: does not describe the splits in metadata.json")
+    _check_extra_index_files(state, listed)
+
+
+def _listed_file(state: Checked, ref: FileRef, limit: int) -> bytes | None:
+    """The file's bytes when it exists with the size and sha256 metadata.json gives."""
+    path = state.path(ref.file)
+    if not files.exists(path):
+        state.problem(f"{ref.file}: missing (listed in metadata.json)")
+        return None
+    try:
+        data = files.read_bounded(path, limit)
+    except OSError as error:  # a FIFO, a device, a folder, or far larger than listed
+        state.problem(f"{ref.file}: not readable: {error}")
+        return None
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != ref.bytes or digest != ref.sha256:
+        state.problem(
+            f"{ref.file}: {len(data)} bytes, sha256 {digest}; metadata.json says "
+            f"{ref.bytes} bytes, sha256 {ref.sha256}"
+        )
+    return data
+
+
+def _check_shard_index(
+    state: Checked, shard: str, ref: FileRef, records: list[tuple[str | None, int]] | None
+) -> None:
+    data = _listed_file(state, ref, FILE_LIMITS.index_bytes)
+    if data is None or records is None:
+        return
+    try:
+        frames = record_index.parse_index(data)
+    except record_index.IndexFormatError as error:
+        state.problem(f"{ref.file}: {error}")
+        return
+    actual = record_index.frame_offsets(length for _, length in records)
+    if frames != actual:
+        first = next(
+            (n for n, (a, b) in enumerate(zip(frames, actual, strict=False)) if a != b),
+            min(len(frames), len(actual)),
+        )
+        state.problem(
+            f"{ref.file}: offsets and lengths do not match {shard} from record {first} "
+            f"({len(frames)} entries, {len(actual)} records)"
+        )
+
+
+def _check_key_table(
+    state: Checked, ref: FileRef, expected: list[record_index.KeyRow] | None
+) -> None:
+    data = _listed_file(state, ref, FILE_LIMITS.key_table_bytes)
+    if data is None or expected is None:
+        return
+    try:
+        rows = record_index.parse_key_table(data)
+    except (record_index.IndexFormatError, UnicodeDecodeError) as error:
+        state.problem(f"{ref.file}: {error}")
+        return
+    for line, (row, want) in enumerate(zip(rows, expected, strict=False), start=1):
+        if row != want:
+            state.problem(
+                f"{ref.file} line {line}: key {row.key!r} at shard {row.shard} record "
+                f"{row.record}, but the shards hold {want.key!r} at shard {want.shard} "
+                f"record {want.record}"
+            )
+            return
+    if len(rows) != len(expected):
+        state.problem(f"{ref.file}: {len(rows)} keys, the shards hold {len(expected)} records")
+
+
+def _check_digest_table(state: Checked, ref: FileRef, keys: list[str] | None) -> None:
+    """A version's content digests: sorted [key, sha256] rows of exactly its keys."""
+    data = _listed_file(state, ref, FILE_LIMITS.key_table_bytes)
+    if data is None or keys is None:
+        return
+    try:
+        listed = [key for key, _ in digest_table.iter_rows(data.splitlines())]
+    except (digest_table.DigestTableError, UnicodeDecodeError) as error:
+        state.problem(f"{ref.file}: {error}")
+        return
+    if listed != keys:
+        missing = sorted(set(keys) - set(listed))[:3]
+        extra = sorted(set(listed) - set(keys))[:3]
+        state.problem(
+            f"{ref.file}: {len(listed)} keys, its version's shards hold {len(keys)} "
+            f"(missing e.g. {missing}, extra e.g. {extra})"
+        )
+
+
+def _check_versions(state: Checked, info: DatasetInfo) -> None:
+    """Every version reads as it was published: its splits' records, counted in the shards
+    as read, are the counts it records (one version: the splits are its record)."""
+    for version in info.dataset_versions if len(info.dataset_versions) > 1 else ():
+        pinned = info.at_version(version.version)
+        for split in pinned.splits.values():
+            names = [shard.file for shard in split.shards]
+            if not all(name in state.records for name in names):
+                continue  # a shard was not read to its end: reported already
+            read = sum(len(state.records[name]) for name in names)
+            if read != version.num_examples.get(split.name, 0):
+                state.problem(
+                    f"metadata.json: version {version.version} split {split.name!r} says "
+                    f"{version.num_examples.get(split.name)} records, its shards hold {read}"
+                )
+
+
+def _check_extra_index_files(state: Checked, listed: set[str]) -> None:
+    folder = state.path(INDEX_DIR)
+    if not files.isdir(folder):
+        return
+    for name in files.listdir(folder):
+        relative = f"{INDEX_DIR}/{name}"
+        if relative not in listed:
+            state.problem(f"{relative}: extra file, present but not in metadata.json")
+
+
+def lists_index(metadata: dict[str, Any]) -> set[str]:
+    """Every index or TFDS file name metadata.json lists, read leniently (it may be damaged)."""
+    names = set()
+    for entry in metadata.get("tfds_files") or []:
+        names.add(entry.get("file") if isinstance(entry, dict) else None)
+    refs = []
+    for split in metadata["splits"].values():
+        if not isinstance(split, dict):
+            continue
+        refs += [split.get("key_table"), *(split.get("appended_key_tables") or [])]
+        refs += [s.get("index") for s in split.get("shards") or [] if isinstance(s, dict)]
+    for version in metadata.get("dataset_versions") or []:
+        tables = version.get("digest_tables") if isinstance(version, dict) else None
+        refs += list(tables.values()) if isinstance(tables, dict) else []
+    names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
+    names.discard(None)
+    return {name for name in names if isinstance(name, str)}

@@ -1,0 +1,120 @@
+"""An append's first check: which discovered keys the output already holds.
+
+Each pair's key is looked up in the digest tables of the output's versions
+(transforms/format/digest_table.py: bisected on disk, nothing loaded), in the split its key
+hashes to (the fractions equal the output's, so an earlier key is there or nowhere). A new
+key goes on to planning; a key present with the same image and mask bytes is skipped and
+counted; a key present with other bytes is a `key_exists` reject.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from beam_pipeline.job.settings import AppendSettings, ShardWriterSettings
+from beam_pipeline.job.shard_work import pair_digest
+from beam_pipeline.runtime import storage
+from transforms.format import digest_table
+from transforms.pairing import Pair
+from transforms.rejects import Reason, Reject, RejectError
+from transforms.splits import SplitFractions
+
+REJECTS = "rejects"
+SKIPPED = "skipped"
+
+
+def open_table(path: str) -> digest_table.SortedTable:
+    """A SortedTable over a local file or a gs:// object (ranged reads)."""
+    if storage.is_local(path):
+        return digest_table.local_table(path)
+    from transforms import gcs_client
+
+    blob = gcs_client.blob(path)
+    blob.reload()
+
+    def read_at(offset: int, length: int) -> bytes:
+        end = min(offset + length, blob.size) - 1
+        return b"" if end < offset else blob.download_as_bytes(start=offset, end=end)
+
+    return digest_table.SortedTable(read_at, blob.size)
+
+
+class _CheckExisting(beam.DoFn):
+    def __init__(
+        self,
+        output_dir: str,
+        append: AppendSettings,
+        fractions: SplitFractions,
+        writing: ShardWriterSettings,
+    ) -> None:
+        self._output_dir = output_dir
+        self._append = append
+        self._fractions = fractions
+        self._writing = writing
+        self._tables: dict[str, list[tuple[int, digest_table.SortedTable]]] = {}
+        self._skipped = Metrics.counter("segprep", "skipped_identical")
+        self._exists = Metrics.counter("segprep", f"rejected_{Reason.KEY_EXISTS.value}")
+
+    def _tables_of(self, split: str) -> list[tuple[int, digest_table.SortedTable]]:
+        if split not in self._tables:
+            names = self._append.digest_tables.get(split, ())
+            self._tables[split] = [
+                (number, open_table(storage.join(self._output_dir, name)))
+                for number, name in enumerate(names, start=1)
+            ]
+        return self._tables[split]
+
+    def process(self, pair: Pair):
+        split = self._fractions.split_of(pair.key)
+        found = None
+        if split is not None:
+            for version, table in self._tables_of(split):
+                stored = table.get(pair.key)
+                if stored is not None:
+                    found = version, stored
+                    break
+        if found is None:
+            yield pair
+            return
+        version, stored = found
+        digest = pair_digest(self._writing, pair)
+        if isinstance(digest, RejectError):
+            Metrics.counter("segprep", f"rejected_{digest.reason.value}").inc()
+            reject = Reject(pair.key, digest.reason, digest.detail, pair.image.path, pair.mask.path)
+            yield beam.pvalue.TaggedOutput(REJECTS, reject)
+        elif digest == stored:
+            self._skipped.inc()
+            yield beam.pvalue.TaggedOutput(SKIPPED, pair.key)
+        else:
+            self._exists.inc()
+            detail = (
+                f"version {version} of the output holds this key with other image or mask "
+                f"bytes (content sha256 {stored[:16]}..., these {digest[:16]}...): it is kept "
+                "as it is"
+            )
+            yield beam.pvalue.TaggedOutput(
+                REJECTS,
+                Reject(pair.key, Reason.KEY_EXISTS, detail, pair.image.path, pair.mask.path),
+            )
+
+
+class CheckExistingKeys(beam.PTransform):
+    """{"pairs": new pairs, "rejects": key_exists and unreadable, "skipped": a count}."""
+
+    def __init__(
+        self,
+        output_dir: str,
+        append: AppendSettings,
+        fractions: SplitFractions,
+        writing: ShardWriterSettings,
+    ) -> None:
+        super().__init__()
+        self._dofn = _CheckExisting(output_dir, append, fractions, writing)
+
+    def expand(self, pairs):
+        checked = pairs | "LookUpKeys" >> beam.ParDo(self._dofn).with_outputs(
+            REJECTS, SKIPPED, main="pairs"
+        )
+        skipped = checked[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
+        return {"pairs": checked.pairs, REJECTS: checked[REJECTS], SKIPPED: skipped}

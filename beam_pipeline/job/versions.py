@@ -1,0 +1,191 @@
+"""Dataset versions at commit time: the digest tables a version adds, its VersionInfo, and the
+metadata of an append (the earlier version's, extended by what this run added).
+
+An append (`segprep prepare --append`) never rewrites an earlier file: its shards get names
+of their own version (transforms.format.naming.shard_name), its key rows and content digests
+go to new per-version tables, and only metadata.json, rejects.jsonl and the TFDS files are
+replaced. The sums in metadata.json (counts, class statistics) are the earlier version's
+plus this run's: O(new entries), never a re-read of earlier shards.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows
+from beam_pipeline.runtime import storage
+from transforms.format import digest_table
+from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo, VersionInfo
+from transforms.format.naming import SPLITS, digest_table_name
+from transforms.rejects import Reject
+
+# A digest table's lines are read one at a time; no line of ours is longer than this.
+_LINE_LIMIT = 1 << 20
+
+
+class OutputChangedError(RuntimeError):
+    """The output appended to changed while the append ran: nothing is published."""
+
+
+def stage_digest_table(
+    staged: str,
+    split: str,
+    shards: list[WrittenShard],
+    published: dict[str, str],
+    version: int,
+    new_keys: set[str] | None = None,
+) -> dict[str, Any]:
+    """The split's digest table for `version`, merged in key order from its shards' staged
+    rows (each already sorted): one line per shard held at a time. Its {file, bytes, sha256};
+    adds the keys to `new_keys` when given."""
+    name = digest_table_name(split, version)
+    kept = sorted(
+        shard.spec.name
+        for shard in shards
+        if shard.spec.name in published and shard.spec.split == split
+    )
+    handles = [_lines(staged + staged_digest_rows(shard)) for shard in kept]
+    digest, size = hashlib.sha256(), 0
+    with storage.streamed(staged + name) as table:
+        for line in digest_table.merge_sorted(handles):
+            if new_keys is not None:
+                new_keys.add(digest_table.parse_row(line)[0])
+            table.write(line)
+            digest.update(line)
+            size += len(line)
+    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _lines(path: str):
+    if storage.is_local(path):
+        with open(path, "rb") as handle:
+            for line in handle:
+                if len(line) > _LINE_LIMIT:
+                    raise digest_table.DigestTableError(f"{path}: a line of {len(line)} bytes")
+                yield line
+    else:
+        yield from storage.read_bounded(path, 1 << 30).splitlines(keepends=True)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def version_info(
+    info: Mapping[str, Any],
+    *,
+    version: int,
+    run_id: str,
+    added_files: Mapping[str, list[str]],
+    key_tables: Mapping[str, Mapping[str, Any]],
+    digest_tables: Mapping[str, Mapping[str, Any]],
+    rejects: Iterable[Reject],
+    skipped_identical: int = 0,
+) -> VersionInfo:
+    """The record of `version` in a metadata dict whose splits already include its shards."""
+    splits = info["splits"]
+    sizes = {
+        split: {shard["file"]: shard["num_examples"] for shard in splits[split]["shards"]}
+        for split in SPLITS
+    }
+    reasons: dict[str, int] = {}
+    for reject in rejects:
+        reasons[reject.reason.value] = reasons.get(reject.reason.value, 0) + 1
+    classes = info.get("classes")
+    return VersionInfo(
+        version=version,
+        created_at=now_iso(),
+        run_id=run_id,
+        shards={split: tuple(sorted(added_files.get(split, ()))) for split in SPLITS},
+        added={
+            split: sum(sizes[split][name] for name in added_files.get(split, ()))
+            for split in SPLITS
+        },
+        num_examples={split: splits[split]["num_examples"] for split in SPLITS},
+        image_shape={
+            split: tuple(splits[split]["image_shape"]) if splits[split]["image_shape"] else None
+            for split in SPLITS
+        },
+        key_tables={split: _ref(key_tables[split]) for split in SPLITS},
+        digest_tables={split: _ref(digest_tables[split]) for split in SPLITS},
+        skipped_identical=skipped_identical,
+        num_rejected=dict(sorted(reasons.items())),
+        class_stats=None if classes is None else dict(classes["splits"]),
+    )
+
+
+def _ref(ref: Mapping[str, Any]) -> FileRef:
+    return FileRef(ref["file"], ref["bytes"], ref["sha256"])
+
+
+def merged_splits(previous: DatasetInfo, added: Mapping[str, Any]) -> dict[str, Any]:
+    """metadata.json's splits after an append: each earlier split's shards, then this run's
+    (whose names sort after them), the counts summed, the key tables extended."""
+    splits = {}
+    for name in SPLITS:
+        old = previous.splits.get(name) or SplitInfo(name, 0, None, ())
+        new = added[name]
+        shape = _shape(old, new)
+        merged = old.to_json()
+        merged.update(
+            num_examples=old.num_examples + new["num_examples"],
+            num_shards=old.num_shards + new["num_shards"],
+            image_shape=list(shape) if shape else None,
+            shards=[*merged["shards"], *new["shards"]],
+        )
+        table = new.get("key_table")
+        if old.key_table is None:
+            merged["key_table"] = table
+        else:
+            merged["appended_key_tables"] = [
+                *(ref.to_json() for ref in old.appended_key_tables),
+                table,
+            ]
+        splits[name] = merged
+    return splits
+
+
+def _shape(old: SplitInfo, new: Mapping[str, Any]) -> tuple[int, int] | None:
+    """One shape for the merged split only if both parts have it (an empty part agrees)."""
+    shapes = []
+    if old.num_examples:
+        shapes.append(old.image_shape)
+    if new["num_examples"]:
+        shapes.append(tuple(new["image_shape"]) if new["image_shape"] else None)
+    if not shapes or None in shapes or len(set(shapes)) != 1:
+        return None
+    return shapes[0]
+
+
+def merged_rejects(previous_jsonl: bytes, new_rejects_jsonl: bytes, now_keys: set[str]) -> bytes:
+    """rejects.jsonl after an append: the earlier rejects of keys this run did not account
+    for again, then this run's, sorted as a run writes them (by key, reason, ...)."""
+    lines = [
+        line
+        for line in previous_jsonl.splitlines()
+        if line.strip() and json.loads(line).get("key") not in now_keys
+    ]
+    lines += [line for line in new_rejects_jsonl.splitlines() if line.strip()]
+    rows = sorted(
+        lines, key=lambda line: (json.loads(line)["key"], json.loads(line)["reason"], line)
+    )
+    return b"".join(line + b"\n" for line in rows)
+
+
+def rejected_by_reason(rejects_jsonl: bytes) -> dict[str, Any]:
+    """metadata.json's num_rejected of a rejects.jsonl."""
+    reasons: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for line in rejects_jsonl.splitlines():
+        row = json.loads(line)
+        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
+        examples.setdefault(row["reason"], row["key"])
+    return {
+        "total": sum(reasons.values()),
+        "by_reason": dict(sorted(reasons.items())),
+        "example_key": dict(sorted(examples.items())),
+    }

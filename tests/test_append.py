@@ -1,0 +1,358 @@
+"""`segprep prepare --append`: a dataset grows by versions, never rewriting an earlier byte,
+and readers pin a version.
+
+A class-id sample set of 40 entries: version 1 is prepared from the first 30, version 2
+appends the whole folder (30 identical keys skipped, 10 added). Everything runs through the
+real CLI (in process, or as a process where it is killed or raced) and the real readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from beam_pipeline.cli import main
+from beam_pipeline.runtime.commit_journal import HOOK_VARIABLE
+from tests.helpers.outputs import published
+from tests.helpers.process_tree import start_cli
+from tests.helpers.runs import job_args
+
+CLASSES = ("--mask_type", "classes", "--num_classes", "4", "--num_shards", "3")
+FIRST = 30
+
+
+def _copy_entries(source: Path, target: Path, keys: list[str]) -> Path:
+    for folder in ("images", "masks"):
+        (target / folder).mkdir(parents=True, exist_ok=True)
+        for path in sorted((source / folder).iterdir()):
+            if path.name.split(".")[0] in keys:
+                shutil.copy(path, target / folder / path.name)
+    return target
+
+
+class _Inputs:
+    def __init__(self, root: Path) -> None:
+        self.image_dir = root / "images"
+        self.mask_dir = root / "masks"
+
+
+def _prepare(inputs: Path, out: Path, *extra: str) -> int:
+    return main(["prepare", *job_args(_Inputs(inputs), out, *CLASSES, *extra)])
+
+
+def _snapshot(out: Path) -> dict[str, tuple[int, str]]:
+    """Every published file: (inode, sha256)."""
+    return {
+        name: (os.stat(out / name).st_ino, hashlib.sha256((out / name).read_bytes()).hexdigest())
+        for name in published(out)
+    }
+
+
+def _metadata(out: Path) -> dict:
+    return json.loads((out / "metadata.json").read_text())
+
+
+def _keys_by_split(out: Path, version: int | None = None) -> dict[str, list[str]]:
+    from shard_reader.source import RecordSource
+
+    keys = {}
+    for split in ("train", "validation"):
+        source = RecordSource(out, split, version=version)
+        keys[split] = [source.read_batch([i])["key"][0] for i in range(len(source))]
+    return keys
+
+
+def _reader_orders(out: Path, version: int | None = None) -> dict[str, list[str]]:
+    """The epoch order of each reader with seed 3: tf.data, PyTorch, Grain."""
+    from shard_reader import make_dataset
+    from shard_reader.grain import make_loader as grain_loader
+    from shard_reader.torch import make_loader as torch_loader
+
+    dataset = make_dataset(
+        str(out), "train", 4, seed=3, with_keys=True, version=version, training=True
+    )
+    tf_order = [key.decode() for _, _, keys in dataset for key in keys.numpy()]
+    torch = torch_loader(out, "train", 4, seed=3, num_workers=0, with_keys=True, version=version)
+    torch.set_epoch(1)
+    torch_order = [key for batch in torch for key in batch[2]]
+    grain = grain_loader(out, "train", 4, seed=3, version=version)
+    grain_order = [str(key) for batch in grain for key in batch["key"]]
+    return {"tf": tf_order, "torch": torch_order, "grain": grain_order}
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory):
+    """Version 1 (a copy kept as it was, its key orders read then), and the output after
+    the append of the whole folder."""
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    root = tmp_path_factory.mktemp("append")
+    write_sample_data(
+        root / "all", count=40, seed=11, broken_fraction=0.0, height=32, width=24, classes=4
+    )
+    keys = sorted(p.stem for p in (root / "all" / "images").iterdir())
+    first = _copy_entries(root / "all", root / "first", keys[:FIRST])
+    out = root / "out"
+    assert _prepare(first, out) == 0
+    before = root / "before"
+    shutil.copytree(out, before)
+    state = {
+        "root": root,
+        "all": root / "all",
+        "out": out,
+        "before": before,
+        "v1_snapshot": _snapshot(out),
+        "v1_keys": _keys_by_split(out),
+        "v1_orders": _reader_orders(out),
+        "new_keys": set(keys[FIRST:]),
+    }
+    assert _prepare(root / "all", out, "--append") == 0
+    return state
+
+
+def test_append_adds_only_new_keys_and_touches_no_earlier_file(grown):
+    out = grown["out"]
+    after = _snapshot(out)
+    replaced = {"metadata.json", "rejects.jsonl", "dataset_info.json", "features.json"}
+    for name, (inode, digest) in grown["v1_snapshot"].items():
+        if name not in replaced:
+            assert after[name] == (inode, digest), name
+    info = _metadata(out)
+    latest = info["dataset_versions"][-1]
+    assert latest["version"] == 2 and latest["skipped_identical"] == FIRST
+    keys = _keys_by_split(out)
+    old = {k for split in grown["v1_keys"].values() for k in split}
+    added = {k for split in keys.values() for k in split} - old
+    assert added == grown["new_keys"]
+    # Each split's records: version 1's, in their order, then the added ones.
+    for split, earlier in grown["v1_keys"].items():
+        assert keys[split][: len(earlier)] == earlier
+    added_files = [f for files in latest["shards"].values() for f in files]
+    assert added_files and all("_v00002-" in name for name in added_files)
+    assert "index/train.v2.keys.jsonl" in after and "index/train.v2.digests.jsonl" in after
+    assert main(["verify", str(out)]) == 0
+
+
+def test_the_latest_version_equals_a_prepare_of_the_union(grown, tmp_path):
+    union = tmp_path / "union"
+    assert _prepare(grown["all"], union) == 0
+    grown_keys, union_keys = _keys_by_split(grown["out"]), _keys_by_split(union)
+    for split in ("train", "validation"):
+        assert sorted(grown_keys[split]) == sorted(union_keys[split])
+    appended, fresh = _metadata(grown["out"]), _metadata(union)
+    assert appended["classes"]["splits"] == fresh["classes"]["splits"]
+    for split in ("train", "validation"):
+        assert appended["splits"][split]["num_examples"] == fresh["splits"][split]["num_examples"]
+    assert appended["num_rejected"] == fresh["num_rejected"]
+    assert appended["num_discovered"] == fresh["num_discovered"]
+
+
+def test_readers_pin_a_version_with_the_same_order(grown):
+    out = grown["out"]
+    assert _keys_by_split(out, version=1) == grown["v1_keys"]
+    assert _reader_orders(out, version=1) == grown["v1_orders"]
+    latest = _keys_by_split(out, version=2)
+    assert latest == _keys_by_split(out)
+    assert sum(map(len, latest.values())) == 40
+    from shard_reader.source import RecordSource
+    from transforms.format.dataset_info import MetadataError
+
+    source = RecordSource(out, "train", version=1)
+    assert source.index_of(grown["v1_keys"]["train"][-1]) == len(source) - 1
+    with pytest.raises(MetadataError, match="version 3"):
+        RecordSource(out, "train", version=3)
+    # Class statistics as of version 1 are version 1's own.
+    from transforms.format import dataset_info
+
+    pinned = dataset_info.load(out, 1)
+    before = dataset_info.load(grown["before"])
+    assert pinned.classes.stats == before.classes.stats
+
+
+def test_tfds_reads_the_latest_version_as_split_sum(grown):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from transforms.format import dataset_info, tfds_info
+
+    out = grown["out"]
+    info = dataset_info.load(out)
+    names = tfds_info.tfds_split_names(info, "train")
+    assert names == ["train", "train_v00002"]
+    builder = tfds.builder_from_directory(str(out))
+    keys = [
+        example["key"].numpy().decode()
+        for example in builder.as_dataset(split="+".join(names), shuffle_files=False)
+    ]
+    assert sorted(keys) == sorted(_keys_by_split(out)["train"])
+
+
+def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    keys = sorted(grown["v1_keys"]["train"])
+    same, changed = keys[0], keys[1]
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [same, changed])
+    image = batch / "images" / f"{changed}.jpg"
+    image.write_bytes(image.read_bytes() + b"\0")  # other bytes, same picture
+    before = _snapshot(out)
+    assert _prepare(batch, out, "--append") == 0
+    info = _metadata(out)
+    latest = info["dataset_versions"][-1]
+    assert latest["version"] == 3
+    assert latest["skipped_identical"] == 1
+    assert latest["num_rejected"] == {"key_exists": 1}
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    (reject,) = [r for r in rejects if r["reason"] == "key_exists"]
+    assert reject["key"] == changed and "version 1" in reject["detail"]
+    assert all(not files for files in latest["shards"].values())
+    for name, value in before.items():
+        if name not in {"metadata.json", "rejects.jsonl", "dataset_info.json", "features.json"}:
+            assert _snapshot(out)[name] == value
+    assert main(["verify", str(out)]) == 0
+
+
+def test_parameters_that_shape_records_must_match(grown, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    before = _snapshot(out)
+    argv = job_args(
+        _Inputs(grown["all"]),
+        out,
+        "--mask_type",
+        "classes",
+        "--num_classes",
+        "5",
+        "--train_size",
+        "0.8",
+        "--append",
+    )
+    assert main(["prepare", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "num_classes: output 4, this run 5" in err, err
+    assert "train_size: output 0.9, this run 0.8" in err, err
+    assert _snapshot(out) == before
+
+
+def test_append_needs_a_finished_output(grown, tmp_path, capsys):
+    assert _prepare(grown["all"], tmp_path / "empty", "--append") == 2
+    assert "--append needs a finished segprep output" in capsys.readouterr().err
+
+
+# Before the first new file moves in, a killed append rolls back; after, forward. Either way
+# no earlier file is touched, and the folder verifies.
+KILL_STEPS = {"accounted": 2, "journal": 2, "aside": 2, "publish-1": 3, "metadata": 3}
+
+
+@pytest.mark.parametrize("step", list(KILL_STEPS))
+def test_sigkill_during_an_append_leaves_the_earlier_output_intact(grown, tmp_path, step):
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    before = _snapshot(out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+    args = ["prepare", *job_args(_Inputs(batch), out, *CLASSES, "--append")]
+    process = start_cli(args, env={HOOK_VARIABLE: f"{step}:kill"})
+    process.communicate(timeout=600)
+    assert process.returncode == -9
+    assert main(["verify", "--repair", str(out)]) == 0
+    after = _snapshot(out)
+    versions = _metadata(out)["dataset_versions"]
+    assert len(versions) == KILL_STEPS[step]
+    if KILL_STEPS[step] == 2:
+        assert after == before  # byte-identical, same inodes
+    else:
+        for name, value in before.items():
+            if name not in {"metadata.json", "rejects.jsonl", "dataset_info.json", "features.json"}:
+                assert after.get(name) == value, name
+
+
+def _extra_entry(grown, batch: Path) -> None:
+    """One new entry: an existing image and mask under a new key."""
+    source = sorted((grown["all"] / "images").iterdir())[0]
+    mask = next(p for p in (grown["all"] / "masks").iterdir() if p.stem == source.stem)
+    shutil.copy(source, batch / "images" / f"zz-new{source.suffix}")
+    shutil.copy(mask, batch / "masks" / f"zz-new{mask.suffix}")
+
+
+def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    args = ["prepare", *job_args(_Inputs(batch), out, *CLASSES, "--append")]
+    first = start_cli(args, env={HOOK_VARIABLE: f"accounted:{fifo}"})
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(first.stderr.read()), daemon=True)
+    reader.start()
+    with open(fifo, "wb"):  # opens once the first append waits in its commit
+        assert _prepare(batch, out, "--append") == 2
+        assert "is in use by run" in capsys.readouterr().err
+    first.wait(timeout=600)
+    reader.join(60)
+    assert first.returncode == 0, b"".join(errors).decode()
+    assert len(_metadata(out)["dataset_versions"]) == 3
+    assert main(["verify", str(out)]) == 0
+
+
+def test_verify_checks_every_version(grown, tmp_path, capsys):
+    """Version 1's digest table loses a key and metadata.json is made to agree with it:
+    verify still finds that table disagrees with version 1's shards."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    table = out / "index" / "train.digests.jsonl"
+    lines = table.read_bytes().splitlines(keepends=True)
+    data = b"".join(lines[1:])
+    table.write_bytes(data)
+    info = _metadata(out)
+    info["dataset_versions"][0]["digest_tables"]["train"].update(
+        bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+    )
+    (out / "metadata.json").write_text(json.dumps(info))
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "index/train.digests.jsonl" in printed and "its version's shards hold" in printed
+
+
+def test_digest_table_lookups_bisect_a_sorted_file(tmp_path):
+    from transforms.format import digest_table
+
+    rows = [(f"key-{n:06d}", hashlib.sha256(str(n).encode()).hexdigest()) for n in range(5000)]
+    path = tmp_path / "table.jsonl"
+    path.write_bytes(digest_table.row_bytes(rows))
+    reads: list[int] = []
+    table = digest_table.local_table(str(path))
+    read_at = table._read_at
+    table._read_at = lambda offset, length: reads.append(length) or read_at(offset, length)
+    for key, digest in rows[::499] + rows[-1:]:
+        reads.clear()
+        assert table.get(key) == digest
+        assert sum(reads) < 40 * 4096  # a few blocks, never the whole file
+    for absent in ("key-", "zzz", "key-0000005", "key-000499x"):
+        assert table.get(absent) is None
+
+
+def test_inspect_and_report_take_a_version(grown, tmp_path):
+    import re
+
+    from beam_pipeline.commands.inspect_sheet import build_sheet
+
+    out = grown["out"]
+    v1_train = grown["v1_keys"]["train"]
+    sheet = build_sheet(str(out), "train", 64, False, version=1)
+    assert set(sheet.keys) <= set(v1_train) and len(sheet.keys) == len(v1_train)
+    png = tmp_path / "sheet.png"
+    argv = ["inspect", str(out), "--split", "train", "--version", "1", "--out", str(png)]
+    assert main(argv) == 0 and png.exists()
+    for version, keys in ((1, grown["v1_keys"]), (2, _keys_by_split(out))):
+        page = tmp_path / f"report{version}.html"
+        assert main(["report", str(out), "--version", str(version), "--out", str(page)]) == 0
+        shown = re.search(r'data-count="accepted">([\d,]+)<', page.read_text())
+        assert int(shown[1].replace(",", "")) == sum(map(len, keys.values()))
+    assert main(["report", str(out), "--version", "3", "--out", str(tmp_path / "x.html")]) == 2
