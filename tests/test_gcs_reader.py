@@ -414,3 +414,28 @@ def test_gs_snippet_runs_against_the_emulator(remote, tmp_path, number):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip(), "every snippet prints what it read"
     assert any((tmp_path / "segprep" / "shards" / "objects").iterdir())  # the default cache
+
+
+def test_an_array_record_output_over_gs(gcs, sample_dataset, tmp_path):  # noqa: F811
+    """The cache sits under the record-format adapter: ArrayRecord shards are read from
+    their cached copies as TFRecord ones are."""
+    from tests.helpers.process_tree import SEGPREP
+    from tests.helpers.runs import job_args
+
+    out = tmp_path / "out"
+    args = job_args(sample_dataset, out, "--num_shards", "2", "--record_format", "array_record")
+    done = subprocess.run(
+        [*SEGPREP, "prepare", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    url = upload(gcs, out, "array")
+    here = RecordSource(out, "train")
+    there = RecordSource(url, "train", cache_dir=tmp_path / "cache", cache_limit_bytes=10 << 20)
+    assert there.record_format == "array_record" and len(there) == len(here)
+    for index in range(len(here)):
+        assert there[index]["key"] == here[index]["key"]
+        assert np.array_equal(there[index]["mask"], here[index]["mask"])
+    assert len(list((tmp_path / "cache" / "objects").iterdir())) == len(there.shard_sizes)
