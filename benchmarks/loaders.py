@@ -16,6 +16,12 @@ batches of 8 uint8 images and masks:
 - decode-only limits: decoding in-memory record bytes with nothing else, in tf.data
   (parallel map, as benchmarks/reader.py) and with simplejpeg in 2 processes (what the
   PyTorch and Grain loaders decode with)
+- PyTorch with num_workers=1 and 0: what the worker default should be on a small host
+- per-sample joint augmentation (random resized crop to AUG_SIZE, flip, rotation with mask
+  fill 255; torchvision v2 when installed, else tests/helpers/augment.py's hand-written
+  transform of the same semantics): make_loader(transform=) in 2 workers, the same in the
+  main process (num_workers=0), and a plain torch Dataset over the original image and .mat
+  mask files with the same transform in 2 DataLoader workers
 
 Each trial of each contender runs in a fresh child process: warm-up batches first (workers
 started, buffers filled), then `--records` records timed. Trials are interleaved (the order
@@ -42,6 +48,10 @@ BATCH = 8
 WARMUP_BATCHES = 20
 NUM_SHARDS = 16
 BASELINE = "tf.data uint8"
+AUG_SIZE = (384, 288)
+AUG_WORKERS = "PyTorch + per-sample augment, transform= in 2 workers"
+AUG_MAIN = "PyTorch + per-sample augment, in the main process"
+AUG_FILES = "plain Dataset over the original files + augment, 2 workers"
 CONTENDERS = (
     BASELINE,
     "PyTorch, num_workers=2",
@@ -49,6 +59,11 @@ CONTENDERS = (
     "Grain, in-process",
     "decode-only limit, tf.data",
     "decode-only limit, simplejpeg x2 processes",
+    "PyTorch, num_workers=1",
+    "PyTorch, num_workers=0",
+    AUG_WORKERS,
+    AUG_MAIN,
+    AUG_FILES,
 )
 
 
@@ -119,10 +134,13 @@ def batches(name: str, data_dir: str):
 
         dataset = shard_reader.make_dataset(data_dir, "train", BATCH, repeat=True, dtype=tf.uint8)
         return iter(dataset)
+    if name in (AUG_WORKERS, AUG_MAIN, AUG_FILES):
+        return _augmented(name, data_dir)
     if name.startswith("PyTorch"):
         from shard_reader.torch import make_loader
 
-        loader = make_loader(data_dir, "train", BATCH, num_workers=2)
+        workers = int(name.rsplit("=", 1)[1])
+        loader = make_loader(data_dir, "train", BATCH, num_workers=workers)
 
         def endless():
             epoch = 0
@@ -169,6 +187,77 @@ def batches(name: str, data_dir: str):
 
         return endless()
     raise ValueError(name)
+
+
+class _FilesDataset:
+    """What one writes without segprep: the original image and .mat mask files, decoded
+    with Pillow and the project's mask reader, one sample per item."""
+
+    def __init__(self, sample_dir: Path, transform) -> None:
+        self.images = sorted((sample_dir / "images").glob("*.jpg"))
+        self.masks = sample_dir / "masks"
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int):
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        from transforms.codecs.mask import load_mask
+
+        path = self.images[index]
+        mask_path = self.masks / f"{path.stem}_mask.mat"
+        try:
+            mask = load_mask(mask_path.read_bytes(), mask_path.name)
+            image = np.asarray(Image.open(path).convert("RGB"))
+        except Exception:  # noqa: BLE001 - the sample's broken entries: skipped as segprep does
+            return None
+        if image.shape[:2] != mask.shape:
+            return None
+        sample = {
+            "image": torch.from_numpy(image.copy()).permute(2, 0, 1),
+            "mask": torch.from_numpy((mask > 0).astype(np.uint8))[None],
+        }
+        return self.transform(sample)
+
+
+def _collate_present(samples):
+    import torch
+
+    kept = [sample for sample in samples if sample is not None]
+    return torch.stack([s["image"] for s in kept]), torch.stack([s["mask"] for s in kept])
+
+
+def _augmented(name: str, data_dir: str):
+    """Endless batches with per-sample joint augmentation (see the module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import torch
+
+    from tests.helpers.augment import joint_augment
+
+    transform = joint_augment(AUG_SIZE)
+    if name == AUG_FILES:
+        dataset = _FilesDataset(Path(data_dir).parent / "sample", transform)
+        loader = torch.utils.data.DataLoader(
+            dataset, BATCH, shuffle=True, num_workers=2, collate_fn=_collate_present,
+            persistent_workers=True,
+        )  # fmt: skip
+    else:
+        from shard_reader.torch import make_loader
+
+        workers = 2 if name == AUG_WORKERS else 0
+        loader = make_loader(data_dir, "train", BATCH, num_workers=workers, transform=transform)
+
+    def endless():
+        for epoch in itertools.count():
+            if hasattr(loader, "set_epoch"):
+                loader.set_epoch(epoch)
+            yield from loader
+
+    return endless()
 
 
 def _tree_cpu() -> float:

@@ -2,11 +2,15 @@
 
     .venv/bin/python examples/train_torch.py build/output [--steps 20] [--batch_size 8]
 
+The loss follows metadata.json: for a class-id output (`--mask_type classes`) the network
+predicts one channel per class and trains with CrossEntropyLoss, ignoring the ignore index
+and weighting classes by the train split's median-frequency weights; for binary masks it
+predicts one channel and trains with BCEWithLogitsLoss.
+
 The output needs its record index (`segprep index build/output` for an output written
 before it existed). Halfway through, the loader's state is saved and a new loader resumes
 from it, as after a preemption: training goes on with the batches the first loader would
-have given. For several processes, pass rank and world_size to make_loader (one per
-torch.distributed process); each rank then gets its own equal, disjoint part.
+have given. For several processes see examples/train_torch_ddp.py (torchrun).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import argparse
 import torch
 from torch import nn
 
+from shard_reader import load_classes, load_metadata
 from shard_reader.torch import make_loader
 
 
-def tiny_unet() -> nn.Module:
+def tiny_unet(outputs: int = 1) -> nn.Module:
     """Two convolutions down, one up: enough to see the loss fall on the sample data."""
     return nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1),
@@ -28,8 +33,30 @@ def tiny_unet() -> nn.Module:
         nn.ReLU(),
         nn.ConvTranspose2d(16, 8, 2, stride=2),
         nn.ReLU(),
-        nn.Conv2d(8, 1, 1),
+        nn.Conv2d(8, outputs, 1),
     )
+
+
+class Task:
+    """The model's outputs and the loss, as metadata.json describes the masks."""
+
+    def __init__(self, data_dir: str) -> None:
+        # metadata.json's "classes" section is there only for a class-id output.
+        classes = load_classes(data_dir) if "classes" in load_metadata(data_dir) else None
+        self.classes = classes
+        if classes is None:  # 0/1 masks: one logit per pixel
+            self.outputs = 1
+            self.loss = nn.BCEWithLogitsLoss()
+        else:  # class ids: one logit per class; the ignore index never counts
+            self.outputs = classes.num_classes
+            weights = torch.tensor(classes.weights("train"), dtype=torch.float32)
+            self.loss = nn.CrossEntropyLoss(ignore_index=classes.ignore_index, weight=weights)
+
+    def target(self, masks: torch.Tensor) -> torch.Tensor:
+        """Loader masks [B,1,H,W] -> what the loss takes."""
+        if self.classes is None:
+            return masks.float()
+        return masks[:, 0].long()  # [B,H,W] class ids, ignore index included
 
 
 def main() -> None:
@@ -38,16 +65,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--image_size", type=int, nargs=2, default=(128, 96), metavar=("H", "W"))
+    parser.add_argument("--num_workers", type=int, default=2)
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = tiny_unet()
+    task = Task(args.data_dir)
+    model = tiny_unet(task.outputs)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    loss_fn = nn.BCEWithLogitsLoss()
 
     def loader():
         return make_loader(
-            args.data_dir, "train", args.batch_size, num_workers=2, image_size=args.image_size
+            args.data_dir,
+            "train",
+            args.batch_size,
+            num_workers=args.num_workers,
+            image_size=args.image_size,
         )
 
     train, epoch, step, state = loader(), 0, 0, None
@@ -61,9 +93,9 @@ def main() -> None:
             train.set_epoch(epoch)
             batches = iter(train)
             continue
-        # uint8 0..255 and 0/1 from the loader; the model wants floats.
+        # uint8 0..255 from the loader; the model wants floats.
         logits = model(images.float() / 255.0)
-        loss = loss_fn(logits, masks.float())
+        loss = task.loss(logits, task.target(masks))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

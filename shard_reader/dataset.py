@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from shard_reader import cache_dir, sharding
+from shard_reader import cache_dir, resizing, sharding
 from shard_reader.cache_dir import CacheBusyError as CacheBusyError  # re-exported
 from shard_reader.cache_dir import CacheMismatchError as CacheMismatchError  # re-exported
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
@@ -122,7 +122,8 @@ def make_dataset(
     with_keys: bool = False,
     dtype: tf.DType = tf.float32,
     cache: CacheSetting = None,
-    image_size: Size | None = None,
+    image_size: int | Size | None = None,
+    resize: str = resizing.STRETCH,
     version: int | None = None,
 ) -> tf.data.Dataset:
     """Batches of (image, mask) or (image, mask, key) from one split of a segprep output.
@@ -148,7 +149,8 @@ def make_dataset(
         split and differ by at most one record (see shard_reader.sharding).
     augment: `f(image, mask) -> (image, mask)` on one example (as above, in `dtype`), applied
         to both together so they stay aligned; runs in the parallel map, in TF ops only,
-        afresh every epoch (also with a cache, which holds the pixels before it).
+        afresh every epoch (also with a cache, which holds the pixels before it). It is
+        the tf.data analogue of the PyTorch loader's per-sample `transform`.
     dtype: tf.uint8 yields image 0..255 and mask 0/1 as uint8: a quarter of the bytes, for
         models that cast on the accelerator (TensorFlow's uint8->float32 cast is a scalar
         loop: at 800x600 it costs about half as much CPU as decoding). Class ids keep their
@@ -166,13 +168,18 @@ def make_dataset(
         dataset's digest, each cache file's sha256), checked whenever it is opened: a cache
         copied, planted or changed under that name is refused (CacheMismatchError), never
         served (see shard_reader.cache_dir).
-    image_size: (height, width) of the images and masks returned. JPEGs are decoded at
+    image_size: an int (a square) or (height, width) of the images and masks returned.
+        JPEGs are decoded at
         1/2, 1/4 or 1/8 scale when that still covers the target (libjpeg's scaled IDCT; the
         entropy decoding of every coefficient remains) and area-resized the rest of the way;
         binary masks are scaled the same way and thresholded at half, so they stay exactly
         0/1 and match the image; class-id masks are resized by nearest neighbour only, so
         every id returned is one the stored mask holds. Mixed-size splits pick the scale per
         record and then batch.
+    resize: "stretch" (to exactly image_size) or "fit": the aspect ratio kept, the rest
+        padded, images with 0, class ids with the ignore index (the loss skips it), 0/1
+        masks with 0 (see shard_reader.resizing; the PyTorch and Grain loaders can also
+        return a `valid` mask of the padding). The same pixels as theirs are padded.
     version: read exactly the records of this version of a dataset that grew (`segprep
         prepare --append`), in the order they had when it was the latest (same seed, same
         order); None: the latest version.
@@ -183,6 +190,7 @@ def make_dataset(
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
     image_size = _check_image_size(image_size)
+    resize = resizing.resize_arg(resize, image_size)
     info = load_split(data_dir, split, version)
     if not record_formats.get(info.record_format).tf_data:
         raise ValueError(
@@ -200,14 +208,16 @@ def make_dataset(
     part = sharding.part_sizes(info.num_examples, pipeline[0])[pipeline[1]]
     size = image_size or info.image_shape
     pixel_bytes = IMAGE_BYTES_PER_PIXEL + _mask_bytes(info)
+    # A fitted cache holds other pixels than a stretched one of the same size.
+    cache_size = (*size, resize) if image_size is not None and resize != resizing.STRETCH else size
     cache_plan = _plan_cache(
-        cache, data_dir, split, pipeline, part, size, with_keys, pixel_bytes, version
+        cache, data_dir, split, pipeline, part, cache_size, with_keys, pixel_bytes, version
     )
     if deterministic is None:
         deterministic = not training or seed is not None
     records = _records(info, pipeline, training, seed, deterministic)
     decode = make_decoder(
-        info.mask_format, info.image_shape, with_keys, image_size, classes=info.classes
+        info.mask_format, info.image_shape, with_keys, image_size, info.classes, resize
     )
     class_ids = info.classes is not None
     shuffle_seed = None if seed is None else seed + 1
@@ -249,16 +259,8 @@ def make_dataset(
     return dataset.prefetch(AUTOTUNE).with_options(options)
 
 
-def _check_image_size(image_size: Size | None) -> Size | None:
-    if image_size is None:
-        return None
-    try:
-        height, width = (int(side) for side in image_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
-    if height < 1 or width < 1 or (height, width) != tuple(image_size):
-        raise ValueError(f"image_size must be two positive integers, got {image_size!r}")
-    return height, width
+def _check_image_size(image_size: int | Size | None) -> Size | None:
+    return resizing.image_size_arg(image_size)
 
 
 def available_memory() -> tuple[int, str] | None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from shard_reader import resizing
 from transforms.format import features
 from transforms.format.dataset_info import ClassesInfo
 
@@ -71,6 +72,7 @@ def make_decoder(
     with_keys: bool = False,
     image_size: Size | None = None,
     classes: ClassesInfo | None = None,
+    resize: str = resizing.STRETCH,
 ) -> Callable[[tf.Tensor], Decoded]:
     """serialized -> (image uint8 [H,W,3], mask [H,W,1][, key]).
 
@@ -80,23 +82,36 @@ def make_decoder(
     `classes.mask_dtype`. With a uniform `image_shape` the shapes are static and checked
     against the pixels, so a record that disagrees with metadata.json fails loudly instead of
     breaking a batch later. With `image_size` (height, width) both come out at that size,
-    shapes static.
+    shapes static: stretched, or with resize="fit" scaled with the aspect ratio kept and
+    padded (shard_reader.resizing): the image with 0, class ids with the ignore index, a
+    0/1 mask with 0.
     """
     if mask_format not in features.MASK_FORMATS:
         raise ValueError(f"unknown mask format {mask_format!r}")
     mask = _BinaryMask(mask_format) if classes is None else _ClassMask(classes)
     spec = feature_spec(with_keys)
+    fit = image_size is not None and resize == resizing.FIT
     if image_size is None:
         pixels = _full_size(mask, image_shape)
     elif image_shape is None:
-        pixels = _resized_any_size(mask, image_size)
+        pixels = _resized_any_size(mask, image_size, fit)
+    elif fit:
+        inner = resizing.fit_geometry(image_shape, image_size)
+        inner_size = (inner.height, inner.width)
+        if inner_size == tuple(image_shape):
+            pixels = _full_size(mask, image_shape)
+        else:
+            pixels = _resized(mask, image_shape, inner_size)
     else:
         pixels = _resized(mask, image_shape, image_size)
+    mask_fill = 0 if classes is None else classes.ignore_index
 
     def decode(serialized: tf.Tensor) -> Decoded:
         parsed = tf.io.parse_single_example(serialized, spec)
         image, mask_pixels = pixels(parsed[features.IMAGE], parsed[features.MASK])
         values = mask.finish(mask_pixels)
+        if fit:
+            image, values = _pad(image, image_size, 0), _pad(values, image_size, mask_fill)
         return (image, values, parsed[features.KEY]) if with_keys else (image, values)
 
     return decode
@@ -234,16 +249,35 @@ def _resized(mask: _Mask, image_shape: Size, image_size: Size) -> Pixels:
     return pixels
 
 
-def _resized_any_size(mask: _Mask, image_size: Size) -> Pixels:
-    """Sizes vary per record: the ratio is picked per record from the JPEG header."""
+def _fit_inner(stored: tf.Tensor, image_size: Size) -> tf.Tensor:
+    """resizing.fit_geometry's scaled size, in the same integer arithmetic, per record."""
+    height, width = stored[0], stored[1]
+    target_height, target_width = (tf.constant(side, tf.int32) for side in image_size)
+    by_height = tf.stack([target_height, (2 * width * target_height + height) // (2 * height)])
+    by_width = tf.stack([(2 * height * target_width + width) // (2 * width), target_width])
+    inner = tf.where(target_height * width <= target_width * height, by_height, by_width)
+    return tf.clip_by_value(inner, 1, tf.constant(image_size, tf.int32))
+
+
+def _pad(pixels: tf.Tensor, image_size: Size, value: int) -> tf.Tensor:
+    """`pixels` centred in `image_size`, the rest `value` (odd pixels bottom and right)."""
+    missing = tf.constant(image_size, tf.int32) - tf.shape(pixels)[:2]
+    before = missing // 2
+    paddings = tf.stack([before, missing - before], axis=1)
+    paddings = tf.concat([paddings, tf.zeros([1, 2], tf.int32)], axis=0)
+    padded = tf.pad(pixels, paddings, constant_values=tf.cast(value, pixels.dtype))
+    return tf.ensure_shape(padded, [*image_size, pixels.shape[-1]])
+
+
+def _resized_any_size(mask: _Mask, image_size: Size, fit: bool = False) -> Pixels:
+    """Sizes vary per record: the ratio is picked per record from the JPEG header. With
+    `fit`, the target is the record's own scaled size (padded later), not image_size."""
 
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         stored = tf.io.extract_jpeg_shape(image_data)[:2]
+        target = _fit_inner(stored, image_size) if fit else tf.constant(image_size, tf.int32)
         # Ratios that fit form a prefix of DCT_RATIOS (output shrinks as the ratio grows).
-        fits = [
-            tf.reduce_all(-(-stored // ratio) >= tf.constant(image_size, tf.int32))
-            for ratio in DCT_RATIOS[1:]
-        ]
+        fits = [tf.reduce_all(-(-stored // ratio) >= target) for ratio in DCT_RATIOS[1:]]
         index = tf.add_n([tf.cast(fit, tf.int32) for fit in fits])
 
         def by_ratio(decode: Callable[[int], tf.Tensor]) -> tf.Tensor:
@@ -257,6 +291,8 @@ def _resized_any_size(mask: _Mask, image_size: Size) -> Pixels:
             mask_pixels = mask.decode(mask_data)
             mask_stored = tf.shape(mask_pixels)[:2]
         tf.debugging.assert_equal(stored, mask_stored, message="image and mask sizes differ")
+        if fit:  # shapes vary until padded
+            return _to_uint8(_area(image, target)), mask.resize(mask_pixels, target)
         image = tf.ensure_shape(_to_uint8(_area(image, image_size)), [*image_size, 3])
         return image, tf.ensure_shape(mask.resize(mask_pixels, image_size), [*image_size, 1])
 

@@ -37,7 +37,7 @@ import threading
 import grain
 import numpy as np
 
-from shard_reader import read_order, remote_cache
+from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.source import RecordSource, usable_cores
 
 
@@ -52,11 +52,15 @@ def make_loader(
     shard_options: grain.sharding.ShardOptions | None = None,
     drop_remainder: bool = False,
     worker_count: int = 0,
-    image_size: tuple[int, int] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    resize: str = resizing.STRETCH,
+    with_valid: bool = False,
+    transform: samples.Transform | None = None,
+    sample_format: str = samples.NUMPY_FORMAT,
+    version: int | None = None,
     window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     cache_dir: str | os.PathLike | None = None,
     cache_limit_bytes: int | None = None,
-    version: int | None = None,
 ) -> grain.IterDataset:
     """A Grain IterDataset of batches; `iter()` it for a checkpointable iterator.
 
@@ -65,16 +69,25 @@ def make_loader(
         remainder is always dropped so that parts are equal; see the module docstring).
     worker_count: processes that read and decode (grain's mp_prefetch); 0: threads in this
         process, one per core (simplejpeg decodes without holding the GIL).
-    image_size: (height, width) to resize to; needed for batches when sizes differ.
+    image_size: an int (square) or (height, width) to resize to; needed for batches when
+        sizes differ. resize: "stretch" or "fit" (aspect kept, padded; see
+        shard_reader.resizing); with_valid adds "valid" [B,H,W,1], 0 on the padding.
+    transform: f(sample) -> sample per record before batching, with its own random state
+        from (seed, epoch, record) (see shard_reader.samples); sample_format "numpy" (HWC
+        arrays, as albumentations takes; the default here) or "torch". Outputs are stacked
+        into the batch, so they must share one shape.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     shuffle: True, a global permutation per epoch; "window", shards permuted and the
         records of each window of `window_shards` shards permuted; False, shard order.
     cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
         ~/.cache/segprep/shards and min(64 GiB, half its free space)).
-    version: read exactly the records of this version of a dataset that grew (`segprep
-        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    size = resizing.image_size_arg(image_size)
+    resize = resizing.resize_arg(resize, size)
+    samples.check_format(sample_format)
     read_order.check_shuffle(shuffle, window_shards)
     source = RecordSource(
         data_dir,
@@ -83,7 +96,12 @@ def make_loader(
         cache_dir=cache_dir,
         cache_limit_bytes=cache_limit_bytes,
     )
-    if source.image_shape is None and image_size is None and batch_size > 1:
+    if len(source) == 0:
+        raise ValueError(
+            f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
+            "(no input was assigned to it, or every one was rejected: see rejects.jsonl)"
+        )
+    if source.image_shape is None and size is None and batch_size > 1 and transform is None:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "
             "pass image_size=(height, width), or batch_size=1"
@@ -91,7 +109,10 @@ def make_loader(
     shard_options = shard_options or grain.sharding.NoSharding()
     index, count = shard_options.shard_index, shard_options.shard_count
     if count > len(source):
-        raise ValueError(f"{count} processes for {len(source)} records: some would get none")
+        raise ValueError(
+            f"{count} processes for the {len(source)} records of split {split!r}: "
+            "some would get none"
+        )
     # Record numbers are shuffled, split and batched; each batch is then read straight into
     # its arrays (RecordSource.read_batch), not stacked from per-record arrays (a copy).
     end = len(source) // count * count
@@ -109,23 +130,43 @@ def make_loader(
         # Slicing keeps the epoch in the index, so the shuffle still draws a new order per
         # epoch.
         dataset = dataset[index:end:count]
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).repeat(num_epochs)
-    # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
-    # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
-    # this process, or one per worker process, each with two batches ahead.
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        per_epoch = len(dataset)
+        dataset = dataset.repeat(num_epochs)
     threads = usable_cores() if worker_count == 0 else 1
     if source.cache is not None:
         readers = threads * max(1, worker_count)
         source.cache.check_limit([shard.size for shard in source.remote_shards()], readers)
-    size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
-    prefetch = _Prefetch(source, dataset) if source.cache is not None else None
-    read = functools.partial(_read, source=source, image_size=size, prefetch=prefetch)
-    dataset = dataset.map_with_index(read)
+        dataset = dataset.map_with_index(_Prefetch(source, dataset))
+    if transform is None:
+        read = functools.partial(
+            _read, source=source, image_size=size, resize=resize, valid=with_valid
+        )
+        dataset = dataset.map(read)
+    else:
+        made = _Transformed(source, size, resize, with_valid, transform, sample_format, seed)
+        made.per_epoch = per_epoch
+        dataset = dataset.map_with_index(made)
+    # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
+    # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
+    # this process, or one per worker process, each with two batches ahead.
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
     iterable = dataset.to_iter_dataset(options)
     if worker_count > 0:
         iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
     return iterable
+
+
+def _read(
+    indices: np.ndarray,
+    *,
+    source: RecordSource,
+    image_size: tuple[int, int] | None,
+    resize: str,
+    valid: bool,
+):
+    batch = source.read_batch(indices.tolist(), image_size=image_size, resize=resize, valid=valid)
+    return {**batch, "key": np.array(batch["key"])}
 
 
 class _WindowOrder:
@@ -153,8 +194,9 @@ _PREFETCH_LOCK = threading.Lock()
 
 
 class _Prefetch:
-    """Per reading process: a remote_cache.Prefetcher over the batches of `steps`, started on
-    the first read and moved along by each read's step (Grain reads a few steps ahead)."""
+    """(step, record numbers) -> the same record numbers, moving this process's
+    remote_cache.Prefetcher along: it starts on the first batch read here and fetches the
+    shards of the steps ahead of it (Grain reads a few steps ahead)."""
 
     def __init__(self, source: RecordSource, steps: grain.MapDataset) -> None:
         self.source, self.steps = source, steps
@@ -164,7 +206,7 @@ class _Prefetch:
     def __getstate__(self):
         return {**self.__dict__, "_prefetcher": None, "_pid": None}
 
-    def advance(self, step: int) -> None:
+    def __call__(self, step: int, indices: np.ndarray) -> np.ndarray:
         with _PREFETCH_LOCK:  # reader threads arrive together at the first batch
             if self._pid != os.getpid():
                 self._pid = os.getpid()
@@ -174,6 +216,7 @@ class _Prefetch:
                     _Steps(self.source, self.steps),
                 )
         self._prefetcher.advance(step)
+        return indices
 
 
 class _Steps:
@@ -189,15 +232,46 @@ class _Steps:
         return list(dict.fromkeys(self.source.shard_of(self.steps[step]).tolist()))
 
 
-def _read(
-    step: int,
-    indices: np.ndarray,
-    *,
-    source: RecordSource,
-    image_size: tuple[int, int] | None,
-    prefetch: _Prefetch | None,
-):
-    if prefetch is not None:
-        prefetch.advance(step)
-    batch = source.read_batch(indices.tolist(), image_size=image_size)
-    return {**batch, "key": np.array(batch["key"])}
+class _Transformed:
+    """Batches of transformed samples: each record read, sized, transformed, then stacked."""
+
+    def __init__(self, source, image_size, resize, with_valid, transform, sample_format, seed):
+        self.source, self.image_size, self.resize = source, image_size, resize
+        self.with_valid, self.transform = with_valid, transform
+        self.torch_form, self.seed = sample_format == samples.TORCH_FORMAT, seed
+
+    per_epoch = 1  # batches in an epoch
+
+    def __call__(self, position: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+        # The batch's place in the repeated dataset tells its epoch (batches never span two).
+        epoch = position // self.per_epoch
+        made = [self._sample(int(index), epoch) for index in indices]
+        names = ["image", "mask"] + (["valid"] if self.with_valid else [])
+        batch = {}
+        for name in names:
+            values = [self._hwc(sample[name]) for sample in made]
+            if len({value.shape for value in values}) > 1:
+                raise ValueError(
+                    f"transformed samples' {name}s differ in shape: make the transform give "
+                    "one size (e.g. end with a crop or resize)"
+                )
+            batch[name] = np.stack(values)
+        batch["key"] = np.array([sample["key"] for sample in made])
+        return batch
+
+    def _sample(self, index: int, epoch: int) -> dict:
+        item = self.source.read_sized(index, self.image_size, self.resize)
+        if not self.with_valid:
+            item.pop("valid", None)
+        elif "valid" not in item:
+            item["valid"] = np.ones_like(item["mask"], np.uint8)
+        if self.torch_form:  # only this form needs torch
+            from shard_reader.torch import torch_form
+
+            item = torch_form(item)
+        return samples.apply(self.transform, item, samples.sample_seed(self.seed, epoch, index))
+
+    def _hwc(self, value) -> np.ndarray:
+        if self.torch_form:
+            return np.asarray(value).transpose(1, 2, 0)
+        return np.asarray(value)

@@ -42,7 +42,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from shard_reader import remote_cache
+from shard_reader import remote_cache, resizing
 from transforms.files import TooLargeError, read_bounded
 from transforms.format import dataset_info, features, record_formats, record_index
 from transforms.format import example_schema as tf_example
@@ -197,38 +197,69 @@ class RecordSource:
         self,
         indices: Sequence[int],
         *,
-        image_size: tuple[int, int] | None = None,
+        image_size: int | tuple[int, int] | None = None,
         out: tuple[np.ndarray, np.ndarray] | None = None,
+        resize: str = resizing.STRETCH,
+        valid: bool = False,
     ) -> dict[str, Any]:
         """{"image": uint8 [B,H,W,3], "mask": [B,H,W,1], "key": [B]} of `indices`.
 
         Each record is decoded straight into its row (no stacking copy): into `out` (images,
-        masks) when given, such as shared memory, else into new arrays. image_size resizes
-        every record to (height, width); without it the split's records must share one size
-        (metadata image_shape), or the batch hold a single record. The masks are 0/1 uint8,
-        or class ids in `mask_dtype`.
+        masks) when given, such as shared memory, else into new arrays. image_size (an int
+        or (height, width)) resizes every record to that size, by `resize` ("stretch" or
+        "fit": see shard_reader.resizing); without it the split's records must share one
+        size (metadata image_shape), or the batch hold a single record. The masks are 0/1
+        uint8, or class ids in `mask_dtype`. With `valid`, "valid" is added: uint8
+        [B,H,W,1], 0 on the padding of resize="fit", else 1.
         """
+        image_size = resizing.image_size_arg(image_size)
+        resize = resizing.resize_arg(resize, image_size)
         shape = image_size or self.image_shape
         if shape is None:
             if len(indices) != 1:
                 raise ValueError(f"records of split {self.split!r} differ in size: one per batch")
             item = self[indices[0]]
-            return {"image": item["image"][None], "mask": item["mask"][None], "key": [item["key"]]}
+            batch = {"image": item["image"][None], "mask": item["mask"][None], "key": [item["key"]]}
+            if valid:
+                batch["valid"] = np.ones_like(item["mask"], np.uint8)[None]
+            return batch
         if out is None:
             out = (
                 np.empty((len(indices), *shape, 3), np.uint8),
                 np.empty((len(indices), *shape, 1), self.mask_dtype),
             )
         images, masks = out
+        valids = np.ones((len(indices), *shape, 1), np.uint8) if valid else None
         keys = []
         for row, index in enumerate(indices):
             if image_size is None:
                 keys.append(self.read_into(index, images[row], masks[row]))
             else:
-                item = resize_example(self[index], image_size, self.classes is not None)
+                item = self.read_sized(index, image_size, resize)
                 images[row], masks[row] = item["image"], item["mask"]
+                if valids is not None and "valid" in item:
+                    valids[row] = item["valid"]
                 keys.append(item["key"])
-        return {"image": images, "mask": masks, "key": keys}
+        batch = {"image": images, "mask": masks, "key": keys}
+        if valids is not None:
+            batch["valid"] = valids
+        return batch
+
+    def read_sized(
+        self,
+        index: int,
+        image_size: int | tuple[int, int] | None,
+        resize: str = resizing.STRETCH,
+    ) -> dict[str, Any]:
+        """Record `index` at `image_size` (as read_batch); with resize="fit" it also has
+        "valid", uint8 HxWx1: 1 on the record's pixels, 0 on the padding."""
+        image_size = resizing.image_size_arg(image_size)
+        item = self[index]
+        if image_size is None:
+            return item
+        if resizing.resize_arg(resize, image_size) == resizing.STRETCH:
+            return resize_example(item, image_size, self.classes is not None)
+        return fit_example(item, image_size, self.classes)
 
     def index_of(self, key: str) -> int:
         """The split's record index holding `key` (from the key table, read on first use).
@@ -491,3 +522,20 @@ def resize_example(
         return {**item, "image": image, "mask": item["mask"][rows][:, columns]}
     mask = Image.fromarray(item["mask"][..., 0]).resize((width, height), Image.NEAREST)
     return {**item, "image": image, "mask": np.asarray(mask)[..., None]}
+
+
+def fit_example(
+    item: dict[str, Any], size: tuple[int, int], classes: ClassesInfo | None = None
+) -> dict[str, Any]:
+    """`item` scaled into (height, width) with its aspect ratio kept and padded (see
+    shard_reader.resizing): image with 0, class ids with the ignore index, a 0/1 mask with
+    0; "valid" marks the record's pixels."""
+    fit = resizing.fit_geometry(item["image"].shape[:2], size)
+    scaled = resize_example(item, (fit.height, fit.width), classes is not None)
+    pad = 0 if classes is None else classes.ignore_index
+    return {
+        **scaled,
+        "image": resizing.pad_into(scaled["image"], fit, size, 0),
+        "mask": resizing.pad_into(scaled["mask"], fit, size, pad),
+        "valid": resizing.valid_mask(fit, size),
+    }

@@ -1,6 +1,6 @@
 """PyTorch: batches of a segprep split with a global shuffle, equal rank parts and exact resume.
 
-    loader = make_loader("build/output", "train", 8, rank=rank, world_size=world_size)
+    loader = make_loader("build/output", "train", 8)  # ranks from torch.distributed
     for epoch in range(start_epoch, epochs):
         loader.set_epoch(epoch)
         for images, masks in loader:        # uint8 [B,3,H,W] and [B,1,H,W] of 0/1 (*)
@@ -14,6 +14,12 @@ shard_reader.load_classes).
 Built on torch.utils.data: a map-style dataset over shard_reader.source.RecordSource (one
 pread per record, no TensorFlow) and a batch sampler that walks a permutation of the
 split's record numbers drawn from (seed, epoch), so the shuffle is global without a buffer.
+Without a transform, workers decode each batch straight into shared-memory buffers
+(shard_reader.batch_ring); with one, each record is decoded, transformed under its own
+seed (shard_reader.samples) and the batch stacked, in the worker.
+
+Under torch.distributed, rank and world_size come from the process group and the worker
+count from torchrun's LOCAL_WORLD_SIZE (shard_reader.ranks).
 
 Rank parts: the epoch's order is dealt out round-robin, record j to rank j % world_size.
 Every rank gets the same number of records, floor(remaining / world_size): the last
@@ -23,6 +29,8 @@ a batch that never comes. Dealing round-robin makes what all ranks have consumed
 steps a prefix of the order; a state_dict() records that prefix's length, which is why it
 restores exactly with any number of workers, and with a different world_size too (the
 new ranks deal out the rest of the order; with a batch size that changed as well).
+For evaluation, uneven_ranks=True deals out the whole order instead: every record once,
+ranks differing by at most one record.
 
 gs:// outputs are read through a bounded local cache of whole, sha256-checked shards
 (cache_dir=, cache_limit_bytes=; shard_reader/remote_cache.py), prefetched in the order
@@ -32,22 +40,21 @@ this rank will read them. shuffle="window" reads a window of shards at a time
 
 from __future__ import annotations
 
+import functools
 import os
-import time
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.utils.data
 
-from shard_reader import read_order, remote_cache
-from shard_reader.source import RecordSource, usable_cores
+from shard_reader import read_order, remote_cache, resizing, samples
+from shard_reader.batch_ring import Ring, Ringed
+from shard_reader.ranks import default_num_workers, resolve_ranks
+from shard_reader.source import RecordSource
 
 STATE_VERSION = 1
-# RecordSource's mask dtypes: 0/1 and 8-bit class ids, 16-bit class ids widened.
-_TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int32): torch.int32}
 
 
 def epoch_order(
@@ -62,80 +69,101 @@ def epoch_order(
     return read_order.epoch_order(num_records, seed, epoch, shuffle, shard_sizes, window_shards)
 
 
-def rank_part(order: np.ndarray, start: int, rank: int, world_size: int) -> np.ndarray:
-    """Records rank `rank` reads of `order[start:]`: every world_size-th, equal counts."""
+def rank_part(
+    order: np.ndarray, start: int, rank: int, world_size: int, uneven: bool = False
+) -> np.ndarray:
+    """Records rank `rank` reads of `order[start:]`: every world_size-th, equal counts (or
+    with `uneven`, all of them: counts differ by at most one)."""
     rest = order[start:]
+    if uneven:
+        return rest[rank::world_size]
     per_rank = len(rest) // world_size
     return rest[: per_rank * world_size][rank::world_size]
 
 
-class _Ringed(NamedTuple):
-    """A worker's batch, left in slot `slot` of its part of the ring: only this is pickled."""
+class _Indices(list):
+    """A batch of record numbers, with the epoch its transforms draw for."""
 
-    worker: int
-    slot: int
+    epoch = 0
+
+
+class _Collated(NamedTuple):
+    """A batch made per sample in a worker: `size` records, `value` what collate made."""
+
     size: int
-    keys: list[str]
+    value: Any
 
 
-class _Ring:
-    """Batch buffers in shared memory, reused once the batch handed out from them is gone.
+def _plain(value: Any) -> torch.Tensor:
+    """A CHW tensor (a tv_tensor made plain, so batches are ordinary tensors)."""
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(np.ascontiguousarray(value)).permute(2, 0, 1)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"a transformed sample holds a {type(value).__name__}, not a tensor")
+    return value.as_subclass(torch.Tensor)
 
-    A batch in fresh shared memory costs a page fault and a zeroed page per 4 KB: measured
-    here, decoding into fresh shared memory ran at 60 % of the rate of decoding into reused
-    memory, and copying each batch out in the main process cost another tenth. So a worker
-    decodes into a free slot of its own, and the main process hands out tensors over that
-    slot itself; the slot is free again when the last reference to them is dropped (a
-    finalizer on the arrays under them). A slot is never written while anything can still
-    see it. A worker that finds none free within GRACE_SECONDS (the caller keeps batches)
-    decodes into fresh memory instead of waiting: slower, never stuck.
+
+def default_collate(samples: list[dict[str, Any]]) -> tuple:
+    """(images, masks[, valid], keys) stacked from samples of one shape.
+
+    Samples whose shapes differ (a transform that crops to random sizes) cannot be stacked:
+    pass collate_fn= to combine them another way (pad, or return lists).
     """
-
-    GRACE_SECONDS = 0.05
-
-    def __init__(
-        self, workers: int, slots: int, batch: int, shape: tuple[int, int], mask_dtype: np.dtype
-    ) -> None:
-        self.images = torch.empty((workers, slots, batch, *shape, 3), dtype=torch.uint8)
-        self.masks = torch.empty((workers, slots, batch, *shape, 1), dtype=_TORCH[mask_dtype])
-        self.busy = torch.zeros((workers, slots, 2), dtype=torch.int32)  # images, masks held
-        for tensor in (self.images, self.masks, self.busy):
-            tensor.share_memory_()
-
-    def acquire(self, worker: int) -> int | None:
-        """In a worker: a slot nobody holds, or None after GRACE_SECONDS."""
-        busy = self.busy.numpy()[worker]
-        deadline = time.monotonic() + self.GRACE_SECONDS
-        while True:
-            free = np.flatnonzero(~busy.any(axis=1))
-            if free.size:
-                busy[free[0]] = 1
-                return int(free[0])
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.0005)
-
-    def hand_over(self, batch: _Ringed) -> tuple[torch.Tensor, torch.Tensor]:
-        """In the main process: tensors over the slot; it is freed when they are gone."""
-        busy = self.busy.numpy()
-        where = (batch.worker, batch.slot, slice(0, batch.size))
-        images, masks = self.images.numpy()[where], self.masks.numpy()[where]
-        for flag, array in enumerate((images, masks)):
-            weakref.finalize(array, _release, busy, batch.worker, batch.slot, flag)
-        return torch.from_numpy(images), torch.from_numpy(masks)
+    names = ["image", "mask"] + (["valid"] if "valid" in samples[0] else [])
+    stacked = []
+    for name in names:
+        values = [_plain(sample[name]) for sample in samples]
+        shapes = {tuple(value.shape) for value in values}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"transformed samples' {name}s differ in shape ({sorted(shapes)}): make the "
+                "transform give one size (e.g. end with a crop or resize), or pass collate_fn= "
+                "that combines samples of different shapes"
+            )
+        stacked.append(_stack(values))
+    return (*stacked, [sample["key"] for sample in samples])
 
 
-def _release(busy: np.ndarray, worker: int, slot: int, flag: int) -> None:
-    busy[worker, slot, flag] = 0
+def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """[B,C,H,W] of CHW tensors, by numpy: torch.stack measured 10-300x slower here for
+    uint8 images (a strided, threaded copy). Views of HWC arrays (untransformed samples, or
+    a transform that kept them so) are stacked as HWC, and stay channels_last in memory as
+    the loader's other batches."""
+    if all(value.permute(1, 2, 0).is_contiguous() for value in values):
+        hwc = np.stack([value.permute(1, 2, 0).numpy() for value in values])
+        return torch.from_numpy(hwc).permute(0, 3, 1, 2)
+    return torch.from_numpy(np.stack([value.numpy() for value in values]))
 
 
 class _Records(torch.utils.data.Dataset):
-    """RecordSource as batches: __getitems__ decodes a whole batch into its tensors."""
+    """RecordSource as batches: __getitems__ decodes a whole batch into its tensors.
 
-    def __init__(self, source: RecordSource, image_size: tuple[int, int] | None) -> None:
+    `loader.dataset` is this: dataset[i] is record i as a sample in the loader's
+    sample_format (see shard_reader.samples), transformed (with epoch 0's draws) when the
+    loader has a transform.
+    """
+
+    def __init__(
+        self,
+        source: RecordSource,
+        image_size: tuple[int, int] | None,
+        resize: str,
+        with_valid: bool,
+        transform: samples.Transform | None,
+        sample_format: str,
+        collate_fn: Callable[[list], Any] | None,
+        seed: int,
+    ) -> None:
         self.source = source
-        self.image_size = image_size
-        self.ring: _Ring | None = None  # set for each pass with worker processes
+        self.image_size, self.resize, self.with_valid = image_size, resize, with_valid
+        self.transform, self.sample_format = transform, sample_format
+        self.collate_fn, self.seed = collate_fn, seed
+        self.ring: Ring | None = None  # set before the first pass with worker processes
+
+    @property
+    def per_sample(self) -> bool:
+        """Samples are made one by one (transform or collate_fn), not decoded into a batch."""
+        return self.transform is not None or self.collate_fn is not None
 
     @property
     def shape(self) -> tuple[int, int] | None:
@@ -145,8 +173,27 @@ class _Records(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitems__(self, indices: Sequence[int]) -> tuple | _Ringed:
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self._sample(int(index), 0)
+
+    def _sample(self, index: int, epoch: int) -> dict[str, Any]:
+        item = self.source.read_sized(index, self.image_size, self.resize)
+        if not self.with_valid:
+            item.pop("valid", None)
+        elif "valid" not in item:
+            item["valid"] = np.ones_like(item["mask"], np.uint8)
+        sample = item if self.sample_format == samples.NUMPY_FORMAT else torch_form(item)
+        if self.transform is None:
+            return sample
+        seed = samples.sample_seed(self.seed, epoch, index)
+        return samples.apply(self.transform, sample, seed)
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple | Ringed | _Collated:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""
+        if self.per_sample:
+            epoch = getattr(indices, "epoch", 0)
+            made = [self._sample(int(index), epoch) for index in indices]
+            return _Collated(len(made), (self.collate_fn or default_collate)(made))
         worker = torch.utils.data.get_worker_info()
         slot = None if self.ring is None or worker is None else self.ring.acquire(worker.id)
         if slot is not None:
@@ -154,10 +201,40 @@ class _Records(torch.utils.data.Dataset):
                 self.ring.images[worker.id, slot, : len(indices)].numpy(),
                 self.ring.masks[worker.id, slot, : len(indices)].numpy(),
             )
-            batch = self.source.read_batch(indices, image_size=self.image_size, out=out)
-            return _Ringed(worker.id, slot, len(indices), batch["key"])
-        batch = self.source.read_batch(indices, image_size=self.image_size)
-        return torch.from_numpy(batch["image"]), torch.from_numpy(batch["mask"]), batch["key"]
+            batch = self.source.read_batch(
+                indices, image_size=self.image_size, out=out, resize=self.resize
+            )
+            return Ringed(self.ring.id, worker.id, slot, len(indices), batch["key"])
+        batch = self.source.read_batch(
+            indices, image_size=self.image_size, resize=self.resize, valid=self.with_valid
+        )
+        pixels = [torch.from_numpy(batch["image"]), torch.from_numpy(batch["mask"])]
+        if self.with_valid:
+            pixels.append(torch.from_numpy(batch["valid"]))
+        return (*pixels, batch["key"])
+
+
+def torch_form(item: dict[str, Any]) -> dict[str, Any]:
+    """A RecordSource item in the "torch" sample form: CHW tv_tensors (or plain tensors)."""
+    image_type, mask_type = _tv_types()
+    sample = {
+        "image": image_type(torch.from_numpy(item["image"]).permute(2, 0, 1)),
+        "mask": mask_type(torch.from_numpy(item["mask"]).permute(2, 0, 1)),
+        "key": item["key"],
+    }
+    if "valid" in item:
+        sample["valid"] = mask_type(torch.from_numpy(item["valid"]).permute(2, 0, 1))
+    return sample
+
+
+@functools.cache
+def _tv_types() -> tuple[Callable, Callable]:
+    """tv_tensors.Image and tv_tensors.Mask when torchvision is installed, else identity."""
+    try:
+        from torchvision import tv_tensors
+    except ImportError:
+        return (lambda tensor: tensor), (lambda tensor: tensor)
+    return tv_tensors.Image, tv_tensors.Mask
 
 
 def _as_is(batch: Any) -> Any:
@@ -165,14 +242,20 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-def _batches(part: np.ndarray, size: int, drop_last: bool) -> Iterator[list[int]]:
+def _batches(part: np.ndarray, size: int, drop_last: bool, epoch: int) -> Iterator[_Indices]:
     stop = len(part) - len(part) % size if drop_last else len(part)
     for first in range(0, stop, size):
-        yield part[first : first + size].tolist()
+        batch = _Indices(part[first : first + size].tolist())
+        batch.epoch = epoch
+        yield batch
 
 
 class _BatchSampler(torch.utils.data.Sampler):
-    """This rank's batches of record numbers, from where the loader's pass starts."""
+    """This rank's batches of record numbers, from where the loader's pass starts.
+
+    `loader.sampler` is this: it yields whole batches (lists of record numbers), since the
+    rank part, the epoch's order and the resume position are the loader's, not a sampler's.
+    """
 
     def __init__(self, loader: SegmentationLoader) -> None:
         self.loader = loader
@@ -180,10 +263,15 @@ class _BatchSampler(torch.utils.data.Sampler):
     def __iter__(self) -> Iterator[list[int]]:
         # The part is taken now, when the DataLoader asks, not when the first batch is due.
         loader = self.loader
-        return _batches(loader._part(loader._start), loader.batch_size, loader.drop_last)
+        part = loader._part(loader._start)
+        return _batches(part, loader.batch_size, loader.drop_last, loader._epoch)
 
     def __len__(self) -> int:
-        return self.loader._num_batches(len(self.loader._part(self.loader._start)))
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """As DistributedSampler.set_epoch: the loader's set_epoch."""
+        self.loader.set_epoch(epoch)
 
 
 class SegmentationLoader:
@@ -203,6 +291,15 @@ class SegmentationLoader:
         with_keys: bool,
         image_size: tuple[int, int] | None,
         prefetch_factor: int | None,
+        resize: str = resizing.STRETCH,
+        with_valid: bool = False,
+        transform: samples.Transform | None = None,
+        sample_format: str = samples.TORCH_FORMAT,
+        uneven_ranks: bool = False,
+        collate_fn: Callable[[list], Any] | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
         window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     ) -> None:
         self.source = source
@@ -210,22 +307,50 @@ class SegmentationLoader:
         self.batch_size = batch_size
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
+        self.uneven_ranks = uneven_ranks
         self.drop_last = drop_last
         self.with_keys = with_keys
+        self.pin_memory = pin_memory
         self._workers, self._prefetch = num_workers, prefetch_factor or 2
         self._epoch = 0
         self._resume: int | None = None  # a loaded state's position, for the next pass
         self._start = 0  # records of the epoch's order all ranks had read when this pass began
         self._yielded = 0  # records this rank has yielded in this pass
+        self._running = False  # a pass is under way
+        self._finished = False  # this pass yielded its last batch
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        records = _Records(
+            source, image_size, resize, with_valid, transform, sample_format, collate_fn, seed
+        )
+        self._batch_sampler = _BatchSampler(self)
         self._loader = torch.utils.data.DataLoader(
-            _Records(source, image_size),
-            batch_sampler=_BatchSampler(self),
+            records,
+            batch_sampler=self._batch_sampler,
             num_workers=num_workers,
             collate_fn=_as_is,
-            # Workers start with each pass (a fork, ~0.1 s): each pass has its own ring.
-            persistent_workers=False,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+            worker_init_fn=worker_init_fn,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
         )
+
+    @property
+    def dataset(self) -> torch.utils.data.Dataset:
+        """The map-style dataset the workers read: dataset[i] is record i as a sample."""
+        return self._loader.dataset
+
+    @property
+    def sampler(self) -> _BatchSampler:
+        """This rank's batch sampler (whole batches of record numbers; see _BatchSampler)."""
+        return self._batch_sampler
+
+    batch_sampler = sampler
+
+    @property
+    def dataloader(self) -> torch.utils.data.DataLoader:
+        """The torch.utils.data.DataLoader underneath (its options as passed through)."""
+        return self._loader
 
     def _part(self, start: int) -> np.ndarray:
         order = epoch_order(
@@ -236,7 +361,13 @@ class SegmentationLoader:
             self.source.shard_sizes,
             self.window_shards,
         )
-        return rank_part(order, start, self.rank, self.world_size)
+        return rank_part(order, start, self.rank, self.world_size, self.uneven_ranks)
+
+    def _part_size(self, start: int) -> int:
+        rest = len(self.source) - start
+        if self.uneven_ranks:
+            return len(range(self.rank, rest, self.world_size))
+        return rest // self.world_size
 
     def _num_batches(self, records: int) -> int:
         return records // self.batch_size if self.drop_last else -(-records // self.batch_size)
@@ -249,22 +380,29 @@ class SegmentationLoader:
         """
         if epoch != self._epoch:
             self._epoch, self._resume, self._start, self._yielded = epoch, None, 0, 0
+            self._finished = False
 
     def __len__(self) -> int:
-        """Batches in a full epoch on this rank."""
-        return self._num_batches(len(self.source) // self.world_size)
+        """Batches of the pass under way, or else of the next one: a full epoch on this
+        rank, or what is left of it after load_state_dict (so tqdm and step-based
+        schedulers see the right total)."""
+        start = self._start if self._running else (self._resume or 0)
+        return self._num_batches(self._part_size(start))
 
     def __iter__(self) -> Iterator[tuple]:
         self._start = self._resume or 0
-        self._resume, self._yielded = None, 0
+        self._resume, self._yielded, self._finished = None, 0, False
         records: _Records = self._loader.dataset
-        ring = None
-        if self._workers > 0 and records.shape is not None:
-            slots = self._prefetch + 1
-            ring = _Ring(
-                self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
-            )
-        records.ring = ring  # the workers started by this pass inherit it
+        if records.ring is None and self._workers > 0 and not records.per_sample:
+            if records.shape is not None and not records.with_valid:
+                slots = self._prefetch + 1
+                records.ring = Ring(
+                    self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
+                )
+        ring = records.ring
+        # Pinning needs an accelerator; without one torch's DataLoader skips it too.
+        pin = self.pin_memory and torch.accelerator.is_available()
+        self._running = True
         prefetcher = None
         try:
             batches = iter(self._loader)  # forks the workers first: no lock goes with them
@@ -272,17 +410,28 @@ class SegmentationLoader:
             for step, batch in enumerate(batches):
                 if prefetcher is not None:
                     prefetcher.advance(step)
-                if isinstance(batch, _Ringed):
+                if isinstance(batch, _Collated):
+                    self._yielded += batch.size
+                    if records.collate_fn is not None:
+                        yield batch.value  # the user's collate: as it made it
+                        continue
+                    *pixels, keys = batch.value
+                    yield (*pixels, keys) if self.with_keys else tuple(pixels)
+                    continue
+                if isinstance(batch, Ringed):
                     images, masks = ring.hand_over(batch)
-                    keys = batch.keys
+                    pixels, keys = [images, masks], batch.keys
+                    if pin:
+                        pixels = [tensor.pin_memory() for tensor in pixels]
                 else:
-                    images, masks, keys = batch
-                self._yielded += len(images)
+                    *pixels, keys = batch
+                self._yielded += len(pixels[0])
                 # [B,H,W,C] -> [B,C,H,W]: torch's order, kept channels_last in memory.
-                pair = (images.permute(0, 3, 1, 2), masks.permute(0, 3, 1, 2))
-                yield (*pair, keys) if self.with_keys else pair
+                out = tuple(tensor.permute(0, 3, 1, 2) for tensor in pixels)
+                yield (*out, keys) if self.with_keys else out
+            self._finished = True
         finally:
-            records.ring = None
+            self._running = False
             if prefetcher is not None:
                 prefetcher.stop()
 
@@ -302,8 +451,10 @@ class SegmentationLoader:
         """Position after the batches yielded so far (torchdata StatefulDataLoader style)."""
         if self._resume is not None:
             consumed = self._resume
+        elif self._finished and self.uneven_ranks:
+            consumed = len(self.source)  # the ranks together read every record
         else:
-            consumed = self._start + self._yielded * self.world_size
+            consumed = min(self._start + self._yielded * self.world_size, len(self.source))
         return {
             "version": STATE_VERSION,
             "num_records": len(self.source),
@@ -336,6 +487,7 @@ class SegmentationLoader:
         if not 0 <= consumed <= len(self.source):
             raise ValueError(f"loader state consumed {consumed} outside 0..{len(self.source)}")
         self._epoch, self._resume, self._start, self._yielded = state["epoch"], consumed, 0, 0
+        self._finished = False
 
 
 def make_loader(
@@ -345,39 +497,69 @@ def make_loader(
     *,
     shuffle: bool | str = True,
     seed: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
     num_workers: int | None = None,
     drop_last: bool = False,
     with_keys: bool = False,
-    image_size: tuple[int, int] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    resize: str = resizing.STRETCH,
+    with_valid: bool = False,
+    transform: samples.Transform | None = None,
+    sample_format: str = samples.TORCH_FORMAT,
+    uneven_ranks: bool = False,
+    collate_fn: Callable[[list], Any] | None = None,
+    pin_memory: bool = False,
+    persistent_workers: bool | None = None,
+    worker_init_fn: Callable[[int], None] | None = None,
     prefetch_factor: int | None = 2,
+    version: int | None = None,
     window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     cache_dir: str | os.PathLike | None = None,
     cache_limit_bytes: int | None = None,
-    version: int | None = None,
 ) -> SegmentationLoader:
-    """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, keys])` of one split; mask uint8 0/1,
-    or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
+    """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, valid][, keys])` of one split; mask
+    uint8 0/1, or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
 
     shuffle: a fresh permutation of the whole split each epoch, from (seed, epoch); off,
         records come in shard order; "window": shards permuted, then the records of each
         window of `window_shards` shards (shard_reader/read_order.py: for a gs:// output
         whose cache is smaller than the dataset). Call set_epoch(e) before each epoch.
     rank, world_size: this process's part (see the module docstring for the remainder).
-    num_workers: decoding processes (default: one per usable core); 0 decodes in-process.
+        Left out, they are torch.distributed's when its process group is initialised
+        (else 0 and 1); given and different from the group's, ValueError.
+    uneven_ranks: for evaluation: every record of the split exactly once across the ranks,
+        which may then differ by one record (and one step); off (training), equal steps.
+    num_workers: decoding processes; default: usable cores // LOCAL_WORLD_SIZE (torchrun
+        sets it to the ranks on this host), at least 1; 0 decodes in-process.
     drop_last: drop each rank's last, short batch (equal on every rank either way).
-    image_size: (height, width) to resize to (image bilinear, mask nearest); needed for
-        batches when the split's records differ in size.
+    image_size: an int (square) or (height, width) to resize to (image bilinear, mask
+        nearest); needed for batches when the split's records differ in size.
+    resize: "stretch" (to exactly image_size) or "fit" (aspect kept, padded: images with 0,
+        class ids with the ignore index, 0/1 masks with 0; see shard_reader.resizing).
+    with_valid: add `valid`, uint8 [B,1,H,W]: 0 on fit's padding, 1 elsewhere; multiply a
+        binary mask's per-pixel loss by it so padding never counts as background.
+    transform: f(sample) -> sample, per record in the workers before batching, with its
+        own random state from (seed, epoch, record); see shard_reader.samples for the
+        sample form (sample_format "torch": torchvision v2 tv_tensors; "numpy": HWC arrays,
+        as albumentations takes). Its outputs are stacked, so they must share one shape
+        unless collate_fn combines them.
+    collate_fn: f(list of samples) -> batch, in the workers; the batch is yielded as is.
+    pin_memory, persistent_workers (default: on when num_workers > 0), worker_init_fn,
+    prefetch_factor: as torch.utils.data.DataLoader's.
+    version: read exactly the records of this version of a dataset that grew (`segprep
+        prepare --append`), in the same order for the same seed; None: the latest.
     cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
         ~/.cache/segprep/shards and min(64 GiB, half its free space)); the ranks and jobs of
         one host can share it. The limit must hold (workers + 2) shards.
-    version: read exactly the records of this version of a dataset that grew (`segprep
-        prepare --append`), in the same order for the same seed; None: the latest.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if not 0 <= rank < world_size:
+    image_size = resizing.image_size_arg(image_size)
+    resize = resizing.resize_arg(resize, image_size)
+    samples.check_format(sample_format)
+    rank, world_size = resolve_ranks(rank, world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
     read_order.check_shuffle(shuffle, window_shards)
     source = RecordSource(
@@ -387,16 +569,25 @@ def make_loader(
         cache_dir=cache_dir,
         cache_limit_bytes=cache_limit_bytes,
     )
-    workers = usable_cores() if num_workers is None else num_workers
+    workers = default_num_workers() if num_workers is None else num_workers
     if source.cache is not None:
         source.cache.check_limit([shard.size for shard in source.remote_shards()], max(1, workers))
-    if world_size > len(source):
-        raise ValueError(f"{world_size} ranks for {len(source)} records: some would get none")
-    if source.image_shape is None and image_size is None and batch_size > 1:
+    if len(source) == 0:
         raise ValueError(
-            f"records of split {split!r} differ in size (metadata image_shape is null): "
-            "pass image_size=(height, width), or batch_size=1"
+            f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
+            "(no input was assigned to it, or every one was rejected: see rejects.jsonl)"
         )
+    if world_size > len(source) and not uneven_ranks:
+        raise ValueError(
+            f"{world_size} ranks for the {len(source)} records of split {split!r}: some would "
+            "get none (uneven_ranks=True lets ranks differ, for evaluation)"
+        )
+    if source.image_shape is None and image_size is None and batch_size > 1:
+        if transform is None and collate_fn is None:
+            raise ValueError(
+                f"records of split {split!r} differ in size (metadata image_shape is null): "
+                "pass image_size=(height, width), or batch_size=1"
+            )
     return SegmentationLoader(
         source,
         batch_size,
@@ -407,7 +598,16 @@ def make_loader(
         num_workers=workers,
         drop_last=drop_last,
         with_keys=with_keys,
-        image_size=tuple(image_size) if image_size is not None else None,
+        image_size=image_size,
         prefetch_factor=prefetch_factor,
+        resize=resize,
+        with_valid=with_valid,
+        transform=transform,
+        sample_format=sample_format,
+        uneven_ranks=uneven_ranks,
+        collate_fn=collate_fn,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        worker_init_fn=worker_init_fn,
         window_shards=window_shards,
     )

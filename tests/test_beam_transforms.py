@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -14,12 +15,13 @@ from beam_pipeline.job.commit import AccountingError, CommitOutput
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.job.planning import PlanShards, _SeedKeys
 from beam_pipeline.job.settings import CommitSettings, PlanningSettings, ShardWriterSettings
-from beam_pipeline.job.shard_work import WrittenShard, stage_index
+from beam_pipeline.job.shard_work import WrittenShard, stage_index, staged_digest_rows
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from beam_pipeline.runtime.storage import normalize_dir
 from tests.helpers.images import blob_mask, rgb_jpeg
 from tests.helpers.runs import RUNNER_ARGS
+from transforms.format import digest_table
 from transforms.format.naming import SPLITS
 from transforms.pairing import Layout, Pair, SourceFile
 from transforms.rejects import Reason, Reject
@@ -159,7 +161,7 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
-    assert len(list((tmp_path / "staging" / "index").iterdir())) == 4  # .idx + key rows
+    assert len(list((tmp_path / "staging" / "index").iterdir())) == 6  # .idx, key and digest rows
     assert (tmp_path / "staging" / "train-00001-of-00002.tfrecord").stat().st_size == 0
 
 
@@ -175,6 +177,8 @@ def _staged_run(tmp_path, run_id: str = "run1") -> str:
         b"0123456789" * 9
     )
     stage_index(staged, ShardSpec("train", 0, 1), [(f"k{n}", 2) for n in range(5)])
+    digests = digest_table.row_bytes((f"k{n}", "ef" * 32) for n in range(5))
+    (Path(staged) / staged_digest_rows("train-00000-of-00001.tfrecord")).write_bytes(digests)
     assert staged.endswith(f"/.segprep/runs/{run_id}/")
     return out
 
@@ -212,7 +216,9 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
         "dataset_info.json",
         "features.json",
         "index/train-00000-of-00001.tfrecord.idx",
+        "index/train.digests.jsonl",
         "index/train.keys.jsonl",
+        "index/validation.digests.jsonl",
         "index/validation.keys.jsonl",
         "metadata.json",
         "rejects.jsonl",

@@ -239,7 +239,10 @@ def test_every_documented_command_runs(docs_runs):
         assert {"pycocotools", "ijson"} <= set(info["versions"])
         assert info["mask_format"] == "png"
         assert not list((root / name / SEGPREP_DIR / "runs").iterdir()), "staging left behind"
-    assert len(list((root / "build/classes/images").iterdir())) > 50
+    assert len(list((root / "build/classes-inputs/images").iterdir())) > 50
+    # The reading examples' output is the prepared one, never the inputs' folder.
+    assert (root / "build/classes/metadata.json").exists()
+    assert not (root / "build/classes/images").exists()
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

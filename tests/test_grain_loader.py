@@ -94,3 +94,36 @@ def test_mixed_sizes_need_image_size(tmp_path):
     assert set(np.unique(batch["mask"])) <= {0, 1}
     shapes = [b["image"].shape for b in make_loader(directory, "train", 1, shuffle=False)]
     assert shapes == [(1, 40, 32, 3), (1, 32, 40, 3), (1, 48, 24, 3)]
+
+
+def _flip_by_draw(sample):
+    """Flips left-right on a coin from the global generator; marks the flip in the key."""
+    flip = np.random.random() < 0.5
+    image = sample["image"][:, ::-1] if flip else sample["image"]
+    return {**sample, "image": image, "key": f"{sample['key']}:{int(flip)}"}
+
+
+def test_transform_draws_per_sample_and_resumes_the_same(indexed, all_keys):
+    dataset = make_loader(
+        indexed, "train", 4, seed=1, num_epochs=2, transform=_flip_by_draw, shuffle=False
+    )
+    batches = list(dataset)
+    marks = [str(key) for batch in batches for key in batch["key"]]
+    first, second = marks[: len(all_keys)], marks[len(all_keys) :]
+    assert {mark.split(":")[1] for mark in first} == {"0", "1"}  # each sample its own draw
+    assert first != second  # and new draws in the next epoch
+    source = RecordSource(indexed, "train")
+    for batch in batches[:2]:
+        for row, mark in enumerate(batch["key"]):
+            key, flip = str(mark).split(":")
+            stored = source[source.index_of(key)]["image"]
+            assert np.array_equal(batch["image"][row], stored[:, ::-1] if flip == "1" else stored)
+    iterator = iter(dataset)
+    for _ in range(3):
+        next(iterator)
+    state = iterator.get_state()
+    resumed = iter(dataset)
+    resumed.set_state(state)
+    assert [str(k) for b in resumed for k in b["key"]] == [
+        str(k) for b in batches[3:] for k in b["key"]
+    ]

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,8 +10,6 @@ torch = pytest.importorskip("torch")
 from shard_reader.source import RecordSource  # noqa: E402
 from shard_reader.torch import epoch_order, make_loader  # noqa: E402
 from tests.helpers.handmade import write_output  # noqa: E402
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_torch.py"
 
 
 def keys_of(loader) -> list[list[str]]:
@@ -248,16 +242,3 @@ def test_bad_arguments(indexed, kwargs, message):
     arguments = {"batch_size": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
         make_loader(indexed, "train", num_workers=0, **arguments)
-
-
-def test_train_torch_example_runs(indexed):
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(indexed), "--steps", "4"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert len(lines) == 4 and all("loss" in line for line in lines)
-    assert "resumed" in done.stdout

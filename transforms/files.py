@@ -202,6 +202,32 @@ def opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, int]]:
         yield handle, blob.size
 
 
+class RangeReader:
+    """Ranged reads of one regular file or object of a fixed size: `read_at(offset, length)`
+    (a gs:// object's generation is pinned, so every read sees the bytes first checked)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._path = str(path)
+        if is_remote(self._path):
+            self._blob = _blob(self._path)
+            self.size = int(self._blob.size)
+        else:
+            self._blob = None
+            with open_regular(self._path) as handle:
+                self.size = os.fstat(handle.fileno()).st_size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        end = min(offset + length, self.size)
+        if end <= offset:
+            return b""
+        if self._blob is None:
+            with open_regular(self._path) as handle:
+                return os.pread(handle.fileno(), end - offset, offset)
+        return self._blob.download_as_bytes(
+            start=offset, end=end - 1, if_generation_match=self._blob.generation
+        )
+
+
 def sha256(path: str | os.PathLike) -> str:
     """Hex sha256 of a regular file or object, read in chunks."""
     digest = hashlib.sha256()

@@ -110,7 +110,10 @@ class Layout:
         return ((self.image_dir, Role.IMAGE), (self.mask_dir, Role.MASK))
 
     def is_input_file(self, path: str) -> bool:
-        """The annotations file itself, when it lies in the image folder: not an entry."""
+        """The annotations file itself, when it lies in the image folder: not an entry; with a
+        folder of annotations (labelme's, maybe the image folder), every .json file in it."""
+        if self.annotations is not None and self.annotations.endswith("/"):
+            return path.startswith(self.annotations) and path.lower().endswith(".json")
         return path == self.annotations
 
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:

@@ -15,6 +15,7 @@ from apache_beam.metrics import Metrics
 from beam_pipeline.job.settings import AppendSettings, ShardWriterSettings
 from beam_pipeline.job.shard_work import pair_digest
 from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.format import digest_table
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject, RejectError
@@ -28,16 +29,8 @@ def open_table(path: str) -> digest_table.SortedTable:
     """A SortedTable over a local file or a gs:// object (ranged reads)."""
     if storage.is_local(path):
         return digest_table.local_table(path)
-    from transforms import gcs_client
-
-    blob = gcs_client.blob(path)
-    blob.reload()
-
-    def read_at(offset: int, length: int) -> bytes:
-        end = min(offset + length, blob.size) - 1
-        return b"" if end < offset else blob.download_as_bytes(start=offset, end=end)
-
-    return digest_table.SortedTable(read_at, blob.size)
+    reader = files.RangeReader(path)
+    return digest_table.SortedTable(reader.read_at, reader.size)
 
 
 class _CheckExisting(beam.DoFn):

@@ -37,6 +37,8 @@ CLASS_FLAGS = (
     "colormap",
     "coco_annotations",
     "coco_unlabeled",
+    "annotations",
+    "unlabeled",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
 STAGED_COCO_PREFIX = "coco_images"  # record files in the run's staging folder
@@ -57,7 +59,7 @@ class MaskPlan:
     def source(self) -> str:
         """The mask source's name in transforms.sources.registry."""
         if self.coco is not None:
-            return "coco"
+            return getattr(self.coco, "source", "coco")
         return "class_files" if self.classes.is_classes else "binary_files"
 
     @property
@@ -76,6 +78,8 @@ class MaskPlan:
             "colormap": args.colormap,
             "coco_annotations": self.annotations,
             "coco_unlabeled": None if self.coco is None else self.coco.unlabeled,
+            "annotations": self.annotations,
+            "annotation_format": None if self.coco is None else self.source,
         }
 
     def describe(self) -> dict[str, Any]:
@@ -96,21 +100,65 @@ class MaskPlan:
         return described
 
 
+def resolve_annotation_flags(args: argparse.Namespace) -> None:
+    """--annotations with its format (given, or told from the content) into the flags the
+    rest reads: COCO as --coco_annotations/--coco_unlabeled (their shorthand), any other tool
+    as `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
+    from transforms.sources.detect import detect_format
+
+    args.tool_annotations = None
+    if args.coco_annotations is not None:
+        if args.annotations is not None:
+            raise UsageError("give --annotations or --coco_annotations, not both")
+        if args.annotation_format not in (None, "coco"):
+            raise UsageError("--coco_annotations is COCO: it takes no other --annotation_format")
+        args.annotations, args.annotation_format = args.coco_annotations, "coco"
+    if args.coco_unlabeled is not None:
+        if args.annotations is None:
+            raise UsageError("--coco_unlabeled needs --coco_annotations")
+        if args.unlabeled not in (None, args.coco_unlabeled):
+            raise UsageError("give --unlabeled or --coco_unlabeled, not both")
+        args.unlabeled = args.coco_unlabeled
+    if args.annotations is None:
+        if args.annotation_format is not None or args.unlabeled is not None:
+            flag = "--annotation_format" if args.annotation_format else "--unlabeled"
+            raise UsageError(f"{flag} needs --annotations")
+        return
+    if args.annotation_format is None:
+        if not storage.is_local(args.annotations):
+            raise UsageError(f"--annotations {args.annotations}: give --annotation_format")
+        if not os.path.exists(args.annotations):
+            raise UsageError(f"--annotations {args.annotations}: no such file or folder")
+        try:
+            args.annotation_format = detect_format(args.annotations)
+        except (ValueError, OSError) as error:
+            raise UsageError(f"--annotations {error}") from None
+    if args.annotation_format == "coco":
+        args.coco_annotations, args.coco_unlabeled = args.annotations, args.unlabeled
+    else:
+        args.tool_annotations = args.annotations
+
+
 def check_mask_flags(args: argparse.Namespace) -> None:
     """The checks that need no file: combinations of flags that cannot work."""
+    args.tool_annotations = None
     given = [f"--{name}" for name in CLASS_FLAGS if getattr(args, name) is not None]
     if args.mask_type != "classes":
         if given:
             raise UsageError(f"{given[0]} needs --mask_type classes")
         return
+    resolve_annotation_flags(args)
     if args.mask_format == "jpeg":
         raise UsageError(
             "--mask_format jpeg would change class ids at every edge: class masks are stored "
             f"as {DEFAULT_MASK_FORMAT['classes']} (the default with --mask_type classes)"
         )
     coco = args.coco_annotations is not None
-    if args.coco_unlabeled is not None and not coco:
-        raise UsageError("--coco_unlabeled needs --coco_annotations")
+    if args.tool_annotations is not None:
+        for flag in ("mask_dir", "mask_key", "colormap"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag} does not apply with --annotations")
+        return
     if coco:
         for flag in ("mask_dir", "mask_key", "class_names"):
             if getattr(args, flag) is not None:
@@ -145,6 +193,10 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             annotations = normalize_file(args.coco_annotations)
             coco = read_annotations(annotations, args.coco_unlabeled or DEFAULT_COCO_UNLABELED)
             names = coco.class_names
+        if args.tool_annotations is not None:
+            annotations = _tool_path(args)
+            coco = read_tool_annotations(args, annotations, names)
+            names = coco.class_names
         classes = class_mask_settings(
             "classes",
             num_classes=args.num_classes,
@@ -155,6 +207,40 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
     except ValueError as error:
         raise usage_error(error) from None
     return MaskPlan(classes, mask_format, coco, annotations)
+
+
+def _tool_path(args: argparse.Namespace) -> str:
+    if not storage.is_local(args.tool_annotations):
+        raise UsageError(
+            f"--annotations {args.tool_annotations}: {args.annotation_format} exports are read "
+            "from a local path"
+        )
+    if args.annotation_format == "labelme":
+        if not os.path.isdir(args.tool_annotations):
+            raise UsageError(f"--annotations {args.tool_annotations}: labelme needs a folder")
+        return storage.normalize_dir(args.tool_annotations)
+    if not os.path.isfile(args.tool_annotations):
+        raise UsageError(f"--annotations {args.tool_annotations}: no such file")
+    return normalize_file(args.tool_annotations)
+
+
+def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str, ...] | None):
+    """A CVAT, Label Studio or labelme export, read by the launcher into staged records."""
+    from transforms.sources.cvat import read_cvat
+    from transforms.sources.labelme import read_labelme
+    from transforms.sources.labelstudio import read_labelstudio
+
+    origin = f"--annotations {args.tool_annotations}"
+    image_dir = os.path.abspath(args.image_dir or args.data_dir or ".")
+    common = {"class_names": names, "unlabeled": args.unlabeled or DEFAULT_COCO_UNLABELED}
+    try:
+        if args.annotation_format == "cvat":
+            return read_cvat(path, origin, **common)
+        if args.annotation_format == "labelstudio":
+            return read_labelstudio(path, origin, image_dir=image_dir, **common)
+        return read_labelme(path, origin, image_dir=image_dir, **common)
+    except OSError as error:
+        raise UsageError(f"{origin}: {error.strerror or error}") from None
 
 
 def normalize_file(path: str) -> str:

@@ -39,6 +39,8 @@ DEFAULT_BROKEN_FRACTION = 0.05
 DEFAULT_INSPECT_COUNT = 16
 DEFAULT_INSPECT_SPLIT = "train"
 
+ANNOTATION_FORMATS = ("coco", "cvat", "labelstudio", "labelme")
+
 
 def _number(text: str, kind: type) -> float:
     try:
@@ -121,6 +123,18 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "image's annotations are rasterised into a class-id mask (needs --mask_type classes); "
         "its file_names are relative to --image_dir",
     )
+    inputs.add_argument(
+        "--annotations",
+        metavar="PATH",
+        help="an annotation tool's export in place of --mask_dir (docs/annotation_tools.md): "
+        "a COCO JSON, a CVAT for images 1.1 XML, a Label Studio JSON export, or a folder of "
+        "labelme JSON files (may be --image_dir itself); needs --mask_type classes",
+    )
+    inputs.add_argument(
+        "--annotation_format",
+        choices=ANNOTATION_FORMATS,
+        help="the export's format; default: told from its content",
+    )
     classes = parser.add_argument_group(
         "mask types (docs/classes.md): binary 0/1 masks, or class-id masks"
     )
@@ -158,8 +172,15 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     classes.add_argument(
         "--coco_unlabeled",
         choices=COCO_UNLABELED,
-        help=f"COCO pixels no annotation covers: class 0 'background' (categories get ids "
-        f"1..K), or the ignore index (COCO-Stuff); default {DEFAULT_COCO_UNLABELED}",
+        help="the same as --unlabeled. COCO pixels no annotation covers: class 0 "
+        "'background' (categories get ids 1..K), or the ignore index (COCO-Stuff); "
+        f"default {DEFAULT_COCO_UNLABELED}",
+    )
+    classes.add_argument(
+        "--unlabeled",
+        choices=COCO_UNLABELED,
+        help="--annotations: pixels no shape covers are class 'background' (labels get ids "
+        f"after it) or the ignore index (labels from 0); default {DEFAULT_COCO_UNLABELED}",
     )
     parser.add_argument(
         "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"

@@ -168,7 +168,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     # Class-name, colormap and COCO files are read while planning, dry run or not.
     remote_files = any(
         path is not None and not storage.is_local(path)
-        for path in (args.class_names, args.colormap, args.coco_annotations)
+        for path in (args.class_names, args.colormap, args.coco_annotations, args.tool_annotations)
     )
     if (remote_data and not args.dry_run) or remote_files:
         credentials.check_credentials()
@@ -314,6 +314,8 @@ def _flags(args: argparse.Namespace) -> tuple[str, str]:
     image = "--data_dir" if args.data_dir is not None else "--image_dir"
     if args.coco_annotations is not None:
         return image, "--coco_annotations"
+    if args.tool_annotations is not None:
+        return image, "--annotations"
     return image, "--data_dir" if args.data_dir is not None else "--mask_dir"
 
 
@@ -401,6 +403,13 @@ def _layout(args: argparse.Namespace) -> Layout:
             )
         folder = storage.normalize_dir(args.image_dir or args.data_dir)
         return Layout(folder, None, masks.normalize_file(args.coco_annotations))
+    if args.tool_annotations is not None:
+        if (args.data_dir is None) == (args.image_dir is None):
+            raise UsageError("--annotations goes with --image_dir (or --data_dir), one of them")
+        folder = storage.normalize_dir(args.image_dir or args.data_dir)
+        if args.annotation_format == "labelme":
+            return Layout(folder, None, storage.normalize_dir(args.tool_annotations))
+        return Layout(folder, None, masks.normalize_file(args.tool_annotations))
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")

@@ -85,6 +85,7 @@ class CocoImage:
     annotations: tuple[CocoAnnotation, ...] = ()
     problem: str | None = None  # set when an annotation was unusable: the image is a reject
     too_large: bool = False  # the problem is a cap of transforms/limits.py
+    ordered: bool = False  # paint in the given order (annotation tools), not largest first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,6 +458,7 @@ def image_payload(image: CocoImage) -> str:
             "width": image.width,
             "problem": image.problem,
             "too_large": image.too_large,
+            **({"ordered": True} if image.ordered else {}),
             "annotations": [
                 {
                     "id": a.annotation_id,
@@ -503,6 +505,7 @@ def image_from_payload(payload: str) -> CocoImage:
             annotations,
             data["problem"],
             data["too_large"],
+            data.get("ordered", False) is True,
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"not a staged COCO image record: {error!r}") from error
@@ -525,11 +528,11 @@ def rasterize(
     if (height, width) != (image.height, image.width):
         raise RejectError(
             Reason.SIZE_MISMATCH,
-            f"image is {height}x{width} (HxW), its COCO entry says {image.height}x{image.width}",
+            f"image is {height}x{width} (HxW), its annotations say {image.height}x{image.width}",
         )
     rles = annotation_rles(image)
     mask = np.full((height, width), fill, dtype=settings.dtype)
-    for index in draw_order(rles):
+    for index in range(len(rles)) if image.ordered else draw_order(rles):
         annotation = image.annotations[index]
         value = settings.ignore_index if annotation.iscrowd else annotation.class_id
         np.copyto(mask, value, where=mask_utils.decode(rles[index]).view(bool))
@@ -644,6 +647,9 @@ def make_coco_record(
     annotations drawn on the EXIF-rotated view rotate the image, as for mask files.
     """
     image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    if coco_image.height == 0 and not coco_image.annotations:
+        # An annotation tool's image with no shapes may state no size: the image's own.
+        coco_image = dataclasses.replace(coco_image, height=image.height, width=image.width)
     image = aligned(image, image_bytes, (coco_image.height, coco_image.width))
     ids = guarded(
         rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill

@@ -5,10 +5,21 @@ from __future__ import annotations
 from transforms.sources.base import MaskSource
 from transforms.sources.class_files import ClassMaskFiles
 from transforms.sources.coco import CocoSource
+from transforms.sources.cvat import CvatSource
+from transforms.sources.labelme import LabelmeSource
+from transforms.sources.labelstudio import LabelStudioSource
 from transforms.sources.mask_files import BinaryMaskFiles
 
 SOURCES: dict[str, MaskSource] = {
-    source.name: source for source in (BinaryMaskFiles(), ClassMaskFiles(), CocoSource())
+    source.name: source
+    for source in (
+        BinaryMaskFiles(),
+        ClassMaskFiles(),
+        CocoSource(),
+        CvatSource(),
+        LabelStudioSource(),
+        LabelmeSource(),
+    )
 }
 
 

@@ -1,0 +1,335 @@
+"""Annotation-tool exports (CVAT, Label Studio, labelme) -> the per-image records COCO's path
+rasterises (transforms/sources/coco.py), so rasterising, staging, pairing by file name,
+rejects and statistics are one code path for every tool.
+
+A tool's module reads its export into `ToolImage`s: a file name relative to the image
+folder, the size the export states, and its shapes in draw order, each a label name with
+polygons in pixel coordinates or a full-image bitmap (stored as a compressed COCO RLE).
+`build_dataset` then names the classes and writes one staged record per image, in two
+streamed passes through a temporary record file, so memory holds one image at a time.
+
+Class ids (one rule for every tool): by default unlabeled pixels are class 0 `background`
+and the labels get ids 1..K; with unlabeled "ignore" they take the ignore index and labels
+get 0..K-1. The label order is the tool's own where it has one (CVAT's meta labels list),
+else labels sorted by name. `class_names` (the --class_names file) overrides it: line i is
+id i, and with unlabeled "background" it must name `background`, whose id unlabeled pixels
+take. A label the file does not name makes its image a reject naming the label; nothing
+ever gets an id silently.
+
+Geometry: polygons are clipped to the image (one pixel of margin) before pycocotools
+rasterises them with COCO's convention; non-finite coordinates and more points than
+`InputLimits.coco_image_points` make the image a reject. Shapes are painted in the order the
+tool module gives (later on top): `CocoImage.ordered`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pickle
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from pycocotools import mask as mask_utils
+
+from transforms import spill
+from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
+from transforms.format.features import MAX_CLASS_ID
+from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
+from transforms.sources.coco import BACKGROUND_NAME, CocoAnnotation, CocoImage, image_payload
+from transforms.spill import RecordFiles, read_records
+
+FORMATS = ("coco", "cvat", "labelstudio", "labelme")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ToolShape:
+    label: str
+    polygons: tuple[np.ndarray, ...] = ()  # each [x0, y0, x1, y1, ...] in pixels, float64
+    rle: dict[str, Any] | None = None  # a full-image compressed COCO RLE
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ToolImage:
+    file_name: str  # relative to the image folder, '/'-separated
+    height: int
+    width: int
+    shapes: tuple[ToolShape, ...] = ()  # in draw order: later on top
+    problem: str | None = None  # the image is a reject with this reason
+    too_large: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolStats:
+    """What a tool module counted while reading, for metadata.json."""
+
+    ignored_shapes: dict[str, int]  # by shape type: counted, never drawn
+    orphan_annotations: int = 0  # annotations naming no listed image
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # e.g. cancelled
+    labels: tuple[str, ...] | None = None  # the tool's own label order, where it has one
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolDataset:
+    """The duck type of CocoDataset that the launcher plans, stages and commits with."""
+
+    source: str  # the registry's name: cvat, labelstudio or labelme
+    names: tuple[str, ...]  # class names by id
+    unlabeled: str
+    fill: int | None  # None: the ignore index
+    label_order: str
+    num_images: int
+    num_annotations: int
+    orphan_annotations: int
+    stats: ToolStats
+    records: str
+    folder: tempfile.TemporaryDirectory = dataclasses.field(repr=False)
+
+    def staged(self) -> Iterator[tuple[int, str, str]]:
+        with open(self.records, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            for payload in read_records(handle, self.records, size, STAGED_RECORD_BYTES):
+                yield pickle.loads(payload)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.names
+
+    def fill_value(self, ignore_index: int) -> int:
+        return ignore_index if self.fill is None else self.fill
+
+    def settings(self, ignore_index: int | None = None) -> ClassMaskSettings:
+        return class_mask_settings("classes", class_names=self.names, ignore_index=ignore_index)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "format": self.source,
+            "unlabeled": self.unlabeled,
+            "label_order": self.label_order,
+            "classes": [{"class_id": i, "name": name} for i, name in enumerate(self.names)],
+            "num_annotations": self.num_annotations,
+            "ignored_shapes": dict(sorted(self.stats.ignored_shapes.items())),
+            "skipped": dict(sorted(self.stats.skipped.items())),
+            "orphan_annotations": self.orphan_annotations,
+            "orphan_example_id": None,
+        }
+
+
+def class_ids(
+    labels: Iterable[str],
+    *,
+    tool_order: Sequence[str] | None,
+    class_names: Sequence[str] | None,
+    unlabeled: str,
+    source: str,
+) -> tuple[tuple[str, ...], int | None, str]:
+    """(class names by id, fill value or None for the ignore index, how the order was chosen)."""
+    if class_names is not None:
+        names = tuple(class_names)
+        if unlabeled == "background":
+            if BACKGROUND_NAME not in names:
+                raise ValueError(
+                    f"--class_names must name {BACKGROUND_NAME!r} (the id of unlabeled pixels), "
+                    "or give --unlabeled ignore"
+                )
+            return names, names.index(BACKGROUND_NAME), "--class_names"
+        return names, None, "--class_names"
+    if tool_order is not None:
+        order, how = list(dict.fromkeys(tool_order)), f"{source}'s label list"
+    else:
+        order, how = sorted(set(labels)), "label names sorted"
+    if unlabeled == "background":
+        if BACKGROUND_NAME in order:
+            raise ValueError(
+                f"{source}: a label is named {BACKGROUND_NAME!r}, the name of unlabeled pixels: "
+                "give --unlabeled ignore or a --class_names file"
+            )
+        order = [BACKGROUND_NAME, *order]
+    if not order:
+        raise ValueError(f"{source}: no labels")
+    if len(order) > MAX_CLASS_ID:
+        raise ValueError(f"{source}: more than {MAX_CLASS_ID:,} labels")
+    return tuple(order), (0 if unlabeled == "background" else None), how
+
+
+def build_dataset(
+    source: str,
+    images: Iterator[ToolImage],
+    stats_of: Any,
+    *,
+    origin: str,
+    class_names: Sequence[str] | None = None,
+    unlabeled: str = "background",
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> ToolDataset:
+    """Stage every image of `images` (a tool module's reader) as a COCO image record.
+
+    `stats_of` is called after `images` is exhausted and returns its ToolStats. Two passes:
+    the first spills the images with their label names and collects the label set; the
+    second, once ids are known, writes the records the job reads.
+    """
+    folder = spill.temporary_folder(source)
+    raw = RecordFiles(os.path.join(folder.name, "raw"), per_file=2**62)
+    labels: set[str] = set()
+    total = 0
+    for image in images:
+        image = _checked(image, limits)
+        labels.update(shape.label for shape in image.shapes)
+        total += len(image.shapes)
+        raw.write(pickle.dumps(image, pickle.HIGHEST_PROTOCOL))
+    raw_paths = raw.close()
+    if not raw_paths:
+        folder.cleanup()
+        raise ValueError(f"{origin}: no images")
+    stats = stats_of()
+    names, fill, how = class_ids(
+        labels, tool_order=stats.labels, class_names=class_names, unlabeled=unlabeled, source=origin
+    )
+    id_of = {name: index for index, name in enumerate(names)}
+    records = RecordFiles(os.path.join(folder.name, "images"), per_file=2**62)
+    with open(raw_paths[0], "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        for image_id, payload in enumerate(
+            read_records(handle, raw_paths[0], size, STAGED_RECORD_BYTES)
+        ):
+            coco_image = _coco_image(pickle.loads(payload), image_id, id_of)
+            staged = image_payload(coco_image)
+            records.write(
+                pickle.dumps((image_id, coco_image.file_name, staged), pickle.HIGHEST_PROTOCOL)
+            )
+    paths = records.close()
+    os.remove(raw_paths[0])
+    return ToolDataset(
+        source,
+        names,
+        unlabeled,
+        fill,
+        how,
+        records.records,
+        total,
+        stats.orphan_annotations,
+        stats,
+        paths[0],
+        folder,
+    )
+
+
+def _coco_image(image: ToolImage, image_id: int, id_of: dict[str, int]) -> CocoImage:
+    problem = image.problem
+    unknown = sorted({shape.label for shape in image.shapes} - id_of.keys())
+    if problem is None and unknown:
+        problem = f"label {unknown[0]!r} is not in the class names"
+    annotations = ()
+    if problem is None:
+        annotations = tuple(
+            CocoAnnotation(index, id_of[shape.label], False, shape.polygons, shape.rle)
+            for index, shape in enumerate(image.shapes)
+        )
+    return CocoImage(
+        image.file_name,
+        image_id,
+        image.height,
+        image.width,
+        annotations,
+        problem,
+        image.too_large and problem == image.problem,
+        ordered=True,
+    )
+
+
+def _checked(image: ToolImage, limits: InputLimits) -> ToolImage:
+    """The image with its polygons clipped; a problem for non-finite or too many points."""
+    if image.problem is not None:
+        return dataclasses.replace(image, shapes=())
+    points = sum(len(p) // 2 for shape in image.shapes for p in shape.polygons)
+    if points > limits.coco_image_points:
+        return dataclasses.replace(
+            image,
+            shapes=(),
+            problem=f"polygons of {points:,} points, more than the "
+            f"{limits.coco_image_points:,} one image may have",
+            too_large=True,
+        )
+    shapes = []
+    for index, shape in enumerate(image.shapes):
+        polygons = []
+        for polygon in shape.polygons:
+            if not np.isfinite(polygon).all():
+                return dataclasses.replace(
+                    image,
+                    shapes=(),
+                    problem=f"shape {index} ({shape.label!r}) has a non-finite coordinate",
+                )
+            clipped = clip_polygon(polygon, image.width, image.height)
+            if len(clipped) >= 6:
+                polygons.append(clipped)
+        if polygons or shape.rle is not None:
+            shapes.append(dataclasses.replace(shape, polygons=tuple(polygons)))
+    return dataclasses.replace(image, shapes=tuple(shapes))
+
+
+def clip_polygon(polygon: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The polygon clipped (Sutherland-Hodgman) to the image plus one pixel on every side,
+    so pycocotools only ever sees coordinates near the image and draws the same pixels."""
+    xs, ys = polygon[0::2], polygon[1::2]
+    if xs.min() >= -1 and ys.min() >= -1 and xs.max() <= width + 1 and ys.max() <= height + 1:
+        return polygon
+    points = list(zip(xs.tolist(), ys.tolist(), strict=True))
+    for axis, limit, keep_below in ((0, -1.0, False), (0, width + 1.0, True),
+                                    (1, -1.0, False), (1, height + 1.0, True)):  # fmt: skip
+        if not points:
+            break
+        inside = [(p[axis] <= limit) if keep_below else (p[axis] >= limit) for p in points]
+        out = []
+        for i, point in enumerate(points):
+            prev, prev_in = points[i - 1], inside[i - 1]
+            if inside[i] != prev_in:
+                t = (limit - prev[axis]) / (point[axis] - prev[axis])
+                other = 1 - axis
+                crossing = [0.0, 0.0]
+                crossing[axis] = limit
+                crossing[other] = prev[other] + t * (point[other] - prev[other])
+                out.append(tuple(crossing))
+            if inside[i]:
+                out.append(point)
+        points = out
+    return np.asarray([c for p in points for c in p], dtype=np.float64)
+
+
+def rle_of_bitmap(bitmap: np.ndarray, top: int, left: int, height: int, width: int) -> dict:
+    """A full-image compressed COCO RLE of a boolean bitmap placed at (top, left), clipped."""
+    full = np.zeros((height, width), dtype=np.uint8, order="F")
+    y0, x0 = max(top, 0), max(left, 0)
+    y1 = min(top + bitmap.shape[0], height)
+    x1 = min(left + bitmap.shape[1], width)
+    if y1 > y0 and x1 > x0:
+        full[y0:y1, x0:x1] = bitmap[y0 - top : y1 - top, x0 - left : x1 - left]
+    rle = mask_utils.encode(full)
+    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+
+
+def box_polygon(
+    xtl: float, ytl: float, xbr: float, ybr: float, degrees: float, pivot: tuple[float, float]
+) -> np.ndarray:
+    """The corners of a box rotated clockwise (image coordinates, y down) about `pivot`."""
+    corners = np.array([[xtl, ytl], [xbr, ytl], [xbr, ybr], [xtl, ybr]], dtype=np.float64)
+    if degrees:
+        angle = math.radians(degrees)
+        cos, sin = math.cos(angle), math.sin(angle)
+        shifted = corners - pivot
+        corners = np.stack(
+            [shifted[:, 0] * cos - shifted[:, 1] * sin, shifted[:, 0] * sin + shifted[:, 1] * cos],
+            axis=1,
+        ) + np.asarray(pivot)
+    return corners.reshape(-1)
+
+
+def finite_number(value: Any) -> float:
+    """A float from a JSON or XML value; ValueError otherwise (NaN and infinity pass, and are
+    caught per image by `_checked`)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)

@@ -1,0 +1,179 @@
+"""CVAT for images 1.1 (XML) -> class-id masks, through the COCO records (sources/annotated.py).
+
+The XML is parsed by defusedxml's iterparse: streamed (each `<image>` is dropped once read,
+so a 500 MB export never sits in memory), and an entity declaration (the billion-laughs
+bomb) or an external entity stops the read with one line, never expands.
+
+Shapes drawn: `<polygon points="x,y;x,y;...">`, `<box xtl ytl xbr ybr rotation>` (rotation in
+degrees clockwise about the box centre, as CVAT draws it) and `<mask rle left top width
+height>` (CVAT's run lengths, alternating unset/set and starting with unset, row by row
+inside the width x height box at left, top: decoded exactly). `<polyline>`, `<points>`,
+`<skeleton>`, `<tag>` and `<ellipse>` are counted in metadata.json and not drawn.
+Draw order: `z_order` ascending, then document order; later shapes are on top.
+Label order: the `<meta>` labels list (skeleton points, which name a parent, excluded).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from typing import IO, Any, ClassVar
+
+import numpy as np
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import iterparse
+
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.sources.annotated import (
+    ToolDataset,
+    ToolImage,
+    ToolShape,
+    ToolStats,
+    box_polygon,
+    build_dataset,
+    rle_of_bitmap,
+)
+from transforms.sources.coco import CocoSource
+
+DRAWN = ("polygon", "box", "mask")
+IGNORED = ("polyline", "points", "skeleton", "tag", "ellipse", "cuboid", "track")
+
+
+def read_cvat(
+    path: str,
+    origin: str,
+    *,
+    class_names: tuple[str, ...] | None = None,
+    unlabeled: str = "background",
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> ToolDataset:
+    """Stage a CVAT for images 1.1 file; ValueError (one line) for a file that is not one."""
+    reader = _Reader(origin, limits)
+    with open(path, "rb") as stream:
+        return build_dataset(
+            "cvat",
+            reader.images(stream),
+            reader.stats,
+            origin=origin,
+            class_names=class_names,
+            unlabeled=unlabeled,
+            limits=limits,
+        )
+
+
+class _Reader:
+    def __init__(self, origin: str, limits: InputLimits) -> None:
+        self.origin = origin
+        self.limits = limits
+        self.labels: list[str] = []
+        self.ignored: collections.Counter[str] = collections.Counter()
+
+    def stats(self) -> ToolStats:
+        return ToolStats(dict(self.ignored), labels=tuple(self.labels))
+
+    def images(self, stream: IO[bytes]) -> Iterator[ToolImage]:
+        try:
+            events = iterparse(stream, events=("start", "end"), forbid_dtd=True)
+            root = None
+            path: list[str] = []
+            for event, element in events:
+                if event == "start":
+                    if root is None:
+                        root = element
+                        if element.tag != "annotations":
+                            raise ValueError(f"{self.origin}: not a CVAT for images XML file")
+                    path.append(element.tag)
+                    continue
+                path.pop()
+                if element.tag == "label" and "meta" in path and "labels" in path:
+                    name = (element.findtext("name") or "").strip()
+                    if name and not (element.findtext("parent") or "").strip():
+                        self.labels.append(name)
+                elif element.tag == "image" and path == ["annotations"]:
+                    yield self._image(element)
+                    root.clear()
+                elif element.tag == "track" and path == ["annotations"]:
+                    self.ignored["track"] += 1
+                    root.clear()
+        except DefusedXmlException as error:
+            raise ValueError(f"{self.origin}: refused: {type(error).__name__}") from None
+        except SyntaxError as error:  # ElementTree.ParseError
+            raise ValueError(f"{self.origin}: not valid XML ({error})") from None
+
+    def _image(self, element: Any) -> ToolImage:
+        name = element.get("name") or ""
+        try:
+            height, width = int(element.get("height")), int(element.get("width"))
+        except (TypeError, ValueError):
+            height = width = 0
+        if height <= 0 or width <= 0:
+            return ToolImage(name, 1, 1, problem="CVAT <image> without a positive width/height")
+        shapes = []
+        points = 0
+        for position, child in enumerate(element):
+            kind = child.tag
+            if kind not in DRAWN:
+                self.ignored[kind] += 1
+                continue
+            label = child.get("label") or ""
+            try:
+                z = int(child.get("z_order") or 0)
+                if kind == "polygon":
+                    text = child.get("points") or ""
+                    points += text.count(";") + 1
+                    if points > self.limits.coco_image_points:
+                        return ToolImage(
+                            name,
+                            height,
+                            width,
+                            problem=f"polygons of more than {self.limits.coco_image_points:,} "
+                            "points",
+                            too_large=True,
+                        )
+                    shape = ToolShape(label, (_points(text),))
+                elif kind == "box":
+                    xtl, ytl, xbr, ybr = (float(child.get(k)) for k in ("xtl", "ytl", "xbr", "ybr"))
+                    rotation = float(child.get("rotation") or 0)
+                    centre = ((xtl + xbr) / 2, (ytl + ybr) / 2)
+                    shape = ToolShape(label, (box_polygon(xtl, ytl, xbr, ybr, rotation, centre),))
+                else:
+                    shape = ToolShape(label, rle=self._mask(child, height, width))
+            except (TypeError, ValueError) as error:
+                return ToolImage(name, height, width, problem=f"CVAT <{kind}> {position}: {error}")
+            shapes.append((z, position, shape))
+        shapes.sort(key=lambda item: item[:2])
+        return ToolImage(name, height, width, tuple(shape for _, _, shape in shapes))
+
+    def _mask(self, child: Any, height: int, width: int) -> dict[str, Any]:
+        left, top, box_width, box_height = (
+            int(float(child.get(k))) for k in ("left", "top", "width", "height")
+        )
+        text = child.get("rle") or ""
+        if len(text) > self.limits.coco_rle_chars:
+            raise ValueError(f"an RLE of more than {self.limits.coco_rle_chars:,} characters")
+        if box_width <= 0 or box_height <= 0 or box_width * box_height > 4 * height * width:
+            raise ValueError(f"mask box {box_width}x{box_height} does not fit the image")
+        counts = np.array([int(v) for v in text.split(",")] if text.strip() else [], np.int64)
+        if (counts < 0).any() or int(counts.sum()) != box_width * box_height:
+            raise ValueError(
+                f"mask RLE covers {int(counts.sum())} pixels, not its box's "
+                f"{box_width * box_height}"
+            )
+        values = np.zeros(len(counts), dtype=bool)
+        values[1::2] = True
+        bitmap = np.repeat(values, counts).reshape(box_height, box_width)
+        return rle_of_bitmap(bitmap, top, left, height, width)
+
+
+def _points(text: str) -> np.ndarray:
+    """CVAT's "x1,y1;x2,y2;..." as [x1, y1, x2, y2, ...]."""
+    values = [float(v) for pair in text.split(";") for v in pair.split(",")]
+    if len(values) % 2:
+        raise ValueError("points are not x,y pairs")
+    return np.asarray(values, dtype=np.float64)
+
+
+class CvatSource(CocoSource):
+    """Masks from a CVAT for images 1.1 export (staged as COCO image records)."""
+
+    name: ClassVar[str] = "cvat"

@@ -1,0 +1,187 @@
+"""labelme JSON files -> class-id masks, through the COCO records (sources/annotated.py).
+
+The annotations are a folder of labelme `.json` files (every one under it, sorted by path;
+hidden ones skipped), which may be the image folder itself: labelme saves `a.json` beside
+`a.jpg`. Each file names its image by `imagePath`, relative to the JSON file, and states
+`imageHeight` and `imageWidth`. Shapes drawn, in shape order (later on top):
+- `polygon`: its points;
+- `rectangle`: two opposite corners;
+- `circle`: centre and a point on the circle, drawn as a 64-gon through pycocotools (the
+  rasteriser every polygon goes through);
+- `mask`: a base64 PNG whose nonzero pixels are set, placed with its top-left at the first
+  point (rounded down), as labelme places it.
+`line`, `linestrip`, `point` and other types are counted and not drawn. `imageData` is
+never decoded. Labels get ids sorted by name (labelme keeps no order).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import io
+import math
+import os
+import posixpath
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import ijson
+import numpy as np
+
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.sources.annotated import (
+    ToolDataset,
+    ToolImage,
+    ToolShape,
+    ToolStats,
+    box_polygon,
+    build_dataset,
+    rle_of_bitmap,
+)
+from transforms.sources.coco import CocoSource
+
+CIRCLE_POINTS = 64
+JSON_FILE_LIMIT = 256 << 20  # one labelme file, imageData included
+
+
+def labelme_files(folder: str) -> list[str]:
+    """Every .json file under `folder`, relative to it, sorted; no symlinked folders followed."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        relative = os.path.relpath(root, folder)
+        for name in sorted(files):
+            if name.lower().endswith(".json") and not name.startswith("."):
+                found.append(
+                    posixpath.normpath(posixpath.join(relative.replace(os.sep, "/"), name))
+                )
+    return sorted(found)
+
+
+def read_labelme(
+    folder: str,
+    origin: str,
+    *,
+    image_dir: str,
+    class_names: tuple[str, ...] | None = None,
+    unlabeled: str = "background",
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> ToolDataset:
+    """Stage a folder of labelme files; ValueError (one line) if it holds none."""
+    files = labelme_files(folder)
+    if not files:
+        raise ValueError(f"{origin}: no .json files")
+    reader = _Reader(folder, image_dir, limits)
+    return build_dataset(
+        "labelme",
+        reader.images(files),
+        reader.stats,
+        origin=origin,
+        class_names=class_names,
+        unlabeled=unlabeled,
+        limits=limits,
+    )
+
+
+class _Reader:
+    def __init__(self, folder: str, image_dir: str, limits: InputLimits) -> None:
+        self.folder = folder
+        self.image_dir = image_dir
+        self.limits = limits
+        self.ignored: collections.Counter[str] = collections.Counter()
+
+    def stats(self) -> ToolStats:
+        return ToolStats(dict(self.ignored))
+
+    def images(self, files: list[str]) -> Iterator[ToolImage]:
+        for relative in files:
+            yield self._file(relative)
+
+    def _file(self, relative: str) -> ToolImage:
+        path = os.path.join(self.folder, relative)
+        fallback = posixpath.splitext(relative)[0] + ".jpg"
+        try:
+            if os.path.getsize(path) > JSON_FILE_LIMIT:
+                return ToolImage(fallback, 0, 0, problem=f"{relative}: larger than 256 MB")
+            with open(path, "rb") as stream:
+                fields = {
+                    key: value
+                    for key, value in ijson.kvitems(stream, "", use_float=True)
+                    if key in ("shapes", "imagePath", "imageHeight", "imageWidth")
+                }
+        except (OSError, ijson.JSONError) as error:
+            return ToolImage(fallback, 0, 0, problem=f"{relative}: not readable JSON ({error})")
+        image_path = fields.get("imagePath")
+        if not isinstance(image_path, str) or not image_path:
+            return ToolImage(fallback, 0, 0, problem=f"{relative}: no imagePath")
+        name = self._image_name(relative, image_path)
+        height, width = fields.get("imageHeight"), fields.get("imageWidth")
+        if not (type(height) is int and type(width) is int and height > 0 and width > 0):
+            return ToolImage(name, 0, 0, problem=f"{relative}: no positive imageHeight/Width")
+        try:
+            return ToolImage(
+                name, height, width, self._shapes(fields.get("shapes") or [], height, width)
+            )
+        except (TypeError, ValueError, KeyError, IndexError) as error:
+            return ToolImage(name, height, width, problem=f"{relative}: shape: {error}")
+
+    def _image_name(self, relative: str, image_path: str) -> str:
+        """imagePath (relative to the JSON file) as a path under the image folder; a name that
+        leaves it stays as written and pairs with no listed image."""
+        json_dir = os.path.dirname(os.path.join(self.folder, relative))
+        target = os.path.normpath(os.path.join(json_dir, image_path.replace("\\", "/")))
+        inside = os.path.relpath(target, os.path.normpath(self.image_dir))
+        return inside.replace(os.sep, "/")
+
+    def _shapes(self, shapes: list[Any], height: int, width: int) -> tuple[ToolShape, ...]:
+        drawn = []
+        for shape in shapes:
+            kind = shape.get("shape_type") or "polygon"
+            label = shape["label"]
+            if not isinstance(label, str):
+                raise ValueError(f"label {label!r} is not a string")
+            points = shape.get("points") or []
+            if len(points) > self.limits.coco_polygon_points:
+                raise ValueError(f"a shape of {len(points):,} points")
+            xy = np.asarray(points, dtype=np.float64).reshape(-1, 2) if points else None
+            if kind == "polygon":
+                drawn.append(ToolShape(label, (xy.reshape(-1),)))
+            elif kind == "rectangle":
+                (x0, y0), (x1, y1) = xy[:2]
+                corners = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+                drawn.append(ToolShape(label, (box_polygon(*corners, 0.0, (0.0, 0.0)),)))
+            elif kind == "circle":
+                (cx, cy), (px, py) = xy[:2]
+                radius = math.hypot(px - cx, py - cy)
+                angles = np.linspace(0, 2 * math.pi, CIRCLE_POINTS, endpoint=False)
+                ring = np.stack([cx + radius * np.cos(angles), cy + radius * np.sin(angles)], 1)
+                drawn.append(ToolShape(label, (ring.reshape(-1),)))
+            elif kind == "mask":
+                bitmap = _png_mask(shape.get("mask"))
+                x0, y0 = (math.floor(v) for v in xy[0])
+                drawn.append(ToolShape(label, rle=rle_of_bitmap(bitmap, y0, x0, height, width)))
+            else:
+                self.ignored[str(kind)] += 1
+        return tuple(drawn)
+
+
+def _png_mask(data: Any) -> np.ndarray:
+    from PIL import Image
+
+    if not isinstance(data, str):
+        raise ValueError("a mask shape needs its base64 PNG")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except binascii.Error as error:
+        raise ValueError(f"mask is not base64: {error}") from None
+    with Image.open(io.BytesIO(raw)) as image:
+        if image.format != "PNG" or image.width * image.height > 1 << 28:
+            raise ValueError("mask is not a PNG of a sane size")
+        return np.asarray(image.convert("L")) > 0
+
+
+class LabelmeSource(CocoSource):
+    """Masks from labelme JSON files (staged as COCO image records)."""
+
+    name: ClassVar[str] = "labelme"

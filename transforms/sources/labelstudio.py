@@ -1,0 +1,273 @@
+"""Label Studio JSON export -> class-id masks, through the COCO records (sources/annotated.py).
+
+The export is a list of tasks, streamed one task at a time with ijson (after the same depth
+and UTF-8 check as COCO). A task's image is `data.image` (or its only image-like value);
+its first annotation not marked `was_cancelled` is drawn (later ones are counted as
+skipped), result by result in result order, later on top:
+- `polygonlabels`: `value.points` in percent of `original_width` x `original_height`;
+- `rectanglelabels`: `value.x, y, width, height` in percent, `rotation` in degrees clockwise
+  about the top-left corner (x, y), as Label Studio draws it;
+- `brushlabels`: `value.rle`, Label Studio's own RLE of the RGBA canvas
+  (label-studio-converter's brush format), decoded exactly; a pixel is set where alpha > 0.
+Other result types are counted and not drawn. Labels get ids sorted by name (Label Studio
+keeps no order); the class-id rule is annotated.py's.
+
+Image names: `/data/upload/N/1a2b3c4d-cat.jpg`, `/data/local-files/?d=dir/cat.jpg`,
+`gs://bucket/dir/cat.jpg`, `s3://...`, URLs and plain paths. Tried in order against the
+image folder (when local): the path (the `d=` value, or the path inside the bucket or
+host), then the file name, then the file name without Label Studio's 8-hex upload prefix;
+the first that exists is the image. If the file name and the prefix-free name are both
+files, the task is a reject naming both. Without a local folder to look in, the path is
+used, or the prefix-free name for an upload.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import posixpath
+import re
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import ijson
+import numpy as np
+
+from transforms.json_shape import CHUNK_BYTES, check_shape
+from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.pairing import IMAGE_EXTENSIONS
+from transforms.sources.annotated import (
+    ToolDataset,
+    ToolImage,
+    ToolShape,
+    ToolStats,
+    box_polygon,
+    build_dataset,
+    rle_of_bitmap,
+)
+from transforms.sources.coco import CocoSource
+
+MAX_DEPTH = 32
+UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-(.+)$")
+DRAWN = ("polygonlabels", "rectanglelabels", "brushlabels")
+
+
+def read_labelstudio(
+    path: str,
+    origin: str,
+    *,
+    image_dir: str | None = None,
+    class_names: tuple[str, ...] | None = None,
+    unlabeled: str = "background",
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> ToolDataset:
+    """Stage a Label Studio JSON export; ValueError (one line) for a file that is not one.
+    `image_dir`: a local image folder to match names against (module doc), or None."""
+    with open(path, "rb") as stream:
+        check_shape(iter(lambda: stream.read(CHUNK_BYTES), b""), origin, MAX_DEPTH)
+    reader = _Reader(origin, image_dir, limits)
+    with open(path, "rb") as stream:
+        return build_dataset(
+            "labelstudio",
+            reader.images(stream),
+            reader.stats,
+            origin=origin,
+            class_names=class_names,
+            unlabeled=unlabeled,
+            limits=limits,
+        )
+
+
+class _Reader:
+    def __init__(self, origin: str, image_dir: str | None, limits: InputLimits) -> None:
+        self.origin = origin
+        self.image_dir = image_dir
+        self.limits = limits
+        self.ignored: collections.Counter[str] = collections.Counter()
+        self.skipped: collections.Counter[str] = collections.Counter()
+
+    def stats(self) -> ToolStats:
+        return ToolStats(dict(self.ignored), skipped=dict(self.skipped))
+
+    def images(self, stream: Any) -> Iterator[ToolImage]:
+        try:
+            for position, task in enumerate(ijson.items(stream, "item", use_float=True)):
+                yield self._task(position, task)
+        except ijson.JSONError as error:
+            first = (str(error).strip().splitlines() or [""])[0]
+            raise ValueError(f"{self.origin}: not valid JSON ({first})") from None
+
+    def _task(self, position: int, task: Any) -> ToolImage:
+        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+            raise ValueError(f"{self.origin}: task {position} is not a Label Studio task")
+        url = _image_url(task["data"])
+        if url is None:
+            return ToolImage(f"task-{task.get('id', position)}", 0, 0, problem="no data.image")
+        name, problem = self._file_name(url)
+        if problem is not None:
+            return ToolImage(name, 0, 0, problem=problem)
+        annotations = [a for a in task.get("annotations") or [] if isinstance(a, dict)]
+        chosen = None
+        for annotation in annotations:
+            if annotation.get("was_cancelled"):
+                self.skipped["cancelled_annotations"] += 1
+            elif chosen is None:
+                chosen = annotation
+            else:
+                self.skipped["further_annotations"] += 1
+        if chosen is None:
+            return ToolImage(name, 0, 0)
+        try:
+            return self._shapes(name, chosen.get("result") or [])
+        except (TypeError, ValueError, KeyError, IndexError) as error:
+            return ToolImage(name, 0, 0, problem=f"Label Studio result: {error!r}")
+
+    def _shapes(self, name: str, results: list[Any]) -> ToolImage:
+        shapes = []
+        height = width = 0
+        for result in results:
+            kind = result.get("type")
+            value = result.get("value") or {}
+            if kind not in DRAWN:
+                self.ignored[str(kind)] += 1
+                continue
+            w, h = int(result["original_width"]), int(result["original_height"])
+            if w <= 0 or h <= 0 or (height and (h, w) != (height, width)):
+                raise ValueError(f"original size {w}x{h} disagrees or is not positive")
+            height, width = h, w
+            labels = value.get(kind) or []
+            if len(labels) != 1 or not isinstance(labels[0], str):
+                raise ValueError(f"a {kind} result needs exactly one label, has {labels!r}")
+            label = labels[0]
+            if kind == "polygonlabels":
+                points = value["points"]
+                if len(points) > self.limits.coco_polygon_points:
+                    return ToolImage(
+                        name, h, w, problem=f"a polygon of {len(points):,} points", too_large=True
+                    )
+                xy = np.asarray(points, dtype=np.float64)
+                if xy.ndim != 2 or xy.shape[1] != 2:
+                    raise ValueError("points must be [x, y] pairs")
+                xy = xy * [w / 100.0, h / 100.0]
+                shapes.append(ToolShape(label, (xy.reshape(-1),)))
+            elif kind == "rectanglelabels":
+                x, y = float(value["x"]) * w / 100, float(value["y"]) * h / 100
+                bw, bh = float(value["width"]) * w / 100, float(value["height"]) * h / 100
+                rotation = float(value.get("rotation") or 0)
+                shapes.append(
+                    ToolShape(label, (box_polygon(x, y, x + bw, y + bh, rotation, (x, y)),))
+                )
+            else:
+                rle = value.get("rle")
+                if not isinstance(rle, list) or len(rle) > self.limits.coco_rle_chars:
+                    raise ValueError("brush rle must be a list of bytes")
+                alpha = decode_brush(rle, h, w)
+                shapes.append(ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w)))
+        return ToolImage(name, height, width, tuple(shapes))
+
+    def _file_name(self, url: str) -> tuple[str, str | None]:
+        candidates = image_candidates(url)
+        if self.image_dir is None or not os.path.isdir(self.image_dir):
+            return candidates[-1 if url.startswith("/data/upload/") else 0], None
+        exists = [c for c in candidates if os.path.isfile(os.path.join(self.image_dir, c))]
+        if not exists:
+            return candidates[0], None
+        if exists[0] == candidates[0] and len(candidates) > 1 and "/" in candidates[0]:
+            return exists[0], None
+        names = [c for c in exists if "/" not in c]
+        if len(set(names)) > 1:
+            return names[0], f"two images match {url!r}: {names[0]} and {names[1]}"
+        return exists[0], None
+
+
+def image_candidates(url: str) -> list[str]:
+    """The names a task's image may have under the image folder, most specific first."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.path.startswith("/data/local-files/") or parsed.path == "/data/local-files":
+        path = urllib.parse.parse_qs(parsed.query).get("d", [""])[0]
+    elif parsed.scheme in ("gs", "s3", "http", "https"):
+        path = urllib.parse.unquote(parsed.path)
+    elif parsed.path.startswith("/data/upload/"):
+        path = ""
+    else:
+        path = urllib.parse.unquote(parsed.path)
+    path = path.lstrip("/")
+    name = posixpath.basename(urllib.parse.unquote(parsed.path if not path else path))
+    candidates = [c for c in (path, name) if c]
+    match = UPLOAD_PREFIX.match(name)
+    if match:
+        candidates.append(match.group(1))
+    return list(dict.fromkeys(candidates)) or [url]
+
+
+def _image_url(data: dict[str, Any]) -> str | None:
+    if isinstance(data.get("image"), str):
+        return data["image"]
+    images = [
+        v for v in data.values() if isinstance(v, str) and v.lower().endswith(IMAGE_EXTENSIONS)
+    ]
+    return images[0] if len(images) == 1 else None
+
+
+def decode_brush(rle: list[int], height: int, width: int) -> np.ndarray:
+    """The alpha channel [height, width] of a Label Studio brush RLE.
+
+    The stream (label-studio-converter's brush.decode_rle): 32 bits value count, 5 bits word
+    size - 1, four 4-bit run-length field sizes - 1; then runs: 1 bit repeat?, 2 bits which
+    size, that many bits of length - 1, then one word (repeat) or length words (literal).
+    The values are the RGBA canvas, row-major; the alpha channel is every fourth byte.
+    """
+    if not all(type(v) is int and 0 <= v < 256 for v in rle):
+        raise ValueError("brush rle must be a list of bytes")
+    bits = np.unpackbits(np.asarray(rle, dtype=np.uint8))
+    reader = _Bits(bits)
+    count = reader.read(32)
+    if count != height * width * 4:
+        raise ValueError(f"brush rle holds {count} values, not {height}x{width}x4")
+    word = reader.read(5) + 1
+    sizes = [reader.read(4) + 1 for _ in range(4)]
+    out = np.zeros(count, dtype=np.uint8)
+    i = 0
+    while i < count:
+        repeat = reader.read(1)
+        j = i + 1 + reader.read(sizes[reader.read(2)])
+        if j > count:
+            raise ValueError("brush rle runs past its value count")
+        if repeat:
+            out[i:j] = reader.read(word)
+        else:
+            out[i:j] = reader.read_many(word, j - i)
+        i = j
+    return out.reshape(height, width, 4)[:, :, 3]
+
+
+class _Bits:
+    def __init__(self, bits: np.ndarray) -> None:
+        self.bits = bits
+        self.at = 0
+
+    def read(self, size: int) -> int:
+        end = self.at + size
+        if end > len(self.bits):
+            raise ValueError("brush rle ends early")
+        value = 0
+        for bit in self.bits[self.at : end].tolist():
+            value = (value << 1) | bit
+        self.at = end
+        return value
+
+    def read_many(self, size: int, count: int) -> np.ndarray:
+        end = self.at + size * count
+        if end > len(self.bits):
+            raise ValueError("brush rle ends early")
+        chunk = self.bits[self.at : end].reshape(count, size).astype(np.uint64)
+        self.at = end
+        weights = (1 << np.arange(size - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+        return (chunk * weights).sum(axis=1).astype(np.uint8)
+
+
+class LabelStudioSource(CocoSource):
+    """Masks from a Label Studio JSON export (staged as COCO image records)."""
+
+    name: ClassVar[str] = "labelstudio"
