@@ -19,17 +19,25 @@ first n * floor(N / n) records: parts are disjoint and equal, and the last N % n
 each epoch's order are left out of that epoch (a different few each epoch), as in
 shard_reader.torch. Batches stay within an epoch: an epoch's last batch may be short unless
 drop_remainder. Channels last (NHWC), as JAX models take them.
+
+A gs:// output is read through a bounded local cache of whole, sha256-checked shards
+(cache_dir=, cache_limit_bytes=; shard_reader/remote_cache.py): each reading process
+prefetches shards in the order of the batches ahead of the one it reads. shuffle="window"
+reads a window of shards at a time (shard_reader/read_order.py), for a cache smaller than
+the dataset; its order, like the global one, is a function of (seed, epoch), so Grain's
+state resumes it exactly.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 
 import grain
 import numpy as np
 
-from shard_reader import resizing, samples
+from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.source import RecordSource, usable_cores
 
 
@@ -38,7 +46,7 @@ def make_loader(
     split: str,
     batch_size: int,
     *,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     seed: int = 0,
     num_epochs: int | None = 1,
     shard_options: grain.sharding.ShardOptions | None = None,
@@ -50,6 +58,9 @@ def make_loader(
     transform: samples.Transform | None = None,
     sample_format: str = samples.NUMPY_FORMAT,
     version: int | None = None,
+    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit_bytes: int | None = None,
 ) -> grain.IterDataset:
     """A Grain IterDataset of batches; `iter()` it for a checkpointable iterator.
 
@@ -67,13 +78,24 @@ def make_loader(
         into the batch, so they must share one shape.
     version: read exactly the records of this version of a dataset that grew (`segprep
         prepare --append`), in the same order for the same seed; None: the latest.
+    shuffle: True, a global permutation per epoch; "window", shards permuted and the
+        records of each window of `window_shards` shards permuted; False, shard order.
+    cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
+        ~/.cache/segprep/shards and min(64 GiB, half its free space)).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     size = resizing.image_size_arg(image_size)
     resize = resizing.resize_arg(resize, size)
     samples.check_format(sample_format)
-    source = RecordSource(data_dir, split, version=version)
+    read_order.check_shuffle(shuffle, window_shards)
+    source = RecordSource(
+        data_dir,
+        split,
+        version=version,
+        cache_dir=cache_dir,
+        cache_limit_bytes=cache_limit_bytes,
+    )
     if len(source) == 0:
         raise ValueError(
             f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
@@ -93,14 +115,29 @@ def make_loader(
         )
     # Record numbers are shuffled, split and batched; each batch is then read straight into
     # its arrays (RecordSource.read_batch), not stacked from per-record arrays (a copy).
-    dataset = grain.MapDataset.range(len(source))
-    if shuffle:
-        dataset = dataset.shuffle(seed=seed)
-    # Slicing keeps the epoch in the index, so the shuffle still draws a new order per epoch.
-    dataset = dataset[index : len(source) // count * count : count]
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    per_epoch = len(dataset)
-    dataset = dataset.repeat(num_epochs)
+    end = len(source) // count * count
+    if shuffle == read_order.WINDOW:
+        # Positions in this process's part, mapped to records through the epoch's order.
+        positions = grain.MapDataset.range(end // count)
+        positions = positions.batch(batch_size, drop_remainder=drop_remainder)
+        per_epoch = len(positions)
+        window = _WindowOrder(source.shard_sizes, seed, window_shards, index, count, per_epoch)
+        dataset = positions.repeat(num_epochs).map_with_index(window)
+    else:
+        dataset = grain.MapDataset.range(len(source))
+        if shuffle:
+            dataset = dataset.shuffle(seed=seed)
+        # Slicing keeps the epoch in the index, so the shuffle still draws a new order per
+        # epoch.
+        dataset = dataset[index:end:count]
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        per_epoch = len(dataset)
+        dataset = dataset.repeat(num_epochs)
+    threads = usable_cores() if worker_count == 0 else 1
+    if source.cache is not None:
+        readers = threads * max(1, worker_count)
+        source.cache.check_limit([shard.size for shard in source.remote_shards()], readers)
+        dataset = dataset.map_with_index(_Prefetch(source, dataset))
     if transform is None:
         read = functools.partial(
             _read, source=source, image_size=size, resize=resize, valid=with_valid
@@ -113,7 +150,6 @@ def make_loader(
     # Elements are whole batches here: Grain's default read-ahead (500 elements, 16 threads,
     # tuned for KB-sized records) would hold gigabytes of pixels. One thread per core in
     # this process, or one per worker process, each with two batches ahead.
-    threads = usable_cores() if worker_count == 0 else 1
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
     iterable = dataset.to_iter_dataset(options)
     if worker_count > 0:
@@ -131,6 +167,69 @@ def _read(
 ):
     batch = source.read_batch(indices.tolist(), image_size=image_size, resize=resize, valid=valid)
     return {**batch, "key": np.array(batch["key"])}
+
+
+class _WindowOrder:
+    """(step, positions in the part) -> record numbers, through the window order of the
+    step's epoch; the last epoch's order is kept (a few bytes per record)."""
+
+    def __init__(self, shard_sizes, seed, window_shards, index, count, per_epoch) -> None:
+        self.shard_sizes, self.seed, self.window_shards = list(shard_sizes), seed, window_shards
+        self.index, self.count, self.per_epoch = index, count, per_epoch
+        self._cached: tuple[int, np.ndarray] | None = None
+
+    def __call__(self, step: int, positions: np.ndarray) -> np.ndarray:
+        epoch = step // self.per_epoch
+        if self._cached is None or self._cached[0] != epoch:
+            total = sum(self.shard_sizes)
+            order = read_order.epoch_order(
+                total, self.seed, epoch, read_order.WINDOW, self.shard_sizes, self.window_shards
+            )
+            end = total // self.count * self.count
+            self._cached = (epoch, order[self.index : end : self.count])
+        return self._cached[1][positions]
+
+
+_PREFETCH_LOCK = threading.Lock()
+
+
+class _Prefetch:
+    """(step, record numbers) -> the same record numbers, moving this process's
+    remote_cache.Prefetcher along: it starts on the first batch read here and fetches the
+    shards of the steps ahead of it (Grain reads a few steps ahead)."""
+
+    def __init__(self, source: RecordSource, steps: grain.MapDataset) -> None:
+        self.source, self.steps = source, steps
+        self._prefetcher: remote_cache.Prefetcher | None = None
+        self._pid = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_prefetcher": None, "_pid": None}
+
+    def __call__(self, step: int, indices: np.ndarray) -> np.ndarray:
+        with _PREFETCH_LOCK:  # reader threads arrive together at the first batch
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._prefetcher = remote_cache.Prefetcher(
+                    self.source.cache,
+                    self.source.remote_shards(),
+                    _Steps(self.source, self.steps),
+                )
+        self._prefetcher.advance(step)
+        return indices
+
+
+class _Steps:
+    """The shards each step reads, computed when asked (the steps may never end)."""
+
+    def __init__(self, source: RecordSource, steps: grain.MapDataset) -> None:
+        self.source, self.steps = source, steps
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, step: int) -> list[int]:
+        return list(dict.fromkeys(self.source.shard_of(self.steps[step]).tolist()))
 
 
 class _Transformed:

@@ -20,7 +20,11 @@ Resizing (`image_size`) picks class ids by TensorFlow's nearest-neighbour rule, 
 equal make_dataset's.
 
 The source is picklable and fork-safe (shard readers are opened lazily, per process),
-so PyTorch and Grain worker processes can each hold a copy. Local directories only.
+so PyTorch and Grain worker processes can each hold a copy.
+
+A gs:// output is read through a bounded local cache of whole shards
+(shard_reader/remote_cache.py: `cache_dir=`, `cache_limit_bytes=`): each shard is
+downloaded once, checked against its sha256 in metadata.json, then read as a local one.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from shard_reader import resizing
-from transforms.files import TooLargeError, read_bounded_local
+from shard_reader import remote_cache, resizing
+from transforms.files import TooLargeError, read_bounded
 from transforms.format import dataset_info, features, record_formats, record_index
 from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import INDEX_LINE_BYTES, ClassesInfo, MetadataError
@@ -65,6 +69,7 @@ class _Shard:
     size: int  # bytes, from metadata.json
     num_records: int
     frames: np.ndarray | None  # int64 [records, 2] (offset, length): formats with offset_index
+    sha256: str = ""  # from metadata.json: what a gs:// shard's download must hash to
 
 
 class RecordSource:
@@ -72,6 +77,9 @@ class RecordSource:
 
     verify_index: check each index file's sha256 against metadata.json when opening
         (reads the index files once; they are ~20 bytes per record).
+    cache_dir, cache_limit_bytes: for a gs:// output, where its shards are cached and how
+        many bytes they may take there (defaults: ~/.cache/segprep/shards, and the smaller
+        of 64 GiB and half the free space there; see shard_reader/remote_cache.py).
     """
 
     def __init__(
@@ -81,12 +89,15 @@ class RecordSource:
         *,
         verify_index: bool = True,
         version: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit_bytes: int | None = None,
     ) -> None:
+        self.cache: remote_cache.ShardCache | None = None
         if dataset_info.is_remote(data_dir):
-            raise ValueError(
-                f"RecordSource reads local directories; copy {data_dir} to local disk "
-                "(or read it with shard_reader.make_dataset, which streams gs://)"
-            )
+            if not str(data_dir).startswith("gs://"):
+                raise ValueError(f"{data_dir}: RecordSource reads local paths and gs:// only")
+            remote_cache.require_credentials()
+            self.cache = remote_cache.ShardCache.create(cache_dir, cache_limit_bytes)
         self.data_dir = str(data_dir)
         self.split = split
         metadata = dataset_info.load(data_dir, version)
@@ -109,17 +120,19 @@ class RecordSource:
         self._key_tables = info.key_tables
         self._keys: dict[str, int] | None = None
         self._readers: dict[int, record_formats.RandomReader] = {}
+        # gs:// shards: shard -> [reader, pin descriptor, readers now reading]
+        self._pinned: dict[int, list] = {}
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
         shard_path = dataset_info.join(self.data_dir, shard.file)
         if not self._format.offset_index:
-            return _Shard(shard_path, shard.bytes, shard.num_examples, None)
+            return _Shard(shard_path, shard.bytes, shard.num_examples, None, shard.sha256)
         path = dataset_info.join(self.data_dir, shard.index.file)
         cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
         try:
-            data = read_bounded_local(path, cap)
+            data = read_bounded(path, cap)
         except TooLargeError as error:
             raise MetadataError(f"{error} (stale index?)") from None
         if verify_index and hashlib.sha256(data).hexdigest() != shard.index.sha256:
@@ -135,7 +148,7 @@ class RecordSource:
                 f"says {shard.num_examples} records in {shard.bytes} bytes"
             )
         table = np.array(frames, dtype=np.int64).reshape(-1, 2)
-        return _Shard(shard_path, shard.bytes, shard.num_examples, table)
+        return _Shard(shard_path, shard.bytes, shard.num_examples, table, shard.sha256)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -159,6 +172,8 @@ class RecordSource:
         """The serialized tf.train.Example of record `index`, checked as its format allows
         (TFRecord: both CRCs; ArrayRecord: the chunk hash)."""
         shard_number, record = self.locate(index)
+        if self.cache is not None:
+            return self._read_cached(shard_number, record)
         return self._reader(shard_number).read(record)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -275,7 +290,7 @@ class RecordSource:
         for ref in self._key_tables:
             path = dataset_info.join(self.data_dir, ref.file)
             try:
-                data = read_bounded_local(path, ref.bytes)
+                data = read_bounded(path, ref.bytes)
             except TooLargeError as error:
                 raise MetadataError(f"{error}: metadata.json says {ref.bytes:,}") from None
             if hashlib.sha256(data).hexdigest() != ref.sha256:
@@ -315,12 +330,72 @@ class RecordSource:
                     self._readers[shard_number] = reader
         return reader
 
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Records per shard, in shard order."""
+        return [shard.num_records for shard in self._shards]
+
+    def shard_of(self, indices: np.ndarray) -> np.ndarray:
+        """The shard number of each of the split's record numbers `indices`."""
+        return np.searchsorted(self._starts, np.asarray(indices), side="right") - 1
+
+    def remote_shards(self) -> list[remote_cache.RemoteShard]:
+        """Each shard's gs:// address, sha256 and size, in shard order (for prefetching)."""
+        return [remote_cache.RemoteShard(s.path, s.sha256, s.size) for s in self._shards]
+
+    def _read_cached(self, shard_number: int, record: int) -> bytes:
+        # A cached shard is pinned (a shared lock, remote_cache) and its reader open only
+        # while some thread reads it: a reader holds at most one shard per thread, so
+        # eviction can always make room for the next one.
+        if self._pid != os.getpid():  # a forked child: its copies of the parent's pins go
+            self._drop_pins()
+            self._readers, self._pid, self._lock = {}, os.getpid(), threading.Lock()
+        with self._lock:
+            entry = self._pinned.get(shard_number)
+            if entry is not None:
+                entry[2] += 1
+            else:  # unpin the shards no thread is reading
+                for number, (reader, pin, users) in list(self._pinned.items()):
+                    if users == 0:
+                        reader.close()
+                        os.close(pin)
+                        del self._pinned[number]
+        if entry is None:
+            shard = self._shards[shard_number]
+            remote = remote_cache.RemoteShard(shard.path, shard.sha256, shard.size)
+            pin = self.cache.open(remote)
+            try:
+                reader = self._format.random_reader(
+                    self.cache.object_path(remote), shard.size, shard.num_records, shard.frames
+                )
+            except BaseException:
+                os.close(pin)
+                raise
+            with self._lock:
+                entry = self._pinned.setdefault(shard_number, [reader, pin, 0])
+                if entry[1] != pin:  # another thread opened it meanwhile
+                    reader.close()
+                    os.close(pin)
+                entry[2] += 1
+        try:
+            return entry[0].read(record)
+        finally:
+            with self._lock:
+                entry[2] -= 1
+
+    def _drop_pins(self) -> None:
+        for reader, pin, _ in self._pinned.values():
+            reader.close()
+            os.close(pin)
+        self._pinned = {}
+
     def close(self) -> None:
         """Close this process's shard readers (reopened on the next read)."""
         if self._pid == os.getpid():
             for reader in self._readers.values():
                 reader.close()
-        self._readers = {}
+            self._drop_pins()
+        self._readers, self._pinned = {}, {}
 
     def __del__(self) -> None:
         try:
@@ -330,7 +405,7 @@ class RecordSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_readers={}, _lock=None, _keys=None)
+        state.update(_readers={}, _pinned={}, _lock=None, _keys=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

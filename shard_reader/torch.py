@@ -31,6 +31,11 @@ restores exactly with any number of workers, and with a different world_size too
 new ranks deal out the rest of the order; with a batch size that changed as well).
 For evaluation, uneven_ranks=True deals out the whole order instead: every record once,
 ranks differing by at most one record.
+
+gs:// outputs are read through a bounded local cache of whole, sha256-checked shards
+(cache_dir=, cache_limit_bytes=; shard_reader/remote_cache.py), prefetched in the order
+this rank will read them. shuffle="window" reads a window of shards at a time
+(shard_reader/read_order.py): the order for a cache smaller than the dataset.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from shard_reader import resizing, samples
+from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.batch_ring import Ring, Ringed
 from shard_reader.ranks import default_num_workers, resolve_ranks
 from shard_reader.source import RecordSource
@@ -52,11 +57,16 @@ from shard_reader.source import RecordSource
 STATE_VERSION = 1
 
 
-def epoch_order(num_records: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+def epoch_order(
+    num_records: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool | str,
+    shard_sizes: Sequence[int] | None = None,
+    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
+) -> np.ndarray:
     """The split's record numbers in the order of `epoch`: the same on every rank and worker."""
-    if not shuffle:
-        return np.arange(num_records, dtype=np.int64)
-    return np.random.default_rng([seed, epoch]).permutation(num_records)
+    return read_order.epoch_order(num_records, seed, epoch, shuffle, shard_sizes, window_shards)
 
 
 def rank_part(
@@ -272,7 +282,7 @@ class SegmentationLoader:
         source: RecordSource,
         batch_size: int,
         *,
-        shuffle: bool,
+        shuffle: bool | str,
         seed: int,
         rank: int,
         world_size: int,
@@ -290,8 +300,10 @@ class SegmentationLoader:
         pin_memory: bool = False,
         persistent_workers: bool | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
+        window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     ) -> None:
         self.source = source
+        self.window_shards = window_shards
         self.batch_size = batch_size
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
@@ -341,7 +353,14 @@ class SegmentationLoader:
         return self._loader
 
     def _part(self, start: int) -> np.ndarray:
-        order = epoch_order(len(self.source), self.seed, self._epoch, self.shuffle)
+        order = epoch_order(
+            len(self.source),
+            self.seed,
+            self._epoch,
+            self.shuffle,
+            self.source.shard_sizes,
+            self.window_shards,
+        )
         return rank_part(order, start, self.rank, self.world_size, self.uneven_ranks)
 
     def _part_size(self, start: int) -> int:
@@ -384,8 +403,13 @@ class SegmentationLoader:
         # Pinning needs an accelerator; without one torch's DataLoader skips it too.
         pin = self.pin_memory and torch.accelerator.is_available()
         self._running = True
+        prefetcher = None
         try:
-            for batch in self._loader:
+            batches = iter(self._loader)  # forks the workers first: no lock goes with them
+            prefetcher = self._prefetcher()
+            for step, batch in enumerate(batches):
+                if prefetcher is not None:
+                    prefetcher.advance(step)
                 if isinstance(batch, _Collated):
                     self._yielded += batch.size
                     if records.collate_fn is not None:
@@ -408,6 +432,20 @@ class SegmentationLoader:
             self._finished = True
         finally:
             self._running = False
+            if prefetcher is not None:
+                prefetcher.stop()
+
+    def _prefetcher(self) -> remote_cache.Prefetcher | None:
+        """For a gs:// output: fetches this pass's shards in the order its batches need them."""
+        if self.source.cache is None:
+            return None
+        part = self._part(self._start)
+        shards = self.source.shard_of(part)
+        steps = [
+            list(dict.fromkeys(shards[first : first + self.batch_size].tolist()))
+            for first in range(0, len(part), self.batch_size)
+        ]
+        return remote_cache.Prefetcher(self.source.cache, self.source.remote_shards(), steps)
 
     def state_dict(self) -> dict[str, Any]:
         """Position after the batches yielded so far (torchdata StatefulDataLoader style)."""
@@ -425,6 +463,7 @@ class SegmentationLoader:
             "epoch": self._epoch,
             "consumed": consumed,  # records of the epoch's order read by all ranks together
             "world_size": self.world_size,
+            **({"window_shards": self.window_shards} if self.shuffle == read_order.WINDOW else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -436,6 +475,8 @@ class SegmentationLoader:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not supported")
         mine = {"num_records": len(self.source), "shuffle": self.shuffle, "seed": self.seed}
+        if self.shuffle == read_order.WINDOW:
+            mine["window_shards"] = self.window_shards
         differing = {key: state.get(key) for key, value in mine.items() if state.get(key) != value}
         if differing:
             raise ValueError(
@@ -454,7 +495,7 @@ def make_loader(
     split: str,
     batch_size: int,
     *,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
@@ -473,12 +514,17 @@ def make_loader(
     worker_init_fn: Callable[[int], None] | None = None,
     prefetch_factor: int | None = 2,
     version: int | None = None,
+    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit_bytes: int | None = None,
 ) -> SegmentationLoader:
     """Batches `(image uint8 [B,3,H,W], mask [B,1,H,W][, valid][, keys])` of one split; mask
     uint8 0/1, or class ids (uint8, int32 for 16-bit PNGs) for a class-id output.
 
     shuffle: a fresh permutation of the whole split each epoch, from (seed, epoch); off,
-        records come in shard order. Call set_epoch(e) before each epoch.
+        records come in shard order; "window": shards permuted, then the records of each
+        window of `window_shards` shards (shard_reader/read_order.py: for a gs:// output
+        whose cache is smaller than the dataset). Call set_epoch(e) before each epoch.
     rank, world_size: this process's part (see the module docstring for the remainder).
         Left out, they are torch.distributed's when its process group is initialised
         (else 0 and 1); given and different from the group's, ValueError.
@@ -503,6 +549,9 @@ def make_loader(
     prefetch_factor: as torch.utils.data.DataLoader's.
     version: read exactly the records of this version of a dataset that grew (`segprep
         prepare --append`), in the same order for the same seed; None: the latest.
+    cache_dir, cache_limit_bytes: for a gs:// output, the local shard cache (defaults
+        ~/.cache/segprep/shards and min(64 GiB, half its free space)); the ranks and jobs of
+        one host can share it. The limit must hold (workers + 2) shards.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -512,7 +561,17 @@ def make_loader(
     rank, world_size = resolve_ranks(rank, world_size)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-    source = RecordSource(data_dir, split, version=version)
+    read_order.check_shuffle(shuffle, window_shards)
+    source = RecordSource(
+        data_dir,
+        split,
+        version=version,
+        cache_dir=cache_dir,
+        cache_limit_bytes=cache_limit_bytes,
+    )
+    workers = default_num_workers() if num_workers is None else num_workers
+    if source.cache is not None:
+        source.cache.check_limit([shard.size for shard in source.remote_shards()], max(1, workers))
     if len(source) == 0:
         raise ValueError(
             f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
@@ -536,7 +595,7 @@ def make_loader(
         seed=seed,
         rank=rank,
         world_size=world_size,
-        num_workers=default_num_workers() if num_workers is None else num_workers,
+        num_workers=workers,
         drop_last=drop_last,
         with_keys=with_keys,
         image_size=image_size,
@@ -550,4 +609,5 @@ def make_loader(
         pin_memory=pin_memory,
         persistent_workers=persistent_workers,
         worker_init_fn=worker_init_fn,
+        window_shards=window_shards,
     )

@@ -182,9 +182,10 @@ def test_no_index_says_how_to_add_it(unindexed):
         RecordSource(unindexed, "train")
 
 
-def test_remote_paths_are_refused_plainly():
-    with pytest.raises(ValueError, match="local directories"):
-        RecordSource("gs://bucket/out", "train")
+def test_remote_paths_other_than_gs_are_refused_plainly():
+    # gs:// is read through the shard cache: tests/test_gcs_reader.py.
+    with pytest.raises(ValueError, match="local paths and gs:// only"):
+        RecordSource("s3://bucket/out", "train")
 
 
 def test_readers_work_without_tensorflow(indexed, png_output):
