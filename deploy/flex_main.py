@@ -3,8 +3,9 @@
 The launcher passes every template parameter as --name=value together with the pipeline
 options it chose (project, region, locations and --template_location, where segprep writes
 the job for the launcher to submit). Two things differ from the CLI: segprep's on/off
-switches arrive as --overwrite=true|false, and the workers should run this very image, whose
-name the build baked into SEGPREP_SDK_CONTAINER_IMAGE.
+switches arrive as --overwrite=true|false, repeatable flags as one ';'-separated value, and
+the workers should run this very image, whose name the build baked into
+SEGPREP_SDK_CONTAINER_IMAGE.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-SWITCHES = ("--overwrite", "--dry_run")
+SWITCHES = ("--overwrite", "--dry_run", "--append", "--split_by_folder")
+# Repeatable on the command line; one template parameter holds several values, ';'-separated.
+REPEATED = ("--split_file", "--ignore_files", "--leakage_check")
 TRUE = ("true", "1", "yes")
 
 
@@ -24,6 +27,9 @@ def to_cli_args(argv: list[str], image: str | None = None) -> list[str]:
         if name in SWITCHES and has_value:
             if value.strip().lower() in TRUE:
                 args.append(name)
+            continue
+        if name in REPEATED and has_value:
+            args.extend(f"{name}={part}" for part in value.split(";") if part)
             continue
         args.append(arg)
     names = {arg.partition("=")[0] for arg in args}

@@ -112,6 +112,14 @@ def test_flex_entry_point_turns_launcher_arguments_into_cli_arguments():
     kept = to_cli_args(["--runner=DirectRunner", "--setup_file=/x/setup.py"], IMAGE)
     assert kept == ["--runner=DirectRunner", "--setup_file=/x/setup.py"]
     assert "--sdk_container_image" not in to_cli_args([], None)
+    repeated = to_cli_args(
+        ["--split_file=train=gs://b/t.txt;validation=gs://b/v.txt", "--append=true"], None
+    )
+    assert repeated[:3] == [
+        "--split_file=train=gs://b/t.txt",
+        "--split_file=validation=gs://b/v.txt",
+        "--append",
+    ]
 
 
 def test_flex_entry_point_writes_the_job_like_the_launcher_expects(gcs, tmp_path):  # noqa: F811
