@@ -231,7 +231,8 @@ def coco_entry(
         return Reject(
             f"{annotations}#{file_name}",
             Reason.UNRECOGNIZED_FILE,
-            f"COCO image {image_id}: file_name {file_name!r} is not a .jpg, .jpeg or .png name",
+            f"image record {image_id} of {basename(annotations)}: file_name {file_name!r} is "
+            "not a .jpg, .jpeg or .png name",
             None,
             annotations,
         )

@@ -142,7 +142,13 @@ def classes_lines(classes: dict[str, Any]) -> list[str]:
 
 def _shares(ids: list[int], stats, names: list[str], labelled: int) -> str:
     """`name 12 %, ...`: two significant digits, so a rare class never shows as 0.0 %."""
-    return ", ".join(f"{names[c]} {stats.pixels[c] / labelled * 100:.2g} %" for c in ids)
+    return ", ".join(f"{names[c]} {_percent(stats.pixels[c] / labelled * 100)} %" for c in ids)
+
+
+def _percent(value: float) -> str:
+    """Two significant digits below 10 (`0.47`, `9.4`), whole numbers above (`12`, `100`):
+    never an exponent."""
+    return f"{value:.2g}" if value < 10 else f"{value:.0f}"
 
 
 def _shards(count: int) -> str:

@@ -34,6 +34,13 @@ def plan_duplicates(
                 "--duplicates drop on a full prepare (docs/duplicates.md)"
             )
         return None
+    output = storage.normalize_dir(args.output_dir)
+    for folder in args.leakage_check or ():
+        if storage.normalize_dir(folder) == output:
+            raise UsageError(
+                f"--leakage_check {folder} is the --output_dir: check against another output "
+                "(your test set), not the one this run writes"
+            )
     checks = tuple(_leakage_check(folder) for folder in args.leakage_check or ())
     if args.duplicates == "off":
         if checks:

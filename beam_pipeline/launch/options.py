@@ -140,7 +140,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     inputs.add_argument(
         "--annotations",
         metavar="PATH",
-        help="an annotation tool's export in place of --mask_dir (docs/annotation_tools.md): "
+        help="an annotation tool's export in place of --mask_dir (docs/classes.md): "
         "a COCO JSON, a CVAT for images 1.1 XML, a Label Studio JSON export, or a folder of "
         "labelme JSON files (may be --image_dir itself); needs --mask_type classes",
     )

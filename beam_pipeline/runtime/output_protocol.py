@@ -35,6 +35,7 @@ from beam_pipeline.runtime.commit_journal import (
     own_folder,
 )
 from transforms import files
+from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import (
     INDEX_DIR,
     LOCK_FILE,
@@ -43,6 +44,7 @@ from transforms.format.naming import (
     REJECTS_FILE,
     RUNS_DIR,
     SEGPREP_DIR,
+    UNLABELED_FILE,
     is_output_name,
     run_dir,
 )
@@ -155,19 +157,25 @@ def _top_level_names(output_dir: str) -> set[str]:
 
 
 def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], bool]:
-    """An output of segprep before the manifest: its metadata.json says what it wrote."""
+    """An output without a readable manifest (written before manifests, or its manifest is
+    damaged): its metadata.json says what it wrote."""
     if METADATA_FILE not in names:
         return (), False
     info = _read_json(storage.join(output_dir, METADATA_FILE))
     if not (isinstance(info, dict) and "segprep" in (info.get("versions") or {})):
         return (), False  # someone else's metadata.json: foreign like any other file
-    listed = [ref.get("file") for ref in info.get("tfds_files") or [] if isinstance(ref, dict)]
-    for split in (info.get("splits") or {}).values():
-        refs = [split.get("key_table") or {}]
-        for shard in split.get("shards") or []:
-            if isinstance(shard, dict):
-                refs += [shard, shard.get("index") or {}]
-        listed += [ref.get("file") for ref in refs if isinstance(ref, dict)]
+    try:  # the one reader of metadata.json knows every file an output lists
+        listed = sorted(DatasetInfo.from_json(info).listed_files())
+    except MetadataError:
+        listed = [ref.get("file") for ref in info.get("tfds_files") or [] if isinstance(ref, dict)]
+        for split in (info.get("splits") or {}).values():
+            refs = [split.get("key_table") or {}]
+            for shard in split.get("shards") or []:
+                if isinstance(shard, dict):
+                    refs += [shard, shard.get("index") or {}]
+            listed += [ref.get("file") for ref in refs if isinstance(ref, dict)]
+    if isinstance(info.get("num_unlabeled"), dict):
+        listed.append(UNLABELED_FILE)
     ours = [name for name in listed if is_published_name(name)]
     ours += [name for name in (REJECTS_FILE, METADATA_FILE) if name in names]
     return tuple(sorted(set(ours))), True

@@ -141,6 +141,8 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return [f"{MANIFEST_FILE} is not valid JSON"]
         except OSError as error:
             return [f"{MANIFEST_FILE}: not readable: {error}"]
+        if not isinstance(manifest, dict):
+            return [f"{MANIFEST_FILE} is not a JSON object: damaged or tampered"]
     holder = output_protocol.current_holder(storage.normalize_dir(base))
     listed = {REJECTS_FILE, METADATA_FILE}
     if metadata.get("num_unlabeled"):
