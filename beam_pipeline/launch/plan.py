@@ -324,6 +324,11 @@ def _inputs(
                 else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
             )
             lists = fractions.keys if isinstance(fractions, SplitLists) else {}
+            if lists and args.append:
+                from beam_pipeline.launch.append import keys_held
+
+                held = keys_held(storage.normalize_dir(args.output_dir), lists)
+                lists = {key: split for key, split in lists.items() if key not in held}
             listing = list_local(
                 layout,
                 *flags,
