@@ -200,6 +200,9 @@ def commit(
         for field in ("parameters", "format_version"):
             if field in previous.extra:
                 info[field] = previous.extra[field]
+        if isinstance(info.get("parameters"), dict):
+            # The output may have been copied or moved since: name the folder written now.
+            info["parameters"] = {**info["parameters"], "output_dir": settings.output_dir}
         info["exif_orientation_ignored"] += previous.extra.get("exif_orientation_ignored", 0)
         # The entries the latest version accounts for: each key once, in a shard or rejected.
         records = sum(split["num_examples"] for split in info["splits"].values())

@@ -2,7 +2,8 @@
 
 Each pair's key is looked up in the digest tables of the output's versions
 (transforms/format/digest_table.py: bisected on disk, nothing loaded), in the split its key
-hashes to (the fractions equal the output's, so an earlier key is there or nowhere). A new
+hashes to (the fractions equal the output's, so an earlier key is there or nowhere); with
+official lists or folders, in every split's. A new
 key goes on to planning; a key present with the same image and mask bytes is skipped and
 counted; a key present with other bytes is a `key_exists` reject.
 """
@@ -19,7 +20,7 @@ from transforms import files
 from transforms.format import digest_table
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject, RejectError
-from transforms.splits import SplitFractions
+from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 REJECTS = "rejects"
 SKIPPED = "skipped"
@@ -38,7 +39,7 @@ class _CheckExisting(beam.DoFn):
         self,
         output_dir: str,
         append: AppendSettings,
-        fractions: SplitFractions,
+        fractions: SplitFractions | SplitLists | FolderSplits,
         writing: ShardWriterSettings,
     ) -> None:
         self._output_dir = output_dir
@@ -53,20 +54,27 @@ class _CheckExisting(beam.DoFn):
         if split not in self._tables:
             names = self._append.digest_tables.get(split, ())
             self._tables[split] = [
-                (number, open_table(storage.join(self._output_dir, name)))
-                for number, name in enumerate(names, start=1)
+                (number, open_table(storage.join(self._output_dir, name))) for number, name in names
             ]
         return self._tables[split]
 
+    def _splits_to_search(self, key: str) -> tuple[str, ...]:
+        if isinstance(self._fractions, SplitFractions):
+            split = self._fractions.split_of(key)
+            return () if split is None else (split,)
+        # Lists and folders may place a key elsewhere than an earlier run did.
+        return tuple(self._append.digest_tables)
+
     def process(self, pair: Pair):
-        split = self._fractions.split_of(pair.key)
         found = None
-        if split is not None:
+        for split in self._splits_to_search(pair.key):
             for version, table in self._tables_of(split):
                 stored = table.get(pair.key)
                 if stored is not None:
                     found = version, stored
                     break
+            if found is not None:
+                break
         if found is None:
             yield pair
             return
@@ -99,7 +107,7 @@ class CheckExistingKeys(beam.PTransform):
         self,
         output_dir: str,
         append: AppendSettings,
-        fractions: SplitFractions,
+        fractions: SplitFractions | SplitLists | FolderSplits,
         writing: ShardWriterSettings,
     ) -> None:
         super().__init__()

@@ -88,8 +88,11 @@ class AppendSettings:
 
     version: int  # the new version's number: the output's latest + 1
     previous_sha256: str  # of the output's metadata.json when planned; the commit rechecks it
-    # split -> the digest tables of versions 1..version-1 (names relative to the output)
-    digest_tables: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # split -> (version, its digest table) for the earlier versions that have the split
+    # (names relative to the output)
+    digest_tables: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 @dataclasses.dataclass(frozen=True)

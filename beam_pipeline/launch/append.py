@@ -2,8 +2,9 @@
 
 An append extends a finished segprep output that keeps versions and content digests, and
 only with the parameters that shape its records (mask type and format, classes, ignore
-index, record format, split fractions): records of one dataset must read the same way. Any
-difference is a usage error (exit 2) naming each one.
+index, record format, how entries find their split and the split fractions): records of one
+dataset must read the same way. Any difference is a usage error (exit 2) naming each one.
+With --split_file or --split_by_folder the new keys go where this run's lists or folders say.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
-from transforms.format import record_formats
+from transforms import files
+from transforms.format import digest_table, record_formats
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import METADATA_FILE, SPLITS
+from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
 def plan_append(
@@ -42,13 +46,12 @@ def plan_append(
         info = DatasetInfo.from_json(raw)
     except (OSError, ValueError, MetadataError) as error:
         raise UsageError(f"--append: cannot read {path}: {error}") from None
-    tables = {split: [] for split in SPLITS}
-    for version in info.dataset_versions:
-        for split in SPLITS:
-            if split in version.digest_tables:
-                tables[split].append(version.digest_tables[split].file)
+    tables: dict[str, list[tuple[int, str]]] = {split: [] for split in SPLITS}
+    for number, version in enumerate(info.dataset_versions, start=1):
+        for split, ref in version.digest_tables.items():
+            tables.setdefault(split, []).append((number, ref.file))
     if not info.dataset_versions or any(
-        len(names) != len(info.dataset_versions) for names in tables.values()
+        len(tables[split]) != len(info.dataset_versions) for split in SPLITS
     ):
         raise UsageError(
             f"--append: {output_dir} was prepared by a segprep that kept no versions and "
@@ -67,6 +70,35 @@ def plan_append(
     )
 
 
+def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
+    """Which of `keys` (an append's --split_file lists) some version of the output holds:
+    listed but absent from this run's folders, they are in the output, not missing. An
+    output that cannot be read holds none here; plan_append names what is wrong with it."""
+    try:
+        info = DatasetInfo.from_json(
+            json.loads(storage.read_bounded(storage.join(output_dir, METADATA_FILE), 64 << 20))
+        )
+    except (OSError, ValueError, MetadataError):
+        return set()
+    wanted = set(keys)
+    held: set[str] = set()
+    for version in info.dataset_versions:
+        for ref in version.digest_tables.values():
+            try:
+                table = _open_table(storage.join(output_dir, ref.file))
+                held.update(key for key in wanted - held if table.get(key) is not None)
+            except (OSError, ValueError):
+                continue  # the append's own check of the tables reports them
+    return held
+
+
+def _open_table(path: str) -> digest_table.SortedTable:
+    if storage.is_local(path):
+        return digest_table.local_table(path)
+    reader = files.RangeReader(path)
+    return digest_table.SortedTable(reader.read_at, reader.size)
+
+
 def parameter_differences(
     raw: dict[str, Any], info: DatasetInfo, args: argparse.Namespace, mask_plan: Any, fractions: Any
 ) -> list[str]:
@@ -82,9 +114,15 @@ def parameter_differences(
             raw.get("record_format", record_formats.DEFAULT),
             getattr(args, "record_format", None) or record_formats.DEFAULT,
         ),
-        "train_size": (used.get("train_size"), fractions.train),
-        "validation_size": (used.get("validation_size"), fractions.validation),
     }
+    stored_method, method = _split_method(used), _split_method_of(fractions)
+    if stored_method != method:
+        pairs["split"] = (stored_method, method)
+    elif isinstance(fractions, SplitFractions):
+        pairs.update(
+            train_size=(used.get("train_size"), fractions.train),
+            validation_size=(used.get("validation_size"), fractions.validation),
+        )
     if classes.is_classes or stored_classes is not None:
         pairs.update(
             num_classes=(
@@ -111,6 +149,23 @@ def parameter_differences(
         for name, (old, new) in pairs.items()
         if old != new
     ]
+
+
+def _split_method(used: dict[str, Any]) -> str:
+    """How the stored output placed entries in splits (plan.py's split parameters)."""
+    if used.get("split_files"):
+        return "--split_file"
+    if used.get("split_by_folder"):
+        return "--split_by_folder"
+    return "--train_size/--validation_size"
+
+
+def _split_method_of(fractions: SplitFractions | SplitLists | FolderSplits) -> str:
+    if isinstance(fractions, SplitLists):
+        return "--split_file"
+    if isinstance(fractions, FolderSplits):
+        return "--split_by_folder"
+    return "--train_size/--validation_size"
 
 
 def _show(value: Any) -> str:

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import sys
 import time
 import uuid
 from typing import Any
@@ -323,6 +324,11 @@ def _inputs(
                 else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
             )
             lists = fractions.keys if isinstance(fractions, SplitLists) else {}
+            if lists and args.append:
+                from beam_pipeline.launch.append import keys_held
+
+                held = keys_held(storage.normalize_dir(args.output_dir), lists)
+                lists = {key: split for key, split in lists.items() if key not in held}
             listing = list_local(
                 layout,
                 *flags,
@@ -346,6 +352,13 @@ def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.Output
     if not storage.is_local(output_dir) and args.dry_run:
         return None
     output = output_protocol.inspect_output(output_dir)
+    if args.append and output.pending_commit and output.holder is None and not args.dry_run:
+        # A plain prepare finishes a cut-short commit under its lock; an append must do so
+        # before it plans on the output's metadata.json.
+        recovered = output_protocol.recover_locked(output_dir)
+        if recovered is not None:
+            print(f"segprep: {recovered}", file=sys.stderr, flush=True)
+        output = output_protocol.inspect_output(output_dir)
     if not args.dry_run or output.ours or output.foreign:
         output_protocol.check_output(output, overwrite=args.overwrite, append=args.append)
     return output

@@ -72,6 +72,7 @@ class OutputState:
     finished: bool  # a published output: metadata.json, and no commit left half done
     foreign: tuple[str, ...]  # top-level names segprep did not write
     holder: LockInfo | None  # a run holding the lock right now
+    pending_commit: bool = False  # an earlier run's commit journal waits to be finished
 
     @property
     def colliding(self) -> tuple[str, ...]:
@@ -88,6 +89,7 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     for folder in (RUNS_DIR, INDEX_DIR):
         own_folder(output_dir, folder, create=False)
     manifest = commit_journal.read_manifest(output_dir) if SEGPREP_DIR in names else None
+    pending = manifest is not None and manifest.get("state") == COMMITTING
     if manifest is not None:
         ours = tuple(str(name) for name in manifest["files"])
         finished = manifest.get("state") == COMMITTED and METADATA_FILE in names
@@ -97,7 +99,7 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     listed = {name.split("/", 1)[0] for name in ours}
     foreign = tuple(sorted(name for name in names if name != SEGPREP_DIR and name not in listed))
     running = current_holder(output_dir) if holder and SEGPREP_DIR in names else None
-    return OutputState(output_dir, ours, finished, foreign, running)
+    return OutputState(output_dir, ours, finished, foreign, running, pending)
 
 
 def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -> None:
@@ -112,6 +114,11 @@ def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -
             raise UsageError(
                 f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write: "
                 "move it away before appending"
+            )
+        if not state.finished and state.pending_commit:
+            raise UsageError(
+                f"--output_dir {out} holds a commit an earlier run left unfinished: run "
+                f"`segprep verify --repair {out}` to finish it, then append (nothing was changed)"
             )
         if not state.finished:
             raise UsageError(
@@ -407,6 +414,13 @@ def recover(output_dir: str) -> str | None:
     done, None when there was nothing to finish. Called with the lock held."""
     journal = commit_journal.journal_of(commit_journal.read_manifest(output_dir))
     return None if journal is None else commit_journal.recover(output_dir, journal)
+
+
+def recover_locked(output_dir: str) -> str | None:
+    """`recover` under a lock of its own: for a run that must read the output as it will be
+    (an append plans on the latest metadata.json) before its own lock is taken."""
+    with RunLock(output_dir, "recover-" + os.urandom(4).hex()):
+        return recover(output_dir)
 
 
 def clean_unfinished(state: OutputState) -> None:

@@ -271,6 +271,19 @@ def _checked(image: ToolImage, limits: InputLimits) -> ToolImage:
     return dataclasses.replace(image, shapes=tuple(shapes))
 
 
+def _crossing(a: tuple, b: tuple, axis: int, limit: float) -> tuple[float, float]:
+    """Where edge a-b crosses `limit` on `axis`, measured from the end nearer the limit: from
+    the far end of an edge to 1e300 the step to the image rounds away. Halved differences
+    cannot overflow, whatever finite values the ends hold."""
+    near, far = (a, b) if abs(a[axis] - limit) <= abs(b[axis] - limit) else (b, a)
+    other = 1 - axis
+    t = (limit * 0.5 - near[axis] * 0.5) / (far[axis] * 0.5 - near[axis] * 0.5)
+    crossing = [0.0, 0.0]
+    crossing[axis] = limit
+    crossing[other] = near[other] + t * (far[other] * 0.5 - near[other] * 0.5) * 2.0
+    return crossing[0], crossing[1]
+
+
 def clip_polygon(polygon: np.ndarray, width: int, height: int) -> np.ndarray:
     """The polygon clipped (Sutherland-Hodgman) to the image plus one pixel on every side,
     so pycocotools only ever sees coordinates near the image and draws the same pixels."""
@@ -287,12 +300,7 @@ def clip_polygon(polygon: np.ndarray, width: int, height: int) -> np.ndarray:
         for i, point in enumerate(points):
             prev, prev_in = points[i - 1], inside[i - 1]
             if inside[i] != prev_in:
-                t = (limit - prev[axis]) / (point[axis] - prev[axis])
-                other = 1 - axis
-                crossing = [0.0, 0.0]
-                crossing[axis] = limit
-                crossing[other] = prev[other] + t * (point[other] - prev[other])
-                out.append(tuple(crossing))
+                out.append(_crossing(prev, point, axis, limit))
             if inside[i]:
                 out.append(point)
         points = out
