@@ -3,6 +3,7 @@
     python benchmarks/launcher_memory.py                        # 10k, 50k, 200k, 1M entries
     python benchmarks/launcher_memory.py --sizes 10000,50000    # a quick look
     python benchmarks/launcher_memory.py --modes coco           # COCO staging only
+    python benchmarks/launcher_memory.py --modes cvat --sizes 10000,100000   # a CVAT export
 
 Two listings per size N, each planned by `segprep prepare --dry_run` in a subprocess:
   folders: N keys in one --data_dir, KEY.jpg + KEY_mask.mat (empty files: planning never
@@ -83,6 +84,30 @@ def coco_data(n: int) -> tuple[Path, Path]:
     return images, annotations
 
 
+def cvat_data(n: int) -> tuple[Path, Path]:
+    """N empty images and a CVAT for images 1.1 XML with one polygon per image."""
+    folder = CACHE / f"cvat-{n}"
+    images, annotations = folder / "images", folder / "annotations.xml"
+    if not (folder / "done").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        images.mkdir(parents=True)
+        for index in range(n):
+            os.close(os.open(images / f"{index:07d}.jpg", os.O_CREAT | os.O_WRONLY, 0o644))
+        with open(annotations, "w") as handle:
+            handle.write('<?xml version="1.0" encoding="utf-8"?>\n<annotations>\n')
+            handle.write("<meta><task><labels><label><name>thing</name></label></labels>")
+            handle.write("</task></meta>\n")
+            for i in range(n):
+                handle.write(
+                    f'<image id="{i}" name="{i:07d}.jpg" width="640" height="480">'
+                    '<polygon label="thing" points="10.5,10.5;200.25,10.5;200.25,300.75;'
+                    '10.5,300.75" z_order="0"/></image>\n'
+                )
+            handle.write("</annotations>\n")
+        (folder / "done").touch()
+    return images, annotations
+
+
 def measure(command: list[str]) -> tuple[float, int, dict]:
     """(wall seconds, peak tree PSS bytes, the dry run's plan) of one dry run."""
     from tests.helpers.process_tree import run_measured
@@ -109,6 +134,10 @@ def main() -> None:
             out = Path(tempfile.mkdtemp(prefix="segprep-bench-")) / "out"
             if mode == "folders":
                 flags = ["--data_dir", str(folder_data(n))]
+            elif mode == "cvat":
+                images, annotations = cvat_data(n)
+                flags = ["--image_dir", str(images), "--annotations", str(annotations)]
+                flags += ["--annotation_format", "cvat", "--mask_type", "classes"]
             else:
                 images, annotations = coco_data(n)
                 flags = ["--image_dir", str(images), "--coco_annotations", str(annotations)]
@@ -121,7 +150,7 @@ def main() -> None:
             rows.append((mode, n, seconds, peak))
             print(f"{mode} {n:,}: {peak / 2**20:.0f} MB peak PSS, {seconds:.1f} s", flush=True)
             if not args.keep:
-                shutil.rmtree(CACHE / (f"folders-{n}" if mode == "folders" else f"coco-{n}"))
+                shutil.rmtree(CACHE / f"{mode}-{n}")
     print()
     print("| listing | entries | peak PSS MB | vs smallest | wall s |")
     print("| --- | --- | --- | --- | --- |")
