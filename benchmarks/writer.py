@@ -299,8 +299,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,8000", help="comma-separated N")
     parser.add_argument(
         "--modes",
-        default="default,inline,threads,serial",
-        help="default, inline, threads, serial (Beam's multi_processing mode is refused by "
+        default="default,nodups,inline,threads,serial",
+        help="default, nodups, inline, threads, serial (Beam's multi_processing mode is refused by "
         "segprep: its workers outlive a killed launcher)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per command (median)")
@@ -322,6 +322,7 @@ def main() -> None:
     local = ["--runner", "FnApiRunner"]
     modes = {
         "default": [],  # in-process runner, one writer process per core
+        "nodups": ["--duplicates", "off"],  # the same without the duplicate search
         "inline": ["--writer_processes", "1"],  # shards written in the runner, thread per core
         "threads": local
         + ["--direct_running_mode", "multi_threading", "--direct_num_workers", str(cores)]
@@ -331,6 +332,7 @@ def main() -> None:
     labels = {
         "default": "(a) segprep prepare, default (writer process per core)",
         "inline": "segprep, shards written in the runner (thread per core)",
+        "nodups": "segprep prepare --duplicates off",
         "threads": "segprep, Beam multi-threading",
         "serial": "segprep, serial",
     }
