@@ -409,3 +409,17 @@ def test_inspect_draws_the_groups(grouped, tmp_path):
     assert image.height > rows * 100
     both = _segprep("inspect", str(out), "--duplicates", "--rejects", check=False)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_groups_largest_distance_is_over_every_pair():
+    """Vectorised over blocks of rows, it equals the pairwise maximum."""
+    import itertools
+    import random
+
+    from transforms.duplicates import _largest_distance, hamming
+
+    rng = random.Random(5)
+    for size in (1, 2, 3, 40, 700):
+        hashes = [rng.getrandbits(64) for _ in range(size)]
+        brute = max((hamming(a, b) for a, b in itertools.combinations(hashes, 2)), default=0)
+        assert _largest_distance(np.array(hashes, dtype=np.uint64), rows=64) == brute

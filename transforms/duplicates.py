@@ -270,10 +270,7 @@ def connected_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[
 def describe_group(members: Sequence[ImageHash], split: str | None) -> Group:
     """The group's line: kind, largest distance, and whether exact copies disagree on masks."""
     exact = len({m.sha256 for m in members}) == 1
-    largest = max(
-        (hamming(a.phash, b.phash) for i, a in enumerate(members) for b in members[i + 1 :]),
-        default=0,
-    )
+    largest = _largest_distance(np.array([m.phash for m in members], dtype=np.uint64))
     masks_by_image: dict[str, set[str | None]] = {}
     for member in members:
         masks_by_image.setdefault(member.sha256, set()).add(member.mask)
@@ -281,6 +278,16 @@ def describe_group(members: Sequence[ImageHash], split: str | None) -> Group:
     return Group(
         tuple(m.key for m in members), split, "exact" if exact else "near", largest, conflict
     )
+
+
+def _largest_distance(hashes: np.ndarray, rows: int = 512) -> int:
+    """The largest Hamming distance between any two of `hashes`: every pair, vectorised in
+    blocks of `rows` (a group of thousands of near-copies is millions of pairs)."""
+    largest = 0
+    for start in range(0, len(hashes), rows):
+        block = np.bitwise_xor(hashes[start : start + rows, None], hashes[None, start:])
+        largest = max(largest, int(np.bitwise_count(block).max(initial=0)))
+    return largest
 
 
 def parse_groups(data: bytes) -> list[dict]:
