@@ -254,3 +254,14 @@ def test_not_an_output_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a segprep output" in err
+
+
+def test_unlabeled_images_are_counted_on_the_page(sample_dataset, tmp_path):
+    out = tmp_path / "out"
+    argv = ["prepare", "--image_dir", str(sample_dataset.image_dir), "--mask_dir"]
+    argv += [str(sample_dataset.mask_dir), "--output_dir", str(out), "--runner", "FnApiRunner"]
+    assert main([*argv, "--unlabeled_images", "skip"]) == 0
+    unlabeled = json.loads((out / "metadata.json").read_text())["num_unlabeled"]["total"]
+    assert unlabeled > 0
+    text = _report(out, tmp_path / "unlabeled.html")
+    assert f'data-count="unlabeled">{unlabeled:,}<' in text

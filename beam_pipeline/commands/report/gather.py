@@ -81,6 +81,7 @@ class Report:
     discovered: int | None
     accepted: int
     rejected: int
+    unlabeled: int  # --unlabeled_images skip: images without a mask, listed in unlabeled.jsonl
     mask_type: str
     mask_format: str | None
     record_format: str
@@ -121,6 +122,7 @@ def gather(output_dir: str, version: int | None = None) -> Report:
         discovered=None,
         accepted=0,
         rejected=total,
+        unlabeled=0,
         mask_type="unknown",
         mask_format=None,
         record_format=record_formats.DEFAULT,
@@ -167,6 +169,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         discovered=raw.get("num_discovered"),
         accepted=accepted,
         rejected=rejected.get("total", total) if isinstance(rejected, dict) else total,
+        unlabeled=_count_of(raw.get("num_unlabeled")),
         mask_type="classes" if classes else "binary",
         mask_format=info.mask_format,
         record_format=adapter.name,
@@ -184,6 +187,11 @@ def _finished(base: str, version: int | None = None) -> Report:
         duplicate_groups=groups,
         total_bytes=sum(s.bytes for split in info.splits.values() for s in split.shards),
     )
+
+
+def _count_of(section: Any) -> int:
+    total = section.get("total") if isinstance(section, dict) else None
+    return total if isinstance(total, int) and total >= 0 else 0
 
 
 def _class_names(classes: ClassesInfo | None) -> list[str]:
