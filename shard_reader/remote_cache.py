@@ -44,7 +44,6 @@ from transforms import files
 # Defaults for a training host: the user's cache folder, and at most 64 GiB or half the free
 # space of its file system (checked when the cache is created), whichever is smaller.
 DEFAULT_CACHE_LIMIT_CAP = 64 << 30
-CREDENTIALS_DEADLINE = 20.0  # seconds: google.auth probes a metadata server that may not exist
 _CHUNK = 1 << 20
 
 
@@ -77,31 +76,9 @@ def default_limit(cache_dir: str) -> int:
 def require_credentials() -> None:
     """Fail within seconds, in one line, when gs:// cannot be read: nothing is needed against
     a storage emulator (STORAGE_EMULATOR_HOST), else Application Default Credentials."""
-    if files.emulator_host() is not None:
-        return
-    outcome: list[BaseException | None] = []
-
-    def look() -> None:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            google.auth.default()
-            outcome.append(None)
-        except DefaultCredentialsError as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=look, name="segprep-credentials", daemon=True)
-    thread.start()
-    thread.join(CREDENTIALS_DEADLINE)
-    if outcome and outcome[0] is None:
-        return
-    why = "none were found" if outcome else f"none were found within {CREDENTIALS_DEADLINE:g} s"
-    raise MissingCredentialsError(
-        f"gs:// paths need Google Cloud credentials and {why}: run `gcloud auth "
-        "application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a "
-        "service-account key file"
-    )
+    problem = files.missing_credentials()
+    if problem is not None:
+        raise MissingCredentialsError(problem)
 
 
 def _download_into(url: str, size: int, handle) -> None:

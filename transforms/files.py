@@ -97,6 +97,40 @@ def emulator_host() -> str | None:
     return os.environ.get(_EMULATOR_VARIABLE) or None
 
 
+CREDENTIALS_DEADLINE = 20.0  # seconds: google.auth probes a metadata server that may not exist
+
+
+def missing_credentials() -> str | None:
+    """Why gs:// cannot be read, in one line, found within CREDENTIALS_DEADLINE seconds; None
+    when it can: an emulator needs nothing, else Application Default Credentials. The search
+    runs in a thread so that a metadata server that never answers cannot hold the caller."""
+    if emulator_host() is not None:
+        return None
+    outcome: list[BaseException | None] = []
+
+    def look() -> None:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            google.auth.default()
+            outcome.append(None)
+        except DefaultCredentialsError as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=look, name="segprep-credentials", daemon=True)
+    thread.start()
+    thread.join(CREDENTIALS_DEADLINE)
+    if outcome and outcome[0] is None:
+        return None
+    why = "none were found" if outcome else f"none were found within {CREDENTIALS_DEADLINE:g} s"
+    return (
+        f"gs:// paths need Google Cloud credentials and {why}: run `gcloud auth "
+        "application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a "
+        "service-account key file"
+    )
+
+
 def gcs_client():
     """This process's google-cloud-storage client: anonymous against an emulator
     (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe) and

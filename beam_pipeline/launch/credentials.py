@@ -6,12 +6,9 @@ Nothing here contacts a Google service beyond google.auth's own credential searc
 
 from __future__ import annotations
 
-import threading
-
 from beam_pipeline.errors import UsageError
+from transforms import files
 from transforms.files import emulator_host
-
-CREDENTIALS_DEADLINE = 20.0  # seconds; google.auth retries a metadata server that may not exist
 
 
 def use_storage_emulator_if_set() -> bool:
@@ -47,26 +44,6 @@ def check_credentials() -> None:
     of Beam's minutes of retries. With a storage emulator, nothing is needed."""
     if use_storage_emulator_if_set():
         return
-    outcome: list[BaseException | None] = []
-
-    def look() -> None:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            google.auth.default()
-            outcome.append(None)
-        except DefaultCredentialsError as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=look, name="segprep-credentials", daemon=True)
-    thread.start()
-    thread.join(CREDENTIALS_DEADLINE)
-    if outcome and outcome[0] is None:
-        return
-    why = "none were found" if outcome else f"none were found within {CREDENTIALS_DEADLINE:g} s"
-    raise UsageError(
-        f"gs:// paths need Google Cloud credentials and {why}: run `gcloud auth "
-        "application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a "
-        "service-account key file"
-    )
+    problem = files.missing_credentials()
+    if problem is not None:
+        raise UsageError(problem)
