@@ -265,3 +265,17 @@ def test_unlabeled_images_are_counted_on_the_page(sample_dataset, tmp_path):
     assert unlabeled > 0
     text = _report(out, tmp_path / "unlabeled.html")
     assert f'data-count="unlabeled">{unlabeled:,}<' in text
+
+
+def test_a_fifo_as_rejects_jsonl_is_one_line_not_a_hang(prepared, tmp_path, capsys):
+    """Only a regular file is read: a FIFO in rejects.jsonl's place is refused at once."""
+    import os
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    (out / "rejects.jsonl").unlink()
+    os.mkfifo(out / "rejects.jsonl")
+    assert main(["report", str(out), "--out", str(tmp_path / "page.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rejects.jsonl" in err, err

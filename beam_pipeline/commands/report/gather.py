@@ -306,6 +306,25 @@ def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
     examples: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     if not _exists(path):
         return [], 0, 0
+    try:
+        _count_rows(path, counts, examples)
+    except OSError as error:  # a FIFO, a device or a folder in its place: never read
+        raise ReportError(f"{path}: {error.strerror or error}") from None
+    reasons = [
+        RejectReason(reason, count, examples.get(reason, []))
+        for reason, count in counts.most_common(MAX_REASONS)
+    ]
+    shown = 0
+    for reason in reasons:
+        for example in reason.examples:
+            if shown < REJECT_THUMBNAILS and isinstance(example["image"], str):
+                example["thumbnail"] = _source_thumbnail(example["image"])
+                shown += example["thumbnail"] is not None
+    return reasons, max(0, len(counts) - MAX_REASONS), sum(counts.values())
+
+
+def _count_rows(path: str, counts, examples) -> None:
+    """Count every line's reason and keep the first few of each (streamed, never held)."""
     for row in _json_lines(path):
         reason = str(row.get("reason", "unknown"))
         counts[reason] += 1
@@ -320,17 +339,6 @@ def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
                     "thumbnail": None,
                 }
             )
-    reasons = [
-        RejectReason(reason, count, examples.get(reason, []))
-        for reason, count in counts.most_common(MAX_REASONS)
-    ]
-    shown = 0
-    for reason in reasons:
-        for example in reason.examples:
-            if shown < REJECT_THUMBNAILS and isinstance(example["image"], str):
-                example["thumbnail"] = _source_thumbnail(example["image"])
-                shown += example["thumbnail"] is not None
-    return reasons, max(0, len(counts) - MAX_REASONS), sum(counts.values())
 
 
 def _source_thumbnail(path: str) -> str | None:
