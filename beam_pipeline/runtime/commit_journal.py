@@ -166,20 +166,11 @@ def journal_of(manifest: dict | None) -> Journal | None:
 
 
 def write_manifest(output_dir: str, body: dict) -> None:
-    data = json.dumps(body, indent=1).encode()
-    if storage.is_local(output_dir):
-        own_folder(output_dir, SEGPREP_DIR)
-        path = storage.join(output_dir, MANIFEST_FILE)
-        partial = f"{path}.partial-{os.getpid()}"
-        try:
-            with open(partial, "wb") as handle:
-                handle.write(data)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
-        return
-    storage.write_bytes(storage.join(output_dir, MANIFEST_FILE), data)
+    """Whole or not at all, through the file layer (a temporary name and a rename locally)."""
+    own_folder(output_dir, SEGPREP_DIR)  # a real folder of segprep's, never a link
+    storage.write_bytes(
+        storage.join(output_dir, MANIFEST_FILE), json.dumps(body, indent=1).encode()
+    )
 
 
 def committed_manifest(run_id: str, files: Iterable[str]) -> dict:
