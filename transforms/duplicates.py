@@ -30,6 +30,7 @@ from PIL import Image
 
 BITS = 64
 _SIDE = 32  # the grey image the DCT sees
+THUMB_SIDE = _SIDE  # the RGB thumbnail hashes and signatures are computed from
 _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 MODES = ("group", "drop", "off")
@@ -73,6 +74,28 @@ def grey_thumbnail(image: Image.Image) -> np.ndarray:
     return np.asarray(grey, dtype=np.float64)
 
 
+def thumbnail(image: Image.Image) -> np.ndarray:
+    """THUMB_SIDE x THUMB_SIDE x 3 uint8 RGB pixels of an opened image: what every hash and
+    signature is computed from. The caller decides the decode (a JPEG draft scale); this
+    only converts and box-filters, so hashing costs no second decode of the image."""
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
+        if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show
+            background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(background, image)
+    small = image.convert("RGB").resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX)
+    return np.asarray(small, dtype=np.uint8)
+
+
+def fingerprint(
+    key: str, image_bytes: bytes, thumb: np.ndarray, mask: str | None = None
+) -> ImageHash:
+    """The image's hashes from its bytes (sha256) and its thumbnail (perceptual hash and
+    verification signature): the one function every hashing path calls."""
+    grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
+    return ImageHash(key, digest(image_bytes), phash_of_grey(grey), mask)
+
+
 def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
     """The image's 64-bit perceptual hash; UnhashableImage when it cannot be decoded."""
     try:
@@ -103,12 +126,15 @@ def hamming(a: int, b: int) -> int:
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ImageHash:
-    """One image's hashes; `mask` is the sha256 of its mask file (None: no mask file)."""
+    """One image's hashes; `mask` is the sha256 of its mask file (None: no mask file);
+    `signature` is the verification signature that confirms a band-search candidate
+    (b"": none stored, e.g. an output written before signatures existed)."""
 
     key: str
     sha256: str
     phash: int
     mask: str | None = None
+    signature: bytes = dataclasses.field(default=b"", compare=False)
 
     def row(self) -> dict[str, str]:
         """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job)."""
