@@ -11,12 +11,15 @@ import dataclasses
 import numpy as np
 
 from transforms.class_stats import ClassStats, mask_stats
-from transforms.codecs.class_mask import ClassMaskSettings, encode_class_mask, load_class_mask
+from transforms.codecs.class_mask import encode_class_mask, load_class_mask
 from transforms.codecs.image import ValidImage, apply_orientation, validate_image
 from transforms.codecs.mask import binarize, encode_mask, load_mask
 from transforms.format.example import build_example
 from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
+
+BINARY = RecordSpec()  # the blog's records: binary masks stored as JPEG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +41,8 @@ def make_record(
     image_bytes: bytes,
     mask_bytes: bytes,
     mask_filename: str,
+    spec: RecordSpec = BINARY,
     *,
-    mask_format: str = "jpeg",
-    mask_key: str | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """Decode and check image and mask once each, then serialise; raises RejectError.
@@ -51,10 +53,10 @@ def make_record(
     """
     image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
     mask = binarize(
-        guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
+        guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, spec.mask_key, limits)
     )
-    image = aligned(image, image_bytes, mask.shape)
-    return _record(key, image, encode_mask(mask, mask_format))
+    image, mask = as_specified(aligned(image, image_bytes, mask.shape), mask, spec)
+    return _record(key, image, encode_mask(mask, spec.mask_format))
 
 
 def make_class_record(
@@ -62,9 +64,8 @@ def make_class_record(
     image_bytes: bytes,
     mask_bytes: bytes,
     mask_filename: str,
-    settings: ClassMaskSettings,
+    spec: RecordSpec,
     *,
-    mask_key: str | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """A record with a class-id mask file (PNG, palette PNG, colour PNG, .mat) and its stats."""
@@ -74,11 +75,11 @@ def make_class_record(
         Reason.MASK_UNREADABLE,
         mask_bytes,
         mask_filename,
-        settings,
-        mask_key,
+        spec.classes,
+        spec.mask_key,
         limits,
     )
-    return class_record(key, aligned(image, image_bytes, ids.shape), ids, settings)
+    return class_record(key, aligned(image, image_bytes, ids.shape), ids, spec)
 
 
 def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
@@ -94,11 +95,18 @@ def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) 
     return image
 
 
-def class_record(
-    key: str, image: ValidImage, ids: np.ndarray, settings: ClassMaskSettings
-) -> Record:
-    stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
-    return _record(key, image, encode_class_mask(ids, settings), stats)
+def class_record(key: str, image: ValidImage, ids: np.ndarray, spec: RecordSpec) -> Record:
+    image, ids = as_specified(image, ids, spec)
+    classes = spec.classes
+    stats = mask_stats(ids, classes.num_classes, classes.ignore_index)
+    return _record(key, image, encode_class_mask(ids, classes), stats)
+
+
+def as_specified(
+    image: ValidImage, mask: np.ndarray, spec: RecordSpec
+) -> tuple[ValidImage, np.ndarray]:
+    """The aligned image and mask as the spec stores them."""
+    return image, mask
 
 
 def _record(

@@ -43,6 +43,7 @@ from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, M
 from transforms.json_shape import CHUNK_BYTES, check_shape
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
 from transforms.record import Record, aligned, class_record, guarded
+from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
 from transforms.sources.base import SourceSettings
 from transforms.spill import ExternalSort, RecordFiles, read_records
@@ -636,7 +637,7 @@ def make_coco_record(
     key: str,
     image_bytes: bytes,
     coco_image: CocoImage,
-    settings: ClassMaskSettings,
+    spec: RecordSpec,
     *,
     fill: int,
     limits: InputLimits = DEFAULT_LIMITS,
@@ -652,9 +653,9 @@ def make_coco_record(
         coco_image = dataclasses.replace(coco_image, height=image.height, width=image.width)
     image = aligned(image, image_bytes, (coco_image.height, coco_image.width))
     ids = guarded(
-        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill
+        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, spec.classes, fill
     )
-    return class_record(key, image, ids, settings)
+    return class_record(key, image, ids, spec)
 
 
 class CocoSource:
@@ -681,7 +682,7 @@ class CocoSource:
             key,
             image_bytes,
             image_from_payload(mask.payload),
-            settings.classes,
+            settings.spec,
             fill=settings.fill,
             limits=settings.limits,
         )
