@@ -7,12 +7,19 @@ Example) live here; each source in `transforms.sources` calls them.
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import numpy as np
+from PIL import Image
 
 from transforms.class_stats import ClassStats, mask_stats
 from transforms.codecs.class_mask import encode_class_mask, load_class_mask
-from transforms.codecs.image import ValidImage, apply_orientation, validate_image
+from transforms.codecs.image import (
+    ValidImage,
+    apply_orientation,
+    encode_rgb_jpeg,
+    validate_image,
+)
 from transforms.codecs.mask import binarize, encode_mask, load_mask
 from transforms.format.example import build_example
 from transforms.limits import DEFAULT_LIMITS, InputLimits
@@ -105,8 +112,20 @@ def class_record(key: str, image: ValidImage, ids: np.ndarray, spec: RecordSpec)
 def as_specified(
     image: ValidImage, mask: np.ndarray, spec: RecordSpec
 ) -> tuple[ValidImage, np.ndarray]:
-    """The aligned image and mask as the spec stores them."""
-    return image, mask
+    """The aligned image and mask as the spec stores them: downscaled to fit
+    `max_image_side` (the image antialiased and re-encoded, the mask nearest-neighbour, so
+    no id is ever interpolated), or as they are."""
+    side = spec.max_image_side
+    if side is None or max(image.height, image.width) <= side:
+        return image, mask
+    scale = side / max(image.height, image.width)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    with Image.open(io.BytesIO(image.jpeg)) as decoded:
+        decoded.draft("RGB", size)  # JPEG DCT scaling, never below the target size
+        small = decoded.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+    mask = np.asarray(Image.fromarray(mask).resize(size, Image.Resampling.NEAREST), mask.dtype)
+    resized = ValidImage(encode_rgb_jpeg(small), size[1], size[0], True, image.orientation)
+    return resized, mask
 
 
 def _record(

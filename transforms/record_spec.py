@@ -16,6 +16,9 @@ from typing import Any
 
 from transforms.codecs.class_mask import ClassMaskSettings
 from transforms.format import record_formats
+from transforms.settings_error import SettingError
+
+MIN_IMAGE_SIDE = 16  # below it a downscaled image holds too little to learn from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +29,17 @@ class RecordSpec:
     mask_format: str = "jpeg"  # binary masks: how they are stored (class masks: PNG)
     mask_key: str | None = None  # .mat masks: the variable read
     record_format: str = record_formats.DEFAULT
+    # --max_image_side: an image whose longer side exceeds it is downscaled (Lanczos,
+    # re-encoded as JPEG at transforms.codecs.image.TRANSCODE_QUALITY), its mask with
+    # nearest neighbour; None: every image is stored at its own size.
+    max_image_side: int | None = None
+
+    def __post_init__(self) -> None:
+        side = self.max_image_side
+        if side is not None and not (type(side) is int and MIN_IMAGE_SIDE <= side):
+            raise SettingError(
+                f"{{max_image_side}} must be an integer of at least {MIN_IMAGE_SIDE}"
+            )
 
     @classmethod
     def from_flags(cls, flags: Any, classes: ClassMaskSettings, mask_format: str) -> RecordSpec:
@@ -86,6 +100,9 @@ def differences_from_stored(metadata: Mapping[str, Any], spec: RecordSpec) -> li
 
 def record_problems(stored: Mapping[str, Any], height: int, width: int) -> list[str]:
     """How a stored record of this size breaks the stored spec (verify checks each record)."""
+    side = stored.get("max_image_side")
+    if isinstance(side, int) and max(height, width) > side:
+        return [f"stored image is {height}x{width} (HxW), over max_image_side {side}"]
     return []
 
 
