@@ -166,7 +166,9 @@ def _open_local(output_dir: str, name: str) -> CheckedTable:
     folder = os.path.join(output_dir, INDEX_DIR)
     try:
         if not stat_module.S_ISDIR(os.lstat(folder).st_mode):
-            raise SideTableError(f"{INDEX_DIR}/ is a link or not a folder: segprep wrote neither")
+            raise SideTableError(
+                f"{name}: {INDEX_DIR}/ is a link or not a folder: segprep wrote neither"
+            )
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW
         descriptor = os.open(os.path.join(output_dir, name), flags)
     except FileNotFoundError:
