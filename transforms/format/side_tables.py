@@ -22,6 +22,7 @@ and `segprep verify`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -31,7 +32,7 @@ from typing import Any
 
 from transforms import files
 from transforms.format import digest_table
-from transforms.format.dataset_info import FileRef, SplitInfo
+from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo
 from transforms.format.naming import HASHES_SUFFIX, INDEX_DIR, SIDE_TABLE_RE, hashes_name
 
 _CHUNK = 1 << 20
@@ -199,3 +200,29 @@ def _open_remote(output_dir: str, name: str) -> CheckedTable:
     except files.NotAFileError as error:
         raise SideTableError(str(error)) from None
     return CheckedTable(name, reader.size, reader.read_at, lambda: None)
+
+
+def listed_refs(info: DatasetInfo) -> dict[str, tuple[int, str]]:
+    """{name: (bytes, sha256)} of every file `info` lists with its size and sha256: shards,
+    their indexes, key, digest and hash tables, TFDS files, duplicates.jsonl."""
+    refs: dict[str, tuple[int, str]] = {
+        ref.file: (ref.bytes, ref.sha256) for ref in info.tfds_files
+    }
+    for split in info.splits.values():
+        for shard in split.shards:
+            refs[shard.file] = (shard.bytes, shard.sha256)
+            if shard.index is not None:
+                refs[shard.index.file] = (shard.index.bytes, shard.index.sha256)
+        for ref in split.key_tables:
+            refs[ref.file] = (ref.bytes, ref.sha256)
+        with contextlib.suppress(SideTableError):
+            hashes = hash_table_ref(split)
+            if hashes is not None:
+                refs[hashes.file] = (hashes.bytes, hashes.sha256)
+    for version in info.dataset_versions:
+        for ref in version.digest_tables.values():
+            refs[ref.file] = (ref.bytes, ref.sha256)
+    listed = (info.extra.get("duplicates") or {}).get("file")
+    if isinstance(listed, dict) and isinstance(listed.get("file"), str):
+        refs[listed["file"]] = (listed.get("bytes"), listed.get("sha256"))
+    return refs
