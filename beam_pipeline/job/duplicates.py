@@ -35,6 +35,8 @@ REJECTS = "rejects"
 _CHUNK = 64  # pairs per pool task: large enough to amortise the round trip
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
+# Another output's hashes read before their bucket lists are passed on: a few MB held.
+_OTHER_BUCKETED = 4096
 
 
 class _HashImages(beam.DoFn):
@@ -149,7 +151,7 @@ class _OtherBuckets(beam.DoFn):
     """One hash table of another output (--leakage_check) -> ((band, value), hashes) lists,
     read a bounded line at a time through side_tables (name, link, kind and size checked
     here; the sha256 in the launcher before the job, and again here as the lines go by), at
-    most _BUCKETED hashes held: one element per bucket and batch, not D + 1 per hash."""
+    most _OTHER_BUCKETED hashes held: one element per bucket and batch, not D + 1 per hash."""
 
     def __init__(self, output_dir: str, distance: int) -> None:
         self._output_dir = output_dir
@@ -166,7 +168,7 @@ class _OtherBuckets(beam.DoFn):
                 for key, value in _band_keys(tagged, self._distance):
                     buckets.setdefault(key, []).append(value)
                 held += 1
-                if held >= _BUCKETED:
+                if held >= _OTHER_BUCKETED:
                     yield from buckets.items()
                     buckets, held = {}, 0
         if digest.hexdigest() != ref.sha256:

@@ -59,15 +59,19 @@ def _check_name(name: Any) -> str:
 def hash_table_ref(split: SplitInfo) -> FileRef | None:
     """The split's image-hash table as metadata.json lists it (None: none listed), its name
     exactly hashes_name(split)."""
-    entry = split.extra.get("hashes")
+    return hash_table_ref_of(split.name, split.extra.get("hashes"))
+
+
+def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
+    """hash_table_ref of a split's raw `hashes` entry (tools that read metadata leniently)."""
     if entry is None:
         return None
     if not isinstance(entry, dict):
-        raise SideTableError(f"split {split.name!r}: its hashes entry is not an object")
+        raise SideTableError(f"split {split!r}: its hashes entry is not an object")
     name, size, digest = entry.get("file"), entry.get("bytes"), entry.get("sha256")
-    if name != hashes_name(split.name) or not name.endswith(HASHES_SUFFIX):
+    if name != hashes_name(split) or not name.endswith(HASHES_SUFFIX):
         raise SideTableError(
-            f"split {split.name!r}: hashes file {name!r}, expected {hashes_name(split.name)!r}"
+            f"split {split!r}: hashes file {name!r}, expected {hashes_name(split)!r}"
         )
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise SideTableError(f"{name}: listed size {size!r} is not a count")

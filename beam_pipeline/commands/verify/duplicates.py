@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from transforms.duplicates import parse_groups, parse_hash_rows
-from transforms.format import dataset_info, record_index
+from transforms.format import dataset_info, record_index, side_tables
 
 _SHOWN = 3  # groups named per kind of problem
 
@@ -86,7 +86,7 @@ def _check_hashes(base, splits, records, problems) -> None:
         if ref is None:
             problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
             continue
-        data = _listed(base, ref, problems)
+        data = _hash_table(base, name, ref, problems)
         if data is None:
             continue
         try:
@@ -99,6 +99,19 @@ def _check_hashes(base, splits, records, problems) -> None:
                 f"{ref.get('file')}: {len(keys)} keys that are not the {len(records[name])} "
                 f"keys of split {name!r} in key-table order"
             )
+
+
+def _hash_table(base: str, split: str, entry: Any, problems: list[str]) -> bytes | None:
+    """The split's hash table through side_tables (its name, no link, a regular file, the
+    listed size and sha256, bounded lines); a problem and None when it is not that."""
+    try:
+        ref = side_tables.hash_table_ref_of(split, entry)
+        with side_tables.open_table(base, ref) as table:
+            return b"".join(table.lines())
+    except side_tables.SideTableError as error:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        problems.append(f"{str(name)[:80]}: size or sha256 differs from metadata.json ({error})")
+        return None
 
 
 def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
