@@ -220,8 +220,8 @@ def test_a_damaged_hash_table_refuses_the_leakage_check(leakage, tmp_path, capsy
     assert not (out / "metadata.json").exists()
 
 
-def test_a_gcs_test_set_without_credentials_fails_fast(leakage, tmp_path):
-    """One credential search, one line, exit 2: the probe every gs:// entry point uses."""
+def _without_credentials(tmp_path: Path, argv: list[str]):
+    """`segprep argv` with no emulator and no credentials; (its result, metadata probes)."""
     from tests.helpers.gcs_server import metadata_server_watch
     from tests.helpers.process_tree import SEGPREP
 
@@ -237,14 +237,31 @@ def test_a_gcs_test_set_without_credentials_fails_fast(leakage, tmp_path):
             GCE_METADATA_HOST=address,
             GCE_METADATA_IP=address,
         )
-        args = job_args(_Inputs(leakage["train"]), tmp_path / "out")
         done = subprocess.run(
-            [*SEGPREP, "prepare", *args, "--leakage_check", "gs://segprep-x/test_out"],
+            [*SEGPREP, *argv],
             capture_output=True,
             text=True,
             env=env,
             timeout=300,  # a hang guard only
         )
+        return done, list(connections)
+
+
+def test_a_gcs_test_set_without_credentials_fails_fast(leakage, tmp_path):
+    """One credential search, one line, exit 2: the probe every gs:// entry point uses."""
+    args = job_args(_Inputs(leakage["train"]), tmp_path / "out")
+    done, connections = _without_credentials(
+        tmp_path, ["prepare", *args, "--leakage_check", "gs://segprep-x/test_out"]
+    )
+    assert done.returncode == 2, done.stderr
+    assert "gcloud auth application-default login" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert len(connections) == 1, f"{len(connections)} metadata probes"
+
+
+@pytest.mark.parametrize("command", ["verify", "index", "inspect", "report"])
+def test_every_tool_given_gcs_without_credentials_fails_fast(tmp_path, command):
+    done, connections = _without_credentials(tmp_path, [command, "gs://segprep-x/out"])
     assert done.returncode == 2, done.stderr
     assert "gcloud auth application-default login" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
