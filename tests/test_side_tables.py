@@ -266,3 +266,21 @@ def test_every_tool_given_gcs_without_credentials_fails_fast(tmp_path, command):
     assert "gcloud auth application-default login" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert len(connections) == 1, f"{len(connections)} metadata probes"
+
+
+@pytest.mark.parametrize("listed", ["hashes", "duplicates"])
+def test_verify_reads_no_file_a_metadata_name_puts_outside(prepared, tmp_path, capsys, listed):
+    out = tmp_path / "out"
+    shutil.copytree(prepared["out"], out)
+    outside = tmp_path / "outside.jsonl"
+    info = _metadata(out)
+    if listed == "hashes":
+        ref = info["splits"]["train"]["hashes"]
+    else:
+        ref = info["duplicates"]["file"]
+    outside.write_bytes((out / ref["file"]).read_bytes())
+    ref["file"] = "../outside.jsonl"
+    (out / "metadata.json").write_text(json.dumps(info))
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "'../outside.jsonl'" in printed  # named as a bad name, not read as the table

@@ -289,10 +289,10 @@ def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> 
     """Finish a commit cut short: forward or back by how far it got; what was done. A journal
     whose moves recovery cannot prove are its own run's is refused first (`_witnessed`)."""
     where = _Where(output_dir, journal)
-    _witnessed(output_dir, journal, where)
     forward = where.metadata_in_place() or (
         not prefer_back and where.publishing_began() and where.all_at_hand()
     )
+    _witnessed(output_dir, journal, where, forward)
     if forward:
         _forward(output_dir, journal, where)
         return (
@@ -306,16 +306,16 @@ def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> 
     return f"the interrupted commit of run {journal.run_id} was rolled back: {restored}"
 
 
-def _witnessed(output_dir: str, journal: Journal, where: _Where) -> None:
+def _witnessed(output_dir: str, journal: Journal, where: _Where, forward: bool) -> None:
     """Refuse, changing nothing, a journal that would let recovery move, replace or delete a
     published file it cannot prove its own run replaced.
 
     A real journal moves each final name once, never one it keeps or metadata.json (moved
     last, apart); its new metadata.json (the sha256 it lists) is staged or in place until the
-    commit ends. The earlier metadata.json (aside, or in place while the new one is not) is
-    the witness of the published files: a file whose bytes are those it lists for its name
-    is the published file, so recovery never moves it into staging or writes over it, and
-    never restores in its place an aside copy whose bytes are not those."""
+    commit ends, and the earlier one was moved aside before anything was published. The
+    earlier metadata.json (aside, or in place while the new one is not) is the witness of
+    the published files: a file whose bytes are those it lists for its name is the published
+    file, so recovery never moves it into staging or writes over it."""
     finals = [final for _, final in journal.moves]
     staged = [name for name, _ in journal.moves]
     if len(set(finals)) != len(finals) or len(set(staged)) != len(staged):
@@ -326,25 +326,31 @@ def _witnessed(output_dir: str, journal: Journal, where: _Where) -> None:
         _refuse(output_dir, "both keeps and replaces a file")
     if len(set(journal.previous)) != len(journal.previous):
         _refuse(output_dir, "moves an earlier file aside twice")
-    if not (where.metadata_in_place() or where.staged_metadata_matches()):
+    in_place = where.metadata_in_place()
+    if not (in_place or where.staged_metadata_matches()):
         _refuse(
             output_dir,
             "lists a metadata_sha256 that matches no metadata.json, staged or in place: it "
             "cannot tell its run's files from the published ones",
         )
+    if forward and not in_place and where.exists(METADATA_FILE):
+        _refuse(output_dir, "would write its metadata.json over the published one")
     published = where.earlier_listing()
     earlier = set(journal.previous)
-    for _, final in journal.moves:
+    for name, final in journal.moves:
         entry = published.get(final)
-        if entry is None:
+        if entry is None or not where.exists(final):
             continue
-        if final in earlier and where.aside(final):
-            if not where.holds(_aside(journal.run_id, final), entry):
-                _refuse(
-                    output_dir, f"would restore {final} from a copy that is not the published one"
-                )
-        elif final not in earlier and where.exists(final) and where.holds(final, entry):
-            _refuse(output_dir, f"names the published {final} as its own run's")
+        if forward:  # the staged file would be renamed over it
+            touched = where.staged(name)
+        elif final in earlier:  # moved to staging, the aside copy put back in its place
+            aside = _aside(journal.run_id, final)
+            touched = not where.staged(name) and where.aside(final)
+            touched = touched and not where.holds(aside, entry)
+        else:  # moved to staging, then removed with it
+            touched = not where.staged(name)
+        if touched and where.holds(final, entry):
+            _refuse(output_dir, f"would move or replace the published {final} as its run's own")
 
 
 def metadata_in_place(output_dir: str, journal: Journal) -> bool:

@@ -56,6 +56,15 @@ def _check_name(name: Any) -> str:
     return name
 
 
+def is_side_table_name(name: Any) -> bool:
+    """A name naming.py gives a key, digest or hash table (inside index/, nothing else)."""
+    try:
+        _check_name(name)
+    except SideTableError:
+        return False
+    return True
+
+
 def hash_table_ref(split: SplitInfo) -> FileRef | None:
     """The split's image-hash table as metadata.json lists it (None: none listed), its name
     exactly hashes_name(split)."""

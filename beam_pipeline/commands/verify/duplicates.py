@@ -14,6 +14,7 @@ from typing import Any
 
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import dataset_info, record_index, side_tables
+from transforms.format.naming import DUPLICATES_FILE
 
 _SHOWN = 3  # groups named per kind of problem
 
@@ -117,6 +118,11 @@ def _hash_table(base: str, split: str, entry: Any, problems: list[str]) -> bytes
 def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
     """A listed file's bytes; a problem when it is missing or (check) differs from its ref."""
     if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+        return None
+    if not (ref["file"] == DUPLICATES_FILE or side_tables.is_side_table_name(ref["file"])):
+        problems.append(
+            f"{ref['file'][:80]!r}: not a name segprep writes (listed in metadata.json)"
+        )
         return None
     path = dataset_info.join(base, ref["file"])
     if not dataset_info.file_exists(path):
