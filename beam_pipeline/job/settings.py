@@ -18,6 +18,7 @@ from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
+    from transforms.format.dataset_info import FileRef
     from transforms.record_spec import RecordSpec
     from transforms.sources.base import SourceSettings
 
@@ -89,9 +90,9 @@ class AppendSettings:
 
     version: int  # the new version's number: the output's latest + 1
     previous_sha256: str  # of the output's metadata.json when planned; the commit rechecks it
-    # split -> (version, its digest table) for the earlier versions that have the split
-    # (names relative to the output)
-    digest_tables: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(
+    # split -> (version, its digest table as metadata.json lists it: name relative to the
+    # output, size, sha256) for the earlier versions that have the split
+    digest_tables: Mapping[str, tuple[tuple[int, FileRef], ...]] = dataclasses.field(
         default_factory=dict
     )
 
@@ -115,10 +116,11 @@ class CommitSettings:
 
 @dataclasses.dataclass(frozen=True)
 class LeakageCheck:
-    """--leakage_check: another output folder and its image-hash files (index/*.hashes.jsonl)."""
+    """--leakage_check: another output folder (normalised, ending in '/') and its image-hash
+    tables (index/*.hashes.jsonl) as its metadata.json lists them, checked by the launcher."""
 
     output_dir: str
-    hash_files: tuple[str, ...]
+    hash_tables: tuple[FileRef, ...]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,8 @@ from typing import Any
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
-from transforms import files
-from transforms.format import digest_table
-from transforms.format.dataset_info import DatasetInfo, MetadataError
+from transforms.format import side_tables
+from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import METADATA_FILE, SPLITS
 from transforms.record_spec import RecordSpec, differences_from_stored
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
@@ -47,10 +46,10 @@ def plan_append(
         info = DatasetInfo.from_json(raw)
     except (OSError, ValueError, MetadataError) as error:
         raise UsageError(f"--append: cannot read {path}: {error}") from None
-    tables: dict[str, list[tuple[int, str]]] = {split: [] for split in SPLITS}
+    tables: dict[str, list[tuple[int, FileRef]]] = {split: [] for split in SPLITS}
     for number, version in enumerate(info.dataset_versions, start=1):
         for split, ref in version.digest_tables.items():
-            tables.setdefault(split, []).append((number, ref.file))
+            tables.setdefault(split, []).append((number, ref))
     if not info.dataset_versions or any(
         len(tables[split]) != len(info.dataset_versions) for split in SPLITS
     ):
@@ -64,11 +63,26 @@ def plan_append(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
             + "; ".join(differences)
         )
+    for refs in tables.values():
+        for _, ref in refs:
+            check_digest_table(output_dir, ref)
     return AppendSettings(
         version=info.latest_version + 1,
         previous_sha256=hashlib.sha256(data).hexdigest(),
         digest_tables={split: tuple(names) for split, names in tables.items()},
     )
+
+
+def check_digest_table(output_dir: str, ref: FileRef) -> None:
+    """The digest table is the one metadata.json lists (side_tables.open_table), else a usage
+    error: a damaged table would make the append store keys a second time."""
+    try:
+        side_tables.open_table(output_dir, ref).close()
+    except (side_tables.SideTableError, OSError) as error:
+        raise UsageError(
+            f"--append: {error}: the output is damaged, nothing was appended; run "
+            f"`segprep verify {output_dir}`"
+        ) from None
 
 
 def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
@@ -86,18 +100,11 @@ def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
     for version in info.dataset_versions:
         for ref in version.digest_tables.values():
             try:
-                table = _open_table(storage.join(output_dir, ref.file))
+                table = side_tables.open_digest_table(output_dir, ref, check_sha256=False)
                 held.update(key for key in wanted - held if table.get(key) is not None)
             except (OSError, ValueError):
-                continue  # the append's own check of the tables reports them
+                continue  # plan_append refuses the output, naming the table
     return held
-
-
-def _open_table(path: str) -> digest_table.SortedTable:
-    if storage.is_local(path):
-        return digest_table.local_table(path)
-    reader = files.RangeReader(path)
-    return digest_table.SortedTable(reader.read_at, reader.size)
 
 
 def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
