@@ -249,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
     report.add_argument(
         "--out",
-        help="HTML file to write (local); without it segprep-report-DIRNAME.html in the "
-        "current directory",
+        help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
+        "DIR (in the current folder for gs://)",
     )
     report.add_argument(
         "--version",

@@ -1,0 +1,254 @@
+"""Trust, round 4 (issue 31) and the split-list and report points of issue 32: the gs://
+shard cache, the report's file, deep JSON, split lists, class maps, numbers and leftovers.
+Each case goes through the real reader or the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from shard_reader import remote_cache
+from shard_reader.source import RecordSource
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.helpers.handmade import write_output
+
+ROOT = Path(__file__).resolve().parent.parent
+SEGPREP = str(Path(sys.executable).parent / "segprep")  # the installed command line
+SHARDS, PER_SHARD = 4, 3
+
+
+# -- the gs:// shard cache -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_output(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("local") / "out"
+    write_output(out, [[(32, 24)] * PER_SHARD for _ in range(SHARDS)])
+    return out
+
+
+@pytest.fixture(scope="module")
+def remote_output(gcs, local_output) -> str:  # noqa: F811
+    gcs.upload_tree(local_output, "trust4")
+    return gcs.url("trust4")
+
+
+def largest_shard(local: Path) -> int:
+    return max(path.stat().st_size for path in local.glob("train-*"))
+
+
+def read_all(source: RecordSource) -> list[str]:
+    return [source[index]["key"] for index in range(len(source))]
+
+
+def plant(folder: Path, names: list[str]) -> dict[Path, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    planted = {}
+    for name in names:
+        data = f"the user's own {name}\n".encode() * 500
+        (folder / name).write_bytes(data)
+        planted[folder / name] = data
+    return planted
+
+
+def test_the_cache_evicts_only_files_it_wrote(remote_output, local_output, tmp_path):
+    cache_dir = tmp_path / "cache"
+    planted = plant(cache_dir / "partial", ["notes.txt", "a.b.c", "draft"])
+    planted |= plant(cache_dir / "objects", ["photo.jpg", "data.bin", "README"])
+    # Room for two shards only: reading four evicts, and every leftover partial is swept.
+    limit = 2 * largest_shard(local_output)
+    source = RecordSource(remote_output, "train", cache_dir=cache_dir, cache_limit_bytes=limit)
+    assert len(read_all(source)) == SHARDS * PER_SHARD
+    for path, data in planted.items():
+        assert path.read_bytes() == data, f"{path.name} was touched"
+
+
+def test_a_cache_folder_that_is_a_link_is_refused_and_its_target_kept(
+    remote_output, local_output, tmp_path
+):
+    elsewhere = tmp_path / "elsewhere"
+    planted = plant(elsewhere, ["one", "two", "three", "four"])
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    (cache_dir / "objects").symlink_to(elsewhere)
+    with pytest.raises(remote_cache.UnsafeCacheError, match="symbolic link") as refused:
+        source = RecordSource(remote_output, "train", cache_dir=cache_dir, cache_limit_bytes=1)
+        read_all(source)
+    assert "\n" not in str(refused.value)
+    assert sorted(path.name for path in elsewhere.iterdir()) == sorted(p.name for p in planted)
+    for path, data in planted.items():
+        assert path.read_bytes() == data
+
+
+def test_a_link_planted_at_a_shards_name_is_not_followed(remote_output, tmp_path):
+    cache_dir = tmp_path / "cache"
+    source = RecordSource(remote_output, "train", cache_dir=cache_dir, cache_limit_bytes=10 << 20)
+    shard = source.remote_shards()[0]
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not a shard")
+    os.utime(outside, (1_000_000, 1_000_000))
+    (cache_dir / "objects" / shard.sha256).symlink_to(outside)
+    with pytest.raises(remote_cache.UnsafeCacheError, match="symbolic link"):
+        source[0]
+    assert outside.stat().st_mtime == 1_000_000
+    assert outside.read_bytes() == b"not a shard"
+    assert (cache_dir / "objects" / shard.sha256).is_symlink()
+
+
+@pytest.mark.parametrize("limit", [float("inf"), float("nan"), 1.5, "10", True, 0, -3])
+def test_a_cache_limit_that_is_not_a_whole_number_is_one_line(remote_output, tmp_path, limit):
+    with pytest.raises(ValueError, match="positive whole number of bytes") as refused:
+        RecordSource(remote_output, "train", cache_dir=tmp_path, cache_limit_bytes=limit)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_whole_float_limit_is_taken(remote_output, local_output, tmp_path):
+    source = RecordSource(remote_output, "train", cache_dir=tmp_path, cache_limit_bytes=1e7)
+    reference = RecordSource(local_output, "train")
+    assert read_all(source) == read_all(reference)
+    assert np.array_equal(source[0]["image"], reference[0]["image"])
+
+
+# -- the report's file ---------------------------------------------------------------------
+
+
+def report_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SEGPREP, "report", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,  # a hang guard only
+    )
+
+
+def one_line_refusal(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_report_out_that_is_not_a_regular_file_is_refused_and_kept(prepared, tmp_path, kind):
+    node = tmp_path / "node"
+    if kind == "fifo":
+        os.mkfifo(node)
+    elif kind == "link":
+        (tmp_path / "target.txt").write_text("kept")
+        node.symlink_to(tmp_path / "target.txt")
+    else:
+        node.mkdir()
+    before = os.lstat(node)
+    done = report_cli(str(prepared[0]), "--out", str(node))
+    one_line_refusal(done, "--out", str(node))
+    after = os.lstat(node)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["node", *(["target.txt"] if kind == "link" else [])]
+    )
+
+
+def test_report_out_to_a_character_device_is_refused(prepared, tmp_path):
+    """A private node like /dev/null (never the system's own: a failing run would replace it)."""
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("creating a character device needs root")
+    before = os.lstat(device)
+    done = report_cli(str(prepared[0]), "--out", str(device))
+    one_line_refusal(done, str(device), "not a regular file")
+    after = os.lstat(device)
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
+    assert [path.name for path in tmp_path.iterdir()] == ["null"]
+
+
+def test_report_out_under_a_missing_folder_is_one_line(prepared, tmp_path):
+    done = report_cli(str(prepared[0]), "--out", str(tmp_path / "missing" / "page.html"))
+    one_line_refusal(done, "does not exist")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_out_replaces_an_earlier_page_whole(prepared, tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("an earlier page")
+    done = report_cli(str(prepared[0]), "--out", str(page))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert [path.name for path in tmp_path.iterdir()] == ["page.html"]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 32 KiB tmpfs: too small for a report page."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_report_on_a_full_disk_is_one_line_and_leaves_nothing(prepared, small_disk):
+    done = report_cli(str(prepared[0]), "--out", str(small_disk / "page.html"))
+    one_line_refusal(done, "cannot write the page", "No space left")
+    assert list(small_disk.iterdir()) == []
+
+
+def test_report_is_written_beside_the_output_not_in_the_working_folder(prepared, tmp_path):
+    out = tmp_path / "data" / "run1"
+    shutil.copytree(prepared[0], out)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = report_cli(str(Path("..") / "data" / "run1"), cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = tmp_path / "data" / "segprep-report-run1.html"
+    assert done.stdout.strip() == str(expected)
+    assert expected.is_file() and list(work.iterdir()) == []
+
+
+def test_the_report_page_is_bounded_in_classes(tmp_path):
+    """65,535 classes: the page shows the top MAX_CLASS_ROWS per split and counts the rest."""
+    from beam_pipeline import cli
+    from beam_pipeline.commands.report.gather import MAX_CLASS_ROWS
+    from tests.helpers.images import encode, rgb_jpeg
+    from tests.helpers.runs import RUNNER_ARGS
+
+    rng = np.random.default_rng(3)
+    for sub in ("images", "masks"):
+        (tmp_path / sub).mkdir()
+    for index in range(6):
+        (tmp_path / "images" / f"{index}.jpg").write_bytes(rgb_jpeg(32, 32, seed=index))
+        ids = rng.integers(0, 65535, size=(32, 32)).astype(np.uint16)  # ~1000 ids per mask
+        (tmp_path / "masks" / f"{index}.png").write_bytes(encode(Image.fromarray(ids), "PNG"))
+    out = tmp_path / "out"
+    argv = ["prepare", "--image_dir", str(tmp_path / "images"), "--mask_dir"]
+    argv += [str(tmp_path / "masks"), "--output_dir", str(out), "--mask_type", "classes"]
+    argv += ["--num_classes", "65535", "--ignore_index", "65535", *RUNNER_ARGS]
+    assert cli.main(argv) == 0
+    page = tmp_path / "page.html"
+    done = report_cli(str(out), "--out", str(page))
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = page.read_text()
+    splits = json.loads((out / "metadata.json").read_text())["classes"]["splits"]
+    assert text.count('class="class-row"') == MAX_CLASS_ROWS * len(splits)
+    assert text.count('class="note classes-left-out"') == len(splits)
+    assert f"{65535 - MAX_CLASS_ROWS:,} more classes" in text
+    assert page.stat().st_size < 8 << 20, page.stat().st_size
