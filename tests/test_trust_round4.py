@@ -252,3 +252,126 @@ def test_the_report_page_is_bounded_in_classes(tmp_path):
     assert text.count('class="note classes-left-out"') == len(splits)
     assert f"{65535 - MAX_CLASS_ROWS:,} more classes" in text
     assert page.stat().st_size < 8 << 20, page.stat().st_size
+
+
+# -- deep JSON and large side files --------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000 + "\n"
+
+
+def segprep(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SEGPREP, *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,  # a hang guard only
+    )
+
+
+@pytest.fixture
+def output_copy(prepared, tmp_path) -> Path:
+    return Path(shutil.copytree(prepared[0], tmp_path / "out"))
+
+
+def no_internal_error(done: subprocess.CompletedProcess) -> None:
+    text = done.stdout + done.stderr
+    assert "RecursionError" not in text and "Traceback" not in text, text[-2000:]
+    assert "segprep: failed:" not in done.stderr, done.stderr[-2000:]
+
+
+NESTED = "nested deeper than 32 levels"
+
+
+@pytest.mark.parametrize(
+    ("side_file", "command", "codes", "said"),
+    [
+        (".segprep/manifest.json", ["verify"], (1,), NESTED),
+        (".segprep/manifest.json", ["verify", "--repair"], (1, 2), NESTED),
+        ("rejects.jsonl", ["verify"], (1,), "line 1: not a JSON object with key and reason"),
+        ("rejects.jsonl", ["inspect", "--rejects"], (0,), "sheet.png"),  # an unparseable tile
+        ("duplicates.jsonl", ["verify"], (1,), NESTED),
+        ("duplicates.jsonl", ["inspect", "--duplicates"], (2,), NESTED),
+    ],
+)
+def test_deep_json_in_a_side_file_is_a_reason_not_a_recursion_error(
+    output_copy, tmp_path, side_file, command, codes, said
+):
+    (output_copy / side_file).write_text(DEEP)
+    argv = [command[0], str(output_copy), *command[1:]]
+    if command[0] == "inspect":
+        argv += ["--out", str(tmp_path / "sheet.png")]
+    done = segprep(*argv)
+    no_internal_error(done)
+    assert done.returncode in codes, done.stdout[-2000:] + done.stderr[-2000:]
+    assert said in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep"])
+def test_an_append_over_an_unreadable_manifest_is_refused_before_the_job(
+    prepared, sample_dataset, tmp_path, kind
+):
+    from tests.helpers.runs import job_args
+
+    out = Path(shutil.copytree(prepared[0], tmp_path / "out"))
+    manifest = out / ".segprep" / "manifest.json"
+    manifest.unlink()
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.write_text(DEEP)
+    runs_before = sorted(path.name for path in (out / ".segprep" / "runs").iterdir())
+    done = segprep("prepare", *job_args(sample_dataset, out, "--append"))
+    one_line_refusal(done, "--append", "manifest.json")
+    assert sorted(path.name for path in (out / ".segprep" / "runs").iterdir()) == runs_before
+
+
+def peak_rss_mb(argv: list[str], folder: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """A command's result and its peak resident memory in MB (the kernel's ru_maxrss)."""
+    with open(folder / "stdout", "w+") as stdout, open(folder / "stderr", "w+") as stderr:
+        child = subprocess.Popen(
+            [SEGPREP, *argv],
+            stdout=stdout,
+            stderr=stderr,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        done = subprocess.CompletedProcess(argv, child.returncode, stdout.read(), stderr.read())
+    return done, usage.ru_maxrss / 1024
+
+
+def grow_rejects(out: Path, megabytes: int) -> int:
+    """rejects.jsonl grown to `megabytes` MB of well-formed lines; the lines written."""
+    head, tail = '{"key": "k', '", "reason": "decode_error", "detail": "' + "x" * 170 + '"}\n'
+    count = megabytes * (1 << 20) // len(f"{head}000000000{tail}")
+    with open(out / "rejects.jsonl", "w") as handle:
+        for start in range(0, count, 10_000):
+            block = range(start, min(count, start + 10_000))
+            handle.write("".join(f"{head}{number:09d}{tail}" for number in block))
+    return count
+
+
+@pytest.mark.parametrize("command", [["verify"], ["inspect", "--rejects"]])
+def test_a_large_rejects_jsonl_is_streamed_in_flat_memory(output_copy, tmp_path, command):
+    def run(folder: Path) -> tuple[subprocess.CompletedProcess, float]:
+        folder.mkdir()
+        argv = [command[0], str(output_copy), *command[1:]]
+        if command[0] == "inspect":
+            argv += ["--out", str(folder / "sheet.png"), "--count", "4"]
+        return peak_rss_mb(argv, folder)
+
+    small, small_peak = run(tmp_path / "small")
+    lines = grow_rejects(output_copy, 100)
+    large, large_peak = run(tmp_path / "large")
+    no_internal_error(large)
+    if command[0] == "verify":
+        assert f"rejects.jsonl: {lines} lines" in large.stdout
+    else:
+        assert large.returncode == 0, large.stderr
+    print(f"{command}: peak {small_peak:.0f} MB with 6 rejects, {large_peak:.0f} MB with 100 MB")
+    # Reading the file whole holds it at least once (+57 MB measured); streamed, it is flat.
+    assert large_peak < small_peak + 25, (small_peak, large_peak)

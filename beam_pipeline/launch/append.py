@@ -18,10 +18,10 @@ from typing import Any
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
-from transforms import files
+from transforms import files, json_shape
 from transforms.format import digest_table, record_formats
 from transforms.format.dataset_info import DatasetInfo, MetadataError
-from transforms.format.naming import METADATA_FILE, SPLITS
+from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
@@ -39,6 +39,7 @@ def plan_append(
             f"--append needs a finished segprep output in --output_dir {output_dir}: there is "
             "none (run `segprep prepare` without --append first)"
         )
+    _require_readable_manifest(output_dir)
     path = storage.join(output_dir, METADATA_FILE)
     try:
         data = storage.read_bounded(path, 64 << 20)
@@ -68,6 +69,18 @@ def plan_append(
         previous_sha256=hashlib.sha256(data).hexdigest(),
         digest_tables={split: tuple(names) for split, names in tables.items()},
     )
+
+
+def _require_readable_manifest(output_dir: str) -> None:
+    """The output's manifest, if it has one, must be a regular file of JSON: a FIFO, a
+    device or a damaged one would otherwise fail the commit after the whole job ran."""
+    path = storage.join(output_dir, MANIFEST_FILE)
+    try:
+        json_shape.loads(storage.read_bounded(path, 64 << 20), path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--append: {error}: run `segprep verify {output_dir}`") from None
 
 
 def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
