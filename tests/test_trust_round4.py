@@ -375,3 +375,79 @@ def test_a_large_rejects_jsonl_is_streamed_in_flat_memory(output_copy, tmp_path,
     print(f"{command}: peak {small_peak:.0f} MB with 6 rejects, {large_peak:.0f} MB with 100 MB")
     # Reading the file whole holds it at least once (+57 MB measured); streamed, it is flat.
     assert large_peak < small_peak + 25, (small_peak, large_peak)
+
+
+# -- split lists ---------------------------------------------------------------------------
+
+
+def sample_keys(sample_dataset) -> list[str]:
+    return sorted(path.stem for path in Path(sample_dataset.image_dir).iterdir())
+
+
+def prepare_with_lists(sample_dataset, out: Path, *split_files: str):
+    from tests.helpers.runs import job_args
+
+    flags = [flag for given in split_files for flag in ("--split_file", given)]
+    return segprep("prepare", *job_args(sample_dataset, out, *flags))
+
+
+def stored_keys(out: Path) -> dict[str, set[str]]:
+    import shard_reader
+    from tests.helpers.tf_reading import read_keys
+
+    metadata = json.loads((out / "metadata.json").read_text())
+    return {
+        split: set(read_keys(shard_reader.make_dataset(out, split, 4, with_keys=True)))
+        for split, info in metadata["splits"].items()
+        if info["num_examples"]
+    }
+
+
+def test_a_list_with_a_bom_and_extra_columns_names_its_keys(sample_dataset, tmp_path):
+    keys = sample_keys(sample_dataset)
+    train, validation = keys[:40], keys[40:]
+    # Oxford-IIIT Pet's layout (`Abyssinian_1 1 1 1`), saved by an editor that adds a BOM.
+    (tmp_path / "train.txt").write_bytes(
+        b"\xef\xbb\xbf" + "".join(f"{key} 1 1 1\n" for key in train).encode()
+    )
+    (tmp_path / "val.txt").write_text("".join(f"{key}\t2\n" for key in validation))
+    out = tmp_path / "out"
+    done = prepare_with_lists(
+        sample_dataset, out, f"train={tmp_path / 'train.txt'}", f"validation={tmp_path / 'val.txt'}"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    wrong = [r for r in rejects if r["reason"] == "not_in_split" or "--split_file" in r["detail"]]
+    assert not wrong, wrong
+    stored = stored_keys(out)
+    rejected = {r["key"] for r in rejects}
+    assert stored["train"] | (rejected & set(train)) == set(train)
+    assert stored["validation"] | (rejected & set(validation)) == set(validation)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("", "lists no keys"),
+        ("\n  \n", "lists no keys"),
+        ("nope1\nnope2\n", "none of the 2 keys"),
+        ("k" * 70_000 + "\n", "more than a key can be"),
+    ],
+)
+def test_a_list_that_cannot_be_used_is_refused_before_the_job(
+    sample_dataset, tmp_path, content, said
+):
+    listing = tmp_path / "train.txt"
+    listing.write_text(content)
+    out = tmp_path / "out"
+    done = prepare_with_lists(sample_dataset, out, f"train={listing}")
+    one_line_refusal(done, "--split_file train", str(listing), said)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_long_split_name_is_a_usage_error(sample_dataset, tmp_path):
+    listing = tmp_path / "train.txt"
+    listing.write_text("\n".join(sample_keys(sample_dataset)))
+    done = prepare_with_lists(sample_dataset, tmp_path / "out", f"{'a' * 300}={listing}")
+    one_line_refusal(done, "--split_file", "1 to 32 lower-case letters")
+    assert len(done.stderr) < 400

@@ -338,6 +338,8 @@ def _inputs(
                 listed_keys=lists,
             )
             preflight.check_listing(layout, listing, flags)
+            if lists:
+                official_splits.refuse_unusable_lists(fractions, lists, listing.missing_listed)
             if isinstance(fractions, FolderSplits) and listing.left_out:
                 official_splits.refuse_unknown_folders(layout, listing.left_out, flags[0])
     elif not args.dry_run:

@@ -60,6 +60,7 @@ class LocalListing:
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
     ignored: int = 0  # files matching --ignore_files: counted, never read
     unlabeled: int = 0  # images without a mask under --unlabeled_images skip
+    missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
 
     @property
     def rejects(self) -> int:
@@ -86,13 +87,13 @@ def list_local(
     coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
     left_out: Callable[[str], bool] | None = None,
     listed: Callable[[str], bool] | None = None,
-    listed_keys: Iterable[str] = (),
+    listed_keys: Mapping[str, str] | None = None,
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
     image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes.
 
     `listed(key)`: a key an official split list names (--split_file); `listed_keys` all of
-    them. Such a key missing on disk is a reject, and an image of it without a mask is
+    them, key -> split. Such a key missing on disk is a reject, and an image of it without a mask is
     `missing_mask` even under --unlabeled_images skip: the list says it has one.
     """
     folder = spill.temporary_folder("listing")
@@ -141,6 +142,7 @@ def list_local(
     pairs = RecordFiles(os.path.join(folder.name, "pairs"), PAIRS_PER_FILE)
     outside = 0
     first_mat = None
+    listed_keys = listed_keys or {}
     wanted = set(listed_keys)
     for outcome in pair_sorted(sort.sorted(), layout.annotations, layout.skip_unlabeled):
         wanted.discard(outcome.key)
@@ -163,8 +165,10 @@ def list_local(
                 first_mat = outcome.mask.path
         else:
             reject(outcome)
+    missing_listed: collections.Counter[str] = collections.Counter()
     for key in sorted(wanted):
         reject(Reject(key, Reason.MISSING_IMAGE, "listed by --split_file: no image or mask"))
+        missing_listed[listed_keys[key]] += 1
     staged = StagedEntries(tuple(pairs.close()), tuple(rejects.close()), STAGED_RECORD_BYTES)
     for path in os.listdir(folder.name):  # the sort's runs: read, no longer needed
         if path.endswith(".run"):
@@ -180,6 +184,7 @@ def list_local(
         folder,
         ignored,
         unlabeled,
+        dict(missing_listed),
     )
 
 
