@@ -451,3 +451,63 @@ def test_a_long_split_name_is_a_usage_error(sample_dataset, tmp_path):
     done = prepare_with_lists(sample_dataset, tmp_path / "out", f"{'a' * 300}={listing}")
     one_line_refusal(done, "--split_file", "1 to 32 lower-case letters")
     assert len(done.stderr) < 400
+
+
+# -- leftovers -------------------------------------------------------------------------------
+
+
+def await_folder(root: Path, pattern: str, child: subprocess.Popen) -> Path:
+    """The first folder matching `pattern` under `root` that holds the owner marker, as soon
+    as it appears (polled; the child's death ends the wait)."""
+    import time
+
+    from transforms.spill import OWNER_MARKER
+
+    while child.poll() is None:
+        found = [path for path in root.glob(pattern) if (path / OWNER_MARKER).is_file()]
+        if found:
+            return found[0]
+        time.sleep(0.01)
+    raise AssertionError(f"the run ended (exit {child.returncode}) before {pattern} appeared")
+
+
+def test_a_killed_runs_listing_folder_is_swept_and_nothing_else(sample_dataset, tmp_path):
+    from tests.helpers.runs import job_args
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
+    child = subprocess.Popen(
+        [SEGPREP, "prepare", *job_args(sample_dataset, tmp_path / "killed")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        orphan = await_folder(temp, f"segprep-listing-{child.pid}-*", child)
+    finally:
+        child.kill()  # SIGKILL mid-listing; not reaped yet: a zombie that kill(pid, 0) finds
+    # What is not provably this tool's: a folder of the same name without the marker, and a
+    # link under a spill folder's name to a folder elsewhere.
+    foreign = temp / "segprep-listing-999999-notmine1"
+    foreign.mkdir()
+    (foreign / "rows").write_text("the user's")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("kept")
+    (temp / "segprep-listing-999998-linked12").symlink_to(precious)
+    done = subprocess.run(
+        [SEGPREP, "prepare", *job_args(sample_dataset, tmp_path / "next")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    child.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not orphan.exists(), "the killed run's listing folder was left behind"
+    assert (foreign / "rows").read_text() == "the user's"
+    assert (precious / "keep.txt").read_text() == "kept"
+    assert (temp / "segprep-listing-999998-linked12").is_symlink()
+    left = sorted(path.name for path in temp.glob("segprep-*"))
+    assert left == sorted([foreign.name, "segprep-listing-999998-linked12"])
