@@ -511,3 +511,17 @@ def test_a_killed_runs_listing_folder_is_swept_and_nothing_else(sample_dataset, 
     assert (temp / "segprep-listing-999998-linked12").is_symlink()
     left = sorted(path.name for path in temp.glob("segprep-*"))
     assert left == sorted([foreign.name, "segprep-listing-999998-linked12"])
+
+
+@pytest.mark.parametrize("command", [["verify"], ["inspect", "--duplicates"]])
+def test_an_oversized_duplicates_jsonl_is_one_line(output_copy, tmp_path, command):
+    with open(output_copy / "duplicates.jsonl", "r+b") as handle:
+        handle.truncate(480 << 20)  # sparse: 480 MB that cost no disk
+    argv = [command[0], str(output_copy), *command[1:]]
+    if command[0] == "inspect":
+        argv += ["--out", str(tmp_path / "sheet.png")]
+    done = segprep(*argv)
+    no_internal_error(done)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "duplicates.jsonl" in line]
+    assert any("allowed" in line for line in said), done.stdout + done.stderr
+    assert done.returncode == (1 if command[0] == "verify" else 2)
