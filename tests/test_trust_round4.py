@@ -525,3 +525,33 @@ def test_an_oversized_duplicates_jsonl_is_one_line(output_copy, tmp_path, comman
     said = [line for line in (done.stdout + done.stderr).splitlines() if "duplicates.jsonl" in line]
     assert any("allowed" in line for line in said), done.stdout + done.stderr
     assert done.returncode == (1 if command[0] == "verify" else 2)
+
+
+def test_a_list_of_many_missing_keys_is_refused_before_the_job_in_flat_memory(
+    sample_dataset, tmp_path
+):
+    from tests.helpers.runs import job_args
+
+    keys = sample_keys(sample_dataset)
+    few, many = tmp_path / "few.txt", tmp_path / "many.txt"
+    few.write_text("".join(f"gone{number}\n" for number in range(100)))
+    with open(many, "w") as handle:
+        handle.write("".join(f"{key}\n" for key in keys))
+        handle.write("".join(f"gone{number:06d}\n" for number in range(100_000)))
+
+    def run(name: str, listing: Path):
+        folder = tmp_path / name
+        folder.mkdir()
+        flags = ("--split_file", f"train={listing}")
+        return peak_rss_mb(["prepare", *job_args(sample_dataset, folder / "out", *flags)], folder)
+
+    refused_early, baseline = run("few", few)  # every key missing: refused before the job
+    one_line_refusal(refused_early, "none of the 100 keys")
+    done, peak = run("many", many)
+    print(f"10^5 missing keys: peak {peak:.0f} MB; a list of 100 (no job): {baseline:.0f} MB")
+    assert done.returncode == 1, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert "100,000 keys listed by --split_file" in line and "before the job" in line, line
+    assert not (tmp_path / "many" / "out" / ".segprep" / "runs").exists()  # no job staged
+    # A reject object per missing key in the job cost 3.3 KB each (+330 MB here).
+    assert peak < baseline + 60, (baseline, peak)

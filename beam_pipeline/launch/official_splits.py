@@ -134,6 +134,27 @@ def refuse_unusable_lists(
             )
 
 
+def refuse_certain_rejection(
+    lists: SplitLists, missing: int, judged_at_most: int, max_fraction: float
+) -> None:
+    """Before the job: listed keys missing on disk are rejects whatever the job finds, and
+    at most `judged_at_most` entries are judged. When they alone are more than
+    --max_reject_fraction of those, the run could only be refused at its end, after holding
+    a reject per missing key (10^6 of them would exhaust memory): refuse it now."""
+    from beam_pipeline.errors import RejectLimitError
+    from beam_pipeline.job.commit import percent
+
+    if not missing or not judged_at_most or missing / judged_at_most <= max_fraction:
+        return
+    raise RejectLimitError(
+        f"{missing:,} of at most {judged_at_most:,} entries rejected before the job "
+        f"({percent(missing / judged_at_most, max_fraction)}), more than "
+        f"--max_reject_fraction {max_fraction:g}: nothing was published; {missing:,} keys "
+        f"listed by --split_file ({', '.join(sorted(lists.sources.values()))}) have no image "
+        "or mask in the input folders"
+    )
+
+
 def _key(name: str, layout: Layout) -> str:
     """The key a list line names: with or without the image's extension or suffix."""
     lowered = name.lower()

@@ -88,6 +88,7 @@ def list_local(
     left_out: Callable[[str], bool] | None = None,
     listed: Callable[[str], bool] | None = None,
     listed_keys: Mapping[str, str] | None = None,
+    check_missing: Callable[[Mapping[str, int], int], None] | None = None,
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
     image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes.
@@ -95,6 +96,8 @@ def list_local(
     `listed(key)`: a key an official split list names (--split_file); `listed_keys` all of
     them, key -> split. Such a key missing on disk is a reject, and an image of it without a mask is
     `missing_mask` even under --unlabeled_images skip: the list says it has one.
+    `check_missing(split -> missing listed keys, entries judged at most)` may refuse the run
+    before a reject is made for each of them.
     """
     folder = spill.temporary_folder("listing")
     sort = ExternalSort(folder.name, "keyed")
@@ -165,10 +168,11 @@ def list_local(
                 first_mat = outcome.mask.path
         else:
             reject(outcome)
-    missing_listed: collections.Counter[str] = collections.Counter()
+    missing_listed = collections.Counter(listed_keys[key] for key in wanted)
+    if check_missing is not None:
+        check_missing(dict(missing_listed), pairs.records + sum(rejected.values()) + len(wanted))
     for key in sorted(wanted):
         reject(Reject(key, Reason.MISSING_IMAGE, "listed by --split_file: no image or mask"))
-        missing_listed[listed_keys[key]] += 1
     staged = StagedEntries(tuple(pairs.close()), tuple(rejects.close()), STAGED_RECORD_BYTES)
     for path in os.listdir(folder.name):  # the sort's runs: read, no longer needed
         if path.endswith(".run"):
