@@ -25,6 +25,7 @@ from beam_pipeline.launch.options import (
     DEFAULT_SAMPLE_COUNT,
     HelpFormatter,
     fraction,
+    integer,
     positive_int,
 )
 
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument(
         "--count", type=positive_int, default=DEFAULT_SAMPLE_COUNT, help="number of entries"
     )
-    sample.add_argument("--seed", type=int, default=0, help="random seed")
+    sample.add_argument("--seed", type=integer, default=0, help="random seed")
     sample.add_argument(
         "--broken_fraction",
         type=fraction,
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sample.add_argument(
         "--classes",
-        type=int,
+        type=integer,
         default=None,
         metavar="N",
         help="write N-class palette PNG masks (VOC layout) instead of binary .mat masks",
@@ -249,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
     report.add_argument(
         "--out",
-        help="HTML file to write (local); without it segprep-report-DIRNAME.html in the "
-        "current directory",
+        help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
+        "DIR (in the current folder for gs://)",
     )
     report.add_argument(
         "--version",

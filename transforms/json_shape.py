@@ -12,8 +12,10 @@ strings move the depth).
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,11 @@ _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _KEEP = b'"[]{}'
 _DROP = bytes(byte for byte in range(256) if byte not in _KEEP)
 _QUOTE, _OPENERS, _CLOSERS = ord('"'), (ord("["), ord("{")), (ord("]"), ord("}"))
+
+
+# What segprep's own side files (manifest.json, journals, rejects.jsonl, duplicates.jsonl,
+# hash rows, locks) nest at most is 4 levels; 32 leaves room and stops json's recursion.
+SIDE_FILE_DEPTH = 32
 
 
 class JsonShapeError(ValueError):
@@ -61,6 +68,18 @@ def check_shape(chunks: Iterable[bytes], source: str, limit: int) -> None:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise JsonShapeError(f"{source}: not UTF-8 text (truncated at the end)") from None
+
+
+def loads(data: bytes | str, source: str, limit: int = SIDE_FILE_DEPTH) -> Any:
+    """`data` parsed by json.loads once its shape is checked: a JsonShapeError (a ValueError,
+    one line naming `source`) for what would end in RecursionError or a bad-UTF-8 error."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    check_shape(
+        (raw[start : start + CHUNK_BYTES] for start in range(0, len(raw), CHUNK_BYTES)),
+        source,
+        limit,
+    )
+    return json.loads(raw)
 
 
 def _walk(marks: np.ndarray, depth: int, inside: bool) -> tuple[int, int, bool]:

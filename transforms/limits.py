@@ -64,6 +64,9 @@ class FileLimits:
     index_bytes: int = 256 * MB  # one shard's index file (16 bytes a record)
     key_table_bytes: int = 1024 * MB  # one split's key table
     rejects_bytes: int = 1024 * MB  # rejects.jsonl
+    # One line of rejects.jsonl or duplicates.jsonl, which are streamed line by line: a
+    # reject's detail or a group's keys are far shorter.
+    jsonl_line_bytes: int = 16 * MB
 
 
 FILE_LIMITS = FileLimits()

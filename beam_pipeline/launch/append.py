@@ -18,9 +18,10 @@ from typing import Any
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
+from transforms import json_shape
 from transforms.format import side_tables
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
-from transforms.format.naming import METADATA_FILE, SPLITS
+from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
 from transforms.record_spec import RecordSpec, differences_from_stored
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
@@ -39,6 +40,7 @@ def plan_append(
             f"--append needs a finished segprep output in --output_dir {output_dir}: there is "
             "none (run `segprep prepare` without --append first)"
         )
+    _require_readable_manifest(output_dir)
     path = storage.join(output_dir, METADATA_FILE)
     try:
         data = storage.read_bounded(path, 64 << 20)
@@ -83,6 +85,18 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
             f"--append: {error}: the output is damaged, nothing was appended; run "
             f"`segprep verify {output_dir}`"
         ) from None
+
+
+def _require_readable_manifest(output_dir: str) -> None:
+    """The output's manifest, if it has one, must be a regular file of JSON: a FIFO, a
+    device or a damaged one would otherwise fail the commit after the whole job ran."""
+    path = storage.join(output_dir, MANIFEST_FILE)
+    try:
+        json_shape.loads(storage.read_bounded(path, 64 << 20), path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--append: {error}: run `segprep verify {output_dir}`") from None
 
 
 def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:

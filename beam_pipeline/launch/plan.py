@@ -347,6 +347,7 @@ def _inputs(
                 left_out=lambda key: fractions.split_of(key) is None,
                 listed=fractions.listed,
                 listed_keys=lists,
+                check_missing=_missing_check(fractions, lists, args.max_reject_fraction),
             )
             preflight.check_listing(layout, listing, flags)
             if isinstance(fractions, FolderSplits) and listing.left_out:
@@ -356,6 +357,20 @@ def _inputs(
     if args.mask_key is not None and not args.dry_run:
         preflight.check_mask_key(layout, listing, args.mask_key)
     return listing
+
+
+def _missing_check(fractions, lists: dict[str, str], max_fraction: float):
+    """--split_file: refuse a list naming no entry, or missing keys that alone exceed
+    --max_reject_fraction, before the listing makes a reject of each missing key."""
+    if not lists:
+        return None
+
+    def check(missing: dict[str, int], judged_at_most: int) -> None:
+        official_splits.refuse_unusable_lists(fractions, lists, missing)
+        total = sum(missing.values())
+        official_splits.refuse_certain_rejection(fractions, total, judged_at_most, max_fraction)
+
+    return check
 
 
 def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.OutputState | None:

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
-from transforms import files
+from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
 from transforms.format.naming import (
     INDEX_DIR,
@@ -120,7 +120,8 @@ def read_manifest(output_dir: str) -> dict | None:
     """The manifest, checked: None when there is none (or it is not JSON: a manifest segprep
     wrote is replaced whole, never half); UsageError when it names what segprep never writes."""
     try:
-        body = json.loads(storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), 64 << 20))
+        path = storage.join(output_dir, MANIFEST_FILE)
+        body = json_shape.loads(storage.read_bounded(path, 64 << 20), path)
     except (OSError, ValueError):
         return None
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):

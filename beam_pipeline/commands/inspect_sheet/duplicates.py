@@ -5,7 +5,6 @@ leakage, a bad mask), from its original file."""
 from __future__ import annotations
 
 import io
-import json
 import sys
 
 import numpy as np
@@ -26,9 +25,11 @@ from beam_pipeline.commands.inspect_sheet.output import (
 )
 from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
 from beam_pipeline.errors import UsageError
+from transforms import files, json_shape
 from transforms.duplicates import parse_groups
 from transforms.format import dataset_info
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
+from transforms.limits import FILE_LIMITS
 
 
 def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
@@ -78,7 +79,7 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
         for name, split in metadata["splits"].items()
         if split.get("num_examples")
     }
-    rejects = _rejects(base)
+    rejects = _rejects(base, {key for group in groups[:count] for key in group["keys"]})
     entries: list[Entry] = []
     shown = 0
     for number, group in enumerate(groups, start=1):
@@ -110,15 +111,22 @@ def _entry(key: str, about: str, sources, rejects) -> Entry:
     return Entry(key, image, mask, caption, image_problem or "no image", mask_problem or "no mask")
 
 
-def _rejects(base: str) -> dict[str, dict]:
+def _rejects(base: str, wanted: set[str]) -> dict[str, dict]:
+    """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those, never the
+    file."""
     path = dataset_info.join(base, REJECTS_FILE)
-    if not dataset_info.file_exists(path):
+    if not wanted or not dataset_info.file_exists(path):
         return {}
     found = {}
-    for line in dataset_info.read_file(path).decode("utf-8", "replace").splitlines():
-        try:
-            entry = json.loads(line)
-            found[entry["key"]] = entry
-        except (ValueError, KeyError, TypeError):
-            continue
+    try:
+        with files.opened(path) as (handle, _):
+            for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, path):
+                try:
+                    entry = json_shape.loads(line, path)
+                    if entry["key"] in wanted:
+                        found[entry["key"]] = entry
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except (OSError, files.LineTooLongError) as error:
+        raise UsageError(f"{error}: run `segprep verify {base}`") from None
     return found

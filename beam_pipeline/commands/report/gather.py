@@ -31,6 +31,8 @@ REJECT_THUMBNAILS = 24  # in all
 MAX_REASONS = 40
 MAX_SHARD_ROWS = 2000  # per split; the rest are counted
 MAX_DUPLICATE_GROUPS = 60
+MAX_CLASS_ROWS = 256  # per split, the classes with most pixels; the rest are counted
+MAX_ABSENT_NAMES = 50  # absent classes named per split; the rest are counted
 MAX_LINE = 1 << 20  # a rejects or duplicates line longer than this is skipped, not read
 METADATA_LIMIT = 256 << 20
 SOURCE_IMAGE_LIMIT = 64 << 20
@@ -62,8 +64,11 @@ class SplitView:
     sampled: int  # records read for the distributions
     sizes: list[tuple[str, int]]  # ("HxW", count), most common first
     foreground: list[tuple[str, int]] | None  # histogram bins (label, count), binary masks
-    class_rows: list[dict[str, Any]] | None = None  # class outputs: one row per class
+    class_rows: list[dict[str, Any]] | None = None  # class outputs: at most MAX_CLASS_ROWS
     absent_classes: list[str] = dataclasses.field(default_factory=list)
+    classes_left_out: int = 0  # classes beyond MAX_CLASS_ROWS, not shown
+    left_out_share: float = 0.0  # their share of the labelled pixels
+    absent_left_out: int = 0  # absent classes beyond MAX_ABSENT_NAMES, not named
 
 
 @dataclasses.dataclass
@@ -94,7 +99,7 @@ class Report:
     exif_ignored: int | None
     classes: ClassesInfo | None
     class_names: list[str]
-    weights: list[tuple[str, float]] | None
+    weights: list[tuple[str, float]] | None  # at most MAX_CLASS_ROWS: the train split's top
     duplicates: list[dict[str, Any]] | None  # None: duplicates.jsonl absent
     duplicate_groups: int
     total_bytes: int
@@ -159,7 +164,9 @@ def _finished(base: str, version: int | None = None) -> Report:
     rejected = raw.get("num_rejected", {})
     weights = None
     if classes is not None and "train" in classes.stats:
-        weights = list(zip(names, (float(w) for w in classes.weights("train")), strict=True))
+        every = classes.weights("train")
+        top = _top_classes(classes.split_stats("train").pixels)
+        weights = [(names[index], float(every[index])) for index in top]
     duplicates, groups = _duplicates(f"{base}/duplicates.jsonl")
     accepted = sum(split.num_examples for split in info.splits.values())
     return Report(
@@ -241,7 +248,7 @@ def _split_view(base, info, name, adapter, classes, names, palette) -> SplitView
         foreground=_histogram(fractions) if classes is None else None,
     )
     if classes is not None and name in classes.stats:
-        view.class_rows, view.absent_classes = _class_rows(classes, name, names, palette)
+        _fill_class_rows(view, classes, name, names, palette)
     return view
 
 
@@ -277,26 +284,36 @@ def _histogram(fractions: Sequence[float], bins: int = 10) -> list[tuple[str, in
     return [(f"{i * 100 // bins}-{(i + 1) * 100 // bins} %", c) for i, c in enumerate(counts)]
 
 
-def _class_rows(classes: ClassesInfo, split: str, names, palette):
+def _top_classes(pixels: Sequence[int]) -> list[int]:
+    """Every class id in order when they fit on the page, else the MAX_CLASS_ROWS with most
+    pixels (ties: the lower id), in id order: a page stays bounded at 65,535 classes."""
+    if len(pixels) <= MAX_CLASS_ROWS:
+        return list(range(len(pixels)))
+    ranked = sorted(range(len(pixels)), key=lambda index: (-pixels[index], index))
+    return sorted(ranked[:MAX_CLASS_ROWS])
+
+
+def _fill_class_rows(view: SplitView, classes: ClassesInfo, split: str, names, palette) -> None:
     stats = classes.split_stats(split)
     labelled = max(1, sum(stats.pixels))
-    rows = []
-    absent = []
-    for index, name in enumerate(names):
-        if stats.images[index] == 0:
-            absent.append(name)
-        rows.append(
-            {
-                "id": index,
-                "name": name,
-                "pixels": stats.pixels[index],
-                "share": stats.pixels[index] / labelled,
-                "images": stats.images[index],
-                "image_share": stats.images[index] / max(1, stats.num_images),
-                "colour": "#" + "".join(f"{int(v):02x}" for v in palette[index]),
-            }
-        )
-    return rows, absent
+    shown = _top_classes(stats.pixels)
+    view.class_rows = [
+        {
+            "id": index,
+            "name": names[index],
+            "pixels": stats.pixels[index],
+            "share": stats.pixels[index] / labelled,
+            "images": stats.images[index],
+            "image_share": stats.images[index] / max(1, stats.num_images),
+            "colour": "#" + "".join(f"{int(v):02x}" for v in palette[index]),
+        }
+        for index in shown
+    ]
+    view.classes_left_out = len(names) - len(shown)
+    view.left_out_share = 1 - sum(row["share"] for row in view.class_rows) if shown else 0.0
+    absent = [index for index, count in enumerate(stats.images) if count == 0]
+    view.absent_classes = [names[index] for index in absent[:MAX_ABSENT_NAMES]]
+    view.absent_left_out = max(0, len(absent) - MAX_ABSENT_NAMES)
 
 
 def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
