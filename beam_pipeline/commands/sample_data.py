@@ -90,7 +90,8 @@ class SampleSummary:
             return ["planted 0 near copies: every image is distinct"]
         originals = ", ".join(copy.original for copy in self.planted[:shown])
         more = ", ..." if len(self.planted) > shown else ""
-        lines = [f"planted {len(self.planted)} near copies (of {originals}{more}):"]
+        copies = "copy" if len(self.planted) == 1 else "copies"
+        lines = [f"planted {len(self.planted)} near {copies} (of {originals}{more}):"]
         lines += [f"  {c.key}: {c.kind} of {c.original}" for c in self.planted[:shown]]
         if len(self.planted) > shown:
             lines.append(f"  ... and {len(self.planted) - shown} more")
