@@ -115,14 +115,20 @@ def portrait(
     """(RGB uint8 image, uint8 0/1 mask) of a figure in the middle of a varied background.
 
     Backgrounds, figure shapes, colours, poses and positions are drawn independently, so
-    no two portraits share their coarse layout (what a perceptual hash sees). Drawn with
-    Pillow at full size and numpy at 1/8 size: a few milliseconds at 800x600.
+    no two portraits share their coarse layout (what a perceptual hash sees).
     """
+    image, mask = _portrait_image(rng, height, width)
+    return np.array(image), mask
+
+
+def _portrait_image(rng: np.random.Generator, height: int, width: int):
+    """portrait() as a Pillow image (what the JPEG encoder takes, with no copy): drawn with
+    Pillow at full size and numpy at 1/8 size, a few milliseconds at 800x600."""
     canvas = _background(rng, height, width)
     _scenery(rng, canvas, height, width)
     mask = _draw_figure(rng, canvas, height, width)
     canvas = ImageChops.add(canvas, _grain(rng, height, width), scale=1.0, offset=-_GRAIN_MID)
-    return np.asarray(canvas), (np.asarray(mask) > 0).astype(np.uint8)
+    return canvas, np.array(mask)  # writable, as callers may edit it
 
 
 _GRAIN_MID = 128  # grain values are centred here; ImageChops.add takes it back off
@@ -238,7 +244,7 @@ def _colour(rng: np.random.Generator, low=0, high=255) -> tuple[int, int, int]:
 
 
 class _Figure:
-    """Draws each shape twice: in its colour on the picture, and at 255 on the mask, so
+    """Draws each shape twice: in its colour on the picture, and as 1 on the mask, so
     the mask is exactly the union of the shapes the picture shows."""
 
     def __init__(self, canvas: Image.Image) -> None:
@@ -248,13 +254,13 @@ class _Figure:
 
     def shape(self, method: str, *args, colour: tuple[int, int, int], **kwargs) -> None:
         getattr(self._picture, method)(*args, fill=colour, **kwargs)
-        getattr(self._mask, method)(*args, fill=255, **kwargs)
+        getattr(self._mask, method)(*args, fill=1, **kwargs)
 
 
 def _draw_figure(
     rng: np.random.Generator, canvas: Image.Image, height: int, width: int
 ) -> Image.Image:
-    """Draw a head-and-body figure on `canvas` in random colours and pose; its mask (L, 0/255)."""
+    """Draw a head-and-body figure on `canvas` in random colours and pose; its mask (L, 0/1)."""
     pose = _pose(rng, height, width)
     skin, cloth = _colour(rng, (90, 60, 40), (250, 215, 190)), _colour(rng)
     figure = _Figure(canvas)
@@ -503,8 +509,8 @@ def _distinct_portrait(
     draw of the entry's own random stream is taken instead (the same for the same seed)."""
     for attempt in range(_MAX_DRAWS):
         rng = np.random.default_rng([seed, index] if attempt == 0 else [seed, index, attempt])
-        image, mask = portrait(rng, height, width)
-        image_data = jpeg_bytes(image)
+        image, mask = _portrait_image(rng, height, width)
+        image_data = _encoded(image, 90)
         if hashes.add_if_distinct(perceptual_hash(image_data)) or attempt == _MAX_DRAWS - 1:
             return mask, image_data
     raise AssertionError("unreachable")
@@ -550,7 +556,10 @@ def _copy_of(
 
 
 def _encoded(image: Image.Image, quality: int) -> bytes:
-    return jpeg_bytes(np.asarray(image), quality)
+    """jpeg_bytes() of a Pillow image, without the copy into and out of numpy."""
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
 
 
 def _write_portrait_entry(
