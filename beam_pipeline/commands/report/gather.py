@@ -414,14 +414,16 @@ def _group_views(base: str, raw: Mapping[str, Any], version, classes, palette):
     from beam_pipeline.commands.inspect_sheet.duplicates import record_sources
 
     largest, member_keys, members = _scan_groups(path)
+    unreadable = None
     try:
         sources = record_sources(base, raw.get("splits") or {}, version)
-    except Exception:  # noqa: BLE001 - no record index (segprep index adds it): no records
-        sources = {}
+    except Exception as error:  # noqa: BLE001 - e.g. no record index (segprep index adds it)
+        sources, unreadable = {}, f"the records cannot be looked up: {error}"
     shown = {key for row in largest for key in _keys_of(row)[:GALLERY_MEMBERS]}
     rejects = _rejects_of(f"{base}/{REJECTS_FILE}", shown)
-    views = [_group_view(row, sources, rejects, classes, palette) for row in largest]
-    moves = _split_moves(raw.get("parameters") or {}, member_keys, members, sources)
+    absent = "in no split" if unreadable is None else "record not looked up"
+    views = [_group_view(row, sources, rejects, absent, classes, palette) for row in largest]
+    moves = _split_moves(raw.get("parameters") or {}, member_keys, members, sources, unreadable)
     return views, moves
 
 
@@ -460,7 +462,7 @@ def splits_of(group: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _group_view(row, sources, rejects, classes, palette) -> GroupView:
+def _group_view(row, sources, rejects, absent: str, classes, palette) -> GroupView:
     keys = _keys_of(row)
     return GroupView(
         size=len(keys),
@@ -468,13 +470,15 @@ def _group_view(row, sources, rejects, classes, palette) -> GroupView:
         max_distance=row.get("max_distance", ""),
         splits=splits_of(row),
         members=[
-            _member_tile(key, sources, rejects, classes, palette) for key in keys[:GALLERY_MEMBERS]
+            _member_tile(key, sources, rejects, absent, classes, palette)
+            for key in keys[:GALLERY_MEMBERS]
         ],
     )
 
 
-def _member_tile(key: str, sources, rejects, classes, palette) -> MemberTile:
-    """A member from its record, or from its original file when it was rejected."""
+def _member_tile(key: str, sources, rejects, absent: str, classes, palette) -> MemberTile:
+    """A member from its record, or from its original file when it was rejected; `absent`
+    says where it is when neither holds it."""
     from beam_pipeline.commands.inspect_sheet.duplicates import stored_item
 
     try:
@@ -487,7 +491,7 @@ def _member_tile(key: str, sources, rejects, classes, palette) -> MemberTile:
         return MemberTile(key, split, image, overlay)
     reject = rejects.get(key)
     if reject is None:
-        return MemberTile(key, "in no split", None, None)
+        return MemberTile(key, absent, None, None)
     source = reject.get("image")
     image = _source_thumbnail(source) if isinstance(source, str) else None
     return MemberTile(key, f"rejected {reject.get('reason', 'unknown')}", image, None)
@@ -508,11 +512,13 @@ def _rejects_of(path: str, keys: set[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _split_moves(parameters: Mapping[str, Any], keys: list[str], members: int, sources):
+def _split_moves(parameters: Mapping[str, Any], keys, members: int, sources, unreadable):
     """Under official splits, the checked group members not stored in their listed split."""
     official, listed, problem = _listed_splits(parameters)
     if official is None:
         return None
+    if unreadable is not None:
+        listed, problem = None, unreadable
     unchecked = max(0, members - len(keys))
     if listed is None:
         return SplitMoves(official, 0, members, [], 0, problem)
