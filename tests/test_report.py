@@ -397,3 +397,15 @@ def test_entries_kept_out_of_their_listed_split_are_listed(sample_dataset, tmp_p
         assert f"moved out of {'its' if len(moved) == 1 else 'their'} listed split" in note
     else:
         assert "No entry was moved out of its listed split (--split_file" in note
+
+
+def test_group_members_without_a_record_index_say_so(prepared, tmp_path):
+    """An output whose record index is gone: the members are not claimed to be in no split."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    shutil.rmtree(out / "index")
+    text = _report(out, tmp_path / "noindex.html")
+    assert text.count("record not looked up") == sum(len(g["keys"]) for g in _group_lines(out))
+    assert "in no split" not in text

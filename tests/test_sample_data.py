@@ -133,6 +133,14 @@ def test_prepare_groups_exactly_the_planted_copies(tmp_path, capsys):
         assert groups[keys]["max_distance"] <= 6
 
 
+def test_copy_fraction_zero_plants_nothing(tmp_path):
+    summary = write_sample_data(tmp_path, count=60, height=80, width=60, copy_fraction=0.0)
+    assert summary.planted == ()
+    hashes = list(_hashes(summary.image_dir).values())
+    closest = min(hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1 :])
+    assert closest >= MIN_DISTINCT_DISTANCE
+
+
 def test_a_tiny_sample_plants_nothing_it_cannot_name(tmp_path):
     summary = write_sample_data(tmp_path, count=1, broken_fraction=0.0, height=40, width=30)
     assert summary.planted == ()

@@ -122,11 +122,17 @@ def portrait(
 
 
 def _portrait_image(rng: np.random.Generator, height: int, width: int):
-    """portrait() as a Pillow image (what the JPEG encoder takes, with no copy): drawn with
-    Pillow at full size and numpy at 1/8 size, a few milliseconds at 800x600."""
-    canvas = _background(rng, height, width)
-    _scenery(rng, canvas, height, width)
+    """portrait() as a Pillow image (what the JPEG encoder takes, with no copy).
+
+    The picture is drawn at half size and enlarged, so its edges are soft as a lens makes
+    them (a hard-edged drawing is not a photo: decoders and resizers differ most on it);
+    the mask is drawn at full size, 0/1 with hard edges as annotations are. Pillow draws,
+    numpy works at 1/8 size: a few milliseconds at 800x600."""
+    small = (max(1, -(-width // 2)), max(1, -(-height // 2)))
+    canvas = _background(rng, small[1], small[0])
+    _scenery(rng, canvas, small[1], small[0])
     mask = _draw_figure(rng, canvas, height, width)
+    canvas = canvas.resize((width, height), Image.Resampling.BILINEAR)
     canvas = ImageChops.add(canvas, _grain(rng, height, width), scale=1.0, offset=-_GRAIN_MID)
     return canvas, np.array(mask)  # writable, as callers may edit it
 
@@ -239,22 +245,40 @@ def _pose(rng: np.random.Generator, height: int, width: int) -> _Pose:
 
 
 def _colour(rng: np.random.Generator, low=0, high=255) -> tuple[int, int, int]:
-    red, green, blue = (int(v) for v in rng.uniform(low, high, size=3))
+    """A random colour, a third less saturated than uniform channels: closer to what
+    cameras record (and what their chroma subsampling expects)."""
+    channels = rng.uniform(low, high, size=3)
+    channels = channels.mean() + (channels - channels.mean()) * _SATURATION
+    red, green, blue = (int(v) for v in channels)
     return red, green, blue
 
 
+_SATURATION = 0.65
+
+
 class _Figure:
-    """Draws each shape twice: in its colour on the picture, and as 1 on the mask, so
-    the mask is exactly the union of the shapes the picture shows."""
+    """Draws each shape twice: in its colour on the picture (scaled to the picture's size),
+    and as 1 on the full-size mask, so the mask covers exactly the shapes the picture shows."""
 
-    def __init__(self, canvas: Image.Image) -> None:
-        self.mask = Image.new("L", canvas.size, 0)
-        self._picture = ImageDraw.Draw(canvas)
+    def __init__(self, picture: Image.Image, size: tuple[int, int]) -> None:
+        self.mask = Image.new("L", size, 0)
+        self._picture = ImageDraw.Draw(picture)
         self._mask = ImageDraw.Draw(self.mask)
+        self._sx, self._sy = picture.width / size[0], picture.height / size[1]
 
-    def shape(self, method: str, *args, colour: tuple[int, int, int], **kwargs) -> None:
-        getattr(self._picture, method)(*args, fill=colour, **kwargs)
-        getattr(self._mask, method)(*args, fill=1, **kwargs)
+    def shape(self, method: str, xy, *args, colour: tuple[int, int, int], **kwargs) -> None:
+        scaled = {name: value * self._sx for name, value in kwargs.items()}
+        if "width" in scaled:
+            scaled["width"] = max(1, round(scaled["width"]))
+        getattr(self._picture, method)(self._scaled(xy), *args, fill=colour, **scaled)
+        getattr(self._mask, method)(xy, *args, fill=1, **kwargs)
+
+    def _scaled(self, xy):
+        """A box (x0, y0, x1, y1) or a list of (x, y) points, in picture pixels."""
+        if isinstance(xy, list):
+            return [(x * self._sx, y * self._sy) for x, y in xy]
+        x0, y0, x1, y1 = xy
+        return (x0 * self._sx, y0 * self._sy, x1 * self._sx, y1 * self._sy)
 
 
 def _draw_figure(
@@ -263,7 +287,7 @@ def _draw_figure(
     """Draw a head-and-body figure on `canvas` in random colours and pose; its mask (L, 0/1)."""
     pose = _pose(rng, height, width)
     skin, cloth = _colour(rng, (90, 60, 40), (250, 215, 190)), _colour(rng)
-    figure = _Figure(canvas)
+    figure = _Figure(canvas, (width, height))
     _body(rng, figure, pose, height, cloth)
     if rng.random() < 0.5:
         _raised_arm(rng, figure, pose, width, cloth)
@@ -439,8 +463,10 @@ def write_sample_data(
     height: int = HEIGHT,
     width: int = WIDTH,
     classes: int | None = None,
+    copy_fraction: float = COPY_FRACTION,
 ) -> SampleSummary:
-    """`directory/images/00001.jpg` and `directory/masks/00001_mask.mat`, some broken.
+    """`directory/images/00001.jpg` and `directory/masks/00001_mask.mat`, some broken, and
+    `copy_fraction` of them planted copies (0: every portrait distinct, for benchmarks).
 
     With `classes`, masks are `directory/masks/00001.png`: palette PNGs of class ids
     0..classes-1 and 255.
@@ -449,6 +475,8 @@ def write_sample_data(
         raise UsageError("--count must be at least 1")
     if not 0.0 <= broken_fraction <= 1.0:
         raise UsageError("--broken_fraction must be between 0 and 1")
+    if not 0.0 <= copy_fraction <= 0.5:
+        raise ValueError(f"copy_fraction {copy_fraction} is not between 0 and 0.5")
     if classes is not None and not 2 <= classes <= MAX_SAMPLE_CLASSES:
         raise UsageError(f"--classes must be from 2 to {MAX_SAMPLE_CLASSES}")
     root = Path(directory)
@@ -466,7 +494,7 @@ def write_sample_data(
             image, ids = scene(np.random.default_rng([seed, index]), classes, height, width)
             _write_class_entry(image_dir, mask_dir, key, broken.get(key), image, ids, classes)
         return SampleSummary(image_dir, mask_dir, count, broken, classes)
-    copies = _plan_copies(seed, count, broken)
+    copies = _plan_copies(seed, count, broken, copy_fraction)
     hashes = _DistinctHashes(count)
     for index in range(count):
         key = f"{index + 1:05d}"
@@ -516,11 +544,13 @@ def _distinct_portrait(
     raise AssertionError("unreachable")
 
 
-def _plan_copies(seed: int, count: int, broken: dict[str, str]) -> dict[str, PlantedCopy]:
-    """copy key -> PlantedCopy: COPY_FRACTION of the entries (at least one when two good
-    entries exist) become a copy of an earlier good entry, the kinds taken in turn."""
+def _plan_copies(
+    seed: int, count: int, broken: dict[str, str], fraction: float
+) -> dict[str, PlantedCopy]:
+    """copy key -> PlantedCopy: `fraction` of the entries, rounded up, become a copy of an
+    earlier intact entry, the kinds taken in turn (at most half the intact entries)."""
     good = [index for index in range(count) if f"{index + 1:05d}" not in broken]
-    number = min(math.ceil(count * COPY_FRACTION), len(good) // 2)
+    number = min(math.ceil(count * fraction), len(good) // 2)
     if number == 0:
         return {}
     rng = np.random.default_rng([seed, count, _COPY_STREAM])
