@@ -54,6 +54,7 @@ def _sample_data(args: argparse.Namespace) -> int:
         f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}",
         f"broken on purpose: {broken}",
         *(f"  {kind:<20} {number}" for kind, number in summary.breakage_counts().items()),
+        *summary.planted_lines(),
     ]
     _print("\n".join(lines))
     return 0
