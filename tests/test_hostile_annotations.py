@@ -25,7 +25,8 @@ from tests.helpers.process_tree import SEGPREP
 ADDRESS_SPACE = 6 << 30  # Beam and numpy load in well under this; the blow-ups asked for more
 TIMEOUT = 600  # a guard against a hang, not a speed check
 H, W = 40, 50
-LONG = 33 << 20  # one token over InputLimits.token_bytes (32 MB)
+LONG_STRING = 65 << 20  # one JSON string over InputLimits.json_string_bytes (64 MB)
+LONG_XML = 33 << 20  # one XML attribute over InputLimits.xml_token_bytes (32 MB)
 DIGITS = "9" * 5000  # past Python's 4300-digit int conversion limit
 
 
@@ -114,9 +115,9 @@ def _coco(images: list[str], extra: str = "") -> str:
 def test_a_coco_string_over_the_token_cap_is_one_line(tmp_path):
     """A 64 MB string took ijson 107 s; over the cap it is refused before ijson reads it."""
     _images(tmp_path, "a.jpg")
-    (tmp_path / "coco.json").write_text(_coco(["a.jpg"], "x" * LONG))
+    (tmp_path / "coco.json").write_text(_coco(["a.jpg"], "x" * LONG_STRING))
     done = _prepare(tmp_path, "--coco_annotations", str(tmp_path / "coco.json"))
-    _usage_error(done, "coco.json", "a string of more than 33,554,432 bytes")
+    _usage_error(done, "coco.json", "a string of more than 67,108,864 bytes")
 
 
 def test_a_5000_digit_coco_number_is_one_line_without_pythons_hint(tmp_path):
@@ -129,16 +130,17 @@ def test_a_5000_digit_coco_number_is_one_line_without_pythons_hint(tmp_path):
 
 def test_a_label_studio_string_over_the_token_cap_is_one_line(tmp_path):
     _images(tmp_path, "a.jpg")
-    tasks = [{"id": 1, "data": {"image": "a.jpg", "note": "x" * LONG}, "annotations": []}]
+    tasks = [{"id": 1, "data": {"image": "a.jpg", "note": "x" * LONG_STRING}, "annotations": []}]
     (tmp_path / "tasks.json").write_text(json.dumps(tasks))
     done = _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json"))
-    _usage_error(done, "tasks.json", "a string of more than 33,554,432 bytes")
+    _usage_error(done, "tasks.json", "a string of more than 67,108,864 bytes")
 
 
 def test_a_cvat_attribute_over_the_token_cap_is_one_line(tmp_path):
     """An 8 MB attribute took expat 7 s (quadratic); 33 MB is refused before expat sees it."""
     _images(tmp_path, "a.jpg")
-    xml = _cvat([f'<image id="0" name="a.jpg" width="{W}" height="{H}" note="{"x" * LONG}"/>'])
+    note = "x" * LONG_XML
+    xml = _cvat([f'<image id="0" name="a.jpg" width="{W}" height="{H}" note="{note}"/>'])
     (tmp_path / "cvat.xml").write_text(xml)
     done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
     _usage_error(done, "cvat.xml", "more than 33,554,432 bytes")
@@ -293,7 +295,7 @@ def test_labelme_hostile_files_are_each_their_own_reject(tmp_path):
         "bomb": _labelme("bomb.jpg", [_mask_shape(_bomb_png(20000))]),  # DecompressionBombError
         "truncated": _labelme("truncated.jpg", [_mask_shape(truncated_png)]),
         "odd": _labelme("odd.jpg", [1, "x"]),  # AttributeError
-        "data": _labelme("data.jpg", [square], imageData="A" * LONG),  # 60 MB took 28 s
+        "data": _labelme("data.jpg", [square], imageData="A" * LONG_STRING),  # 60 MB took 28 s
     }
     for name, text in files.items():
         (folder / f"{name}.json").write_text(text)

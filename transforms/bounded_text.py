@@ -2,15 +2,17 @@
 
 ijson (yajl) and expat re-scan a token that spans their reads each time more bytes arrive,
 so one long string costs the square of its length: with their own reads (64 KB and 16 KB) a
-64 MB COCO string took minutes. A reader here hands the parser 1 MB chunks (a 32 MB token
-then costs ijson 0.2 s, expat 0.7 s) and, before the parser sees a chunk, checks it in one
-pass at C speed (a regex, a lookup table and numpy; no Python loop per byte):
+64 MB COCO string took minutes. A reader here hands the parser chunks of 1 MB, or as long as
+the token still open at the last one ends (so a token's re-scans add up to a few times its
+length: 64 MB cost ijson 0.9 s, 32 MB expat 0.7 s), and, before the parser sees a chunk,
+checks it in one pass at C speed (a regex, a lookup table and numpy; no loop per byte):
 
 - JSON (`JsonReader`): UTF-8, nesting depth, the length of every string and of every bare
   token (a number or literal; a 5000-digit integer would otherwise reach Python's int
   conversion limit);
 - XML (`XmlReader`): the distance between consecutive `<`, which bounds every tag,
-  attribute value and text run (none may hold an unescaped `<`).
+  attribute value and text run (none may hold an unescaped `<`; a `<` inside a comment or
+  CDATA section only shortens the stretch it is in).
 
 Over a cap is a `TextLimitError` naming the file, the cap and the byte offset; a parser
 never holds more than one capped token. `bounded_entries` builds the entries of a JSON
@@ -32,6 +34,7 @@ import numpy as np
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 
 CHUNK_BYTES = 1 << 20
+SCAN_BYTES = 1 << 17  # one numpy pass of the check
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _NONE, _QUOTE, _OPEN, _CLOSE, _DELIMITER = 0, 1, 2, 3, 4
 _JSON_CLASS = np.zeros(256, np.uint8)
@@ -62,10 +65,15 @@ class _Reader:
     def read(self, size: int = -1) -> bytes:
         if size == 0:  # ijson asks for nothing to learn the stream's type
             return b""
-        chunk = self._stream.read(CHUNK_BYTES)  # the chunk size is ours, not the parser's
+        # The chunk size is ours, not the parser's: at least the open token's length so far.
+        chunk = self._stream.read(max(CHUNK_BYTES, self._open_token()))
         self._check(chunk)
         self.offset += len(chunk)
         return chunk
+
+    def _open_token(self) -> int:
+        """Bytes of the token still open at the end of the last chunk (0: none)."""
+        return 0
 
     def drain(self) -> None:
         """Check the whole stream without parsing it."""
@@ -84,7 +92,7 @@ class JsonReader(_Reader):
     ) -> None:
         super().__init__(stream, source)
         self.depth_limit = depth
-        self.string_limit = limits.token_bytes
+        self.string_limit = limits.json_string_bytes
         self.bare_limit = limits.number_chars
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._depth = 0
@@ -112,7 +120,14 @@ class JsonReader(_Reader):
             ) from None
         if self._unbalanced:
             return
-        self._scan(self._unescaped(chunk))
+        text = self._unescaped(chunk)
+        for at in range(0, len(text), SCAN_BYTES):  # numpy's temporaries: a few MB at most
+            self._scan(text[at : at + SCAN_BYTES], self.offset + at)
+            if self._unbalanced:
+                return
+
+    def _open_token(self) -> int:
+        return self.offset - self._opened if self._inside else 0
 
     def _unescaped(self, chunk: bytes) -> bytes:
         """`chunk` with every escape pair replaced by two plain bytes: lengths stay, and an
@@ -123,8 +138,8 @@ class JsonReader(_Reader):
         self._escaped_first = text.endswith(b"\\")  # an odd run: escapes the next byte
         return text
 
-    def _scan(self, text: bytes) -> None:
-        start, end = self.offset, self.offset + len(text)
+    def _scan(self, text: bytes, start: int) -> None:
+        end = start + len(text)
         classes = _JSON_CLASS[np.frombuffer(text, np.uint8)]
         where = np.flatnonzero(classes)
         kinds = classes[where]
@@ -180,12 +195,16 @@ class JsonReader(_Reader):
 
 
 class XmlReader(_Reader):
-    """XML bytes for an iterparse: no stretch without `<` longer than `limits.token_bytes`."""
+    """XML bytes for an iterparse: no stretch without `<` longer than
+    `limits.xml_token_bytes`."""
 
     def __init__(self, stream: IO[bytes], source: str, limits: InputLimits = DEFAULT_LIMITS):
         super().__init__(stream, source)
-        self.limit = limits.token_bytes
+        self.limit = limits.xml_token_bytes
         self._last = 0  # where the last '<' is (the file's start before the first)
+
+    def _open_token(self) -> int:
+        return self.offset - self._last
 
     def _check(self, chunk: bytes) -> None:
         marks = np.flatnonzero(np.frombuffer(chunk, np.uint8) == _LESS_THAN) + self.offset

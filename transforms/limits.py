@@ -28,9 +28,11 @@ class InputLimits:
     coco_rle_chars: int = 16_000_000  # one compressed RLE string (or uncompressed run count)
     coco_record_bytes: int = 64 * MB  # one image's staged record, all annotations
     # Annotation files as they stream to a parser (transforms/bounded_text.py): parsers pay
-    # the square of a token's length. A COCO RLE string (coco_rle_chars) fits; so does a
-    # labelme imageData of a 24 MB image.
-    token_bytes: int = 32 * MB  # one JSON string, or an XML stretch without '<'
+    # up to the square of a token's length. A COCO RLE string over coco_rle_chars is still
+    # its image's reject, and a labelme imageData of a 48 MB image fits; a CVAT mask RLE
+    # over coco_rle_chars is its image's reject too, and expat is the slower parser.
+    json_string_bytes: int = 64 * MB  # one JSON string
+    xml_token_bytes: int = 32 * MB  # one XML tag, attribute or text (a stretch without '<')
     number_chars: int = 100  # one JSON number or literal (a float's repr takes 24)
     entry_values: int = 2_500_000  # JSON values of one Label Studio task or labelme file
     annotation_depth: int = 32  # nesting of an annotation file (the formats use under 10)

@@ -4,7 +4,7 @@ The XML is parsed by defusedxml's iterparse: streamed (each `<image>` is dropped
 so a 500 MB export never sits in memory), and an entity declaration (the billion-laughs
 bomb) or an external entity stops the read with one line, never expands. The bytes reach
 it through the bounded reader (transforms/bounded_text.py: no tag, attribute or text over
-`InputLimits.token_bytes`), nesting is capped, and an image's stated size and a mask's box
+`InputLimits.xml_token_bytes`), nesting is capped, and an image's stated size and a mask's box
 are checked against `InputLimits.pixels` before a pixel is allocated (mask_too_large).
 
 Shapes drawn: `<polygon points="x,y;x,y;...">`, `<box xtl ytl xbr ybr rotation>` (rotation in
