@@ -196,6 +196,14 @@ def test_cvat_without_meta_labels_says_what_the_file_lacks(tmp_path):
     assert "--num_classes" not in err
 
 
+def test_cvat_nested_deeper_than_the_format_is_one_line(tmp_path):
+    _images(tmp_path, "a.jpg")
+    nested = "<a>" * 100_000 + "</a>" * 100_000
+    (tmp_path / "cvat.xml").write_text(_cvat([_cvat_image("a.jpg", nested)]))
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "nested deeper than 32 levels")
+
+
 # --- Label Studio ------------------------------------------------------------------------------
 
 
@@ -221,7 +229,7 @@ def _polygon_result(width: object = W, height: object = H) -> dict:
 
 
 def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
-    _images(tmp_path, "ok.jpg", "brush.jpg", "many.jpg", "digits.jpg")
+    _images(tmp_path, "ok.jpg", "brush.jpg", "long.jpg", "many.jpg", "digits.jpg")
     side = 16384  # a brush for 16384^2 took 1.7 GB before its runs were read
     brush = {
         "type": "brushlabels",
@@ -229,9 +237,13 @@ def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
         "original_height": side,
         "value": {"format": "rle", "rle": _brush_header(side, side), "brushlabels": ["cat"]},
     }
+    # a brush stream of 1.1 MB of one-value runs: decoded run by run in Python
+    long_brush = {**brush, "original_width": W, "original_height": H}
+    long_brush["value"] = {**brush["value"], "rle": _brush_header(H, W) + [0] * 1_100_000}
     tasks = [
         _task("ok.jpg", [_polygon_result()]),
         _task("brush.jpg", [brush]),
+        _task("long.jpg", [long_brush]),
         _task("many.jpg", [{"type": "choices"}] * 1_000_000),  # took 2.0 GB
         _task("digits.jpg", [_polygon_result(DIGITS)]),
     ]
@@ -239,10 +251,12 @@ def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json")))
     assert {key: entry["reason"] for key, entry in rejects.items()} == {
         "brush": "mask_too_large",
+        "long": "mask_too_large",
         "many": "mask_too_large",
         "digits": "mask_unreadable",
     }
     assert "2,500,000 JSON values" in rejects["many"]["detail"]
+    assert "1,048,576 one brush may have" in rejects["long"]["detail"]
     assert _stored(tmp_path) == 1
 
 

@@ -36,6 +36,9 @@ class InputLimits:
     number_chars: int = 100  # one JSON number or literal (a float's repr takes 24)
     entry_values: int = 2_500_000  # JSON values of one Label Studio task or labelme file
     annotation_depth: int = 32  # nesting of an annotation file (the formats use under 10)
+    # Label Studio's brush stream is decoded run by run (a few us each): this bounds that to
+    # seconds; real brushes take tens of KB.
+    brush_rle_bytes: int = MB
 
 
 class TooLargeError(ValueError):

@@ -193,8 +193,13 @@ class _Reader:
                 )
             else:
                 rle = value.get("rle")
-                if not isinstance(rle, list) or len(rle) > self.limits.coco_rle_chars:
+                if not isinstance(rle, list):
                     raise ValueError("brush rle must be a list of bytes")
+                if len(rle) > self.limits.brush_rle_bytes:
+                    raise TooLargeError(
+                        f"a brush rle of {len(rle):,} bytes, more than the "
+                        f"{self.limits.brush_rle_bytes:,} one brush may have"
+                    )
                 alpha = decode_brush(rle, h, w)
                 shapes.append(ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w)))
         return ToolImage(name, height, width, tuple(shapes))
@@ -276,25 +281,27 @@ def decode_brush(rle: list[int], height: int, width: int) -> np.ndarray:
 
 
 class _Bits:
+    """The stream's bits as ASCII '0'/'1' bytes: int(field, 2) reads a field at C speed (a
+    Python loop per bit took 9 us a run, so a 16 MB stream of short runs took minutes)."""
+
     def __init__(self, bits: np.ndarray) -> None:
-        self.bits = bits
+        self.text = (bits + ord("0")).tobytes()
         self.at = 0
 
     def read(self, size: int) -> int:
         end = self.at + size
-        if end > len(self.bits):
+        if end > len(self.text):
             raise ValueError("brush rle ends early")
-        value = 0
-        for bit in self.bits[self.at : end].tolist():
-            value = (value << 1) | bit
+        value = int(self.text[self.at : end], 2)
         self.at = end
         return value
 
     def read_many(self, size: int, count: int) -> np.ndarray:
         end = self.at + size * count
-        if end > len(self.bits):
+        if end > len(self.text):
             raise ValueError("brush rle ends early")
-        chunk = self.bits[self.at : end].reshape(count, size).astype(np.uint64)
+        chunk = np.frombuffer(self.text, np.uint8, size * count, self.at) - ord("0")
+        chunk = chunk.reshape(count, size).astype(np.uint64)
         self.at = end
         weights = (1 << np.arange(size - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
         return (chunk * weights).sum(axis=1).astype(np.uint8)
