@@ -36,9 +36,8 @@ CLASS_FLAGS = (
     "class_names",
     "colormap",
     "coco_annotations",
-    "coco_unlabeled",
+    "unlabeled_pixels",
     "annotations",
-    "unlabeled",
     "class_map",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
@@ -104,8 +103,8 @@ class MaskPlan:
 
 def resolve_annotation_flags(args: argparse.Namespace) -> None:
     """--annotations with its format (given, or told from the content) into the flags the
-    rest reads: COCO as --coco_annotations/--coco_unlabeled (their shorthand), any other tool
-    as `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
+    rest reads: COCO as --coco_annotations (its shorthand), any other tool as
+    `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
     from transforms.sources.detect import detect_format
 
     args.tool_annotations = None
@@ -115,16 +114,10 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
         if args.annotation_format not in (None, "coco"):
             raise UsageError("--coco_annotations is COCO: it takes no other --annotation_format")
         args.annotations, args.annotation_format = args.coco_annotations, "coco"
-    if args.coco_unlabeled is not None:
-        if args.annotations is None:
-            raise UsageError("--coco_unlabeled needs --coco_annotations")
-        if args.unlabeled not in (None, args.coco_unlabeled):
-            raise UsageError("give --unlabeled or --coco_unlabeled, not both")
-        args.unlabeled = args.coco_unlabeled
     if args.annotations is None:
-        if args.annotation_format is not None or args.unlabeled is not None:
-            flag = "--annotation_format" if args.annotation_format else "--unlabeled"
-            raise UsageError(f"{flag} needs --annotations")
+        if args.annotation_format is not None or args.unlabeled_pixels is not None:
+            flag = "--annotation_format" if args.annotation_format else "--unlabeled_pixels"
+            raise UsageError(f"{flag} needs --annotations or --coco_annotations")
         return
     if args.annotation_format is None:
         if not storage.is_local(args.annotations):
@@ -136,7 +129,7 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
         except (ValueError, OSError) as error:
             raise UsageError(f"--annotations {error}") from None
     if args.annotation_format == "coco":
-        args.coco_annotations, args.coco_unlabeled = args.annotations, args.unlabeled
+        args.coco_annotations = args.annotations
     else:
         args.tool_annotations = args.annotations
 
@@ -162,11 +155,11 @@ def check_mask_flags(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{flag} does not apply with --annotations")
         return
     if coco:
-        for flag in ("mask_dir", "mask_key", "class_names", "class_map"):
+        for flag in ("mask_dir", "mask_key", "colormap", "class_map"):
             if getattr(args, flag) is not None:
                 raise UsageError(
                     f"--{flag} does not apply with --coco_annotations, which gives the masks "
-                    "and names the classes (its categories)"
+                    "and names the classes (its categories, or --class_names)"
                 )
     elif args.num_classes is None and args.class_names is None and args.colormap is None:
         raise UsageError(
@@ -193,7 +186,8 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             colormap = parse_colormap(_read_flag_file(source, args.colormap), source)
         if args.coco_annotations is not None:
             annotations = normalize_file(args.coco_annotations)
-            coco = read_annotations(annotations, args.coco_unlabeled or DEFAULT_COCO_UNLABELED)
+            unlabeled = args.unlabeled_pixels or DEFAULT_COCO_UNLABELED
+            coco = read_annotations(annotations, unlabeled, names)
             names = coco.class_names
         if args.tool_annotations is not None:
             annotations = _tool_path(args)
@@ -235,7 +229,10 @@ def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str,
 
     origin = f"--annotations {args.tool_annotations}"
     image_dir = os.path.abspath(args.image_dir or args.data_dir or ".")
-    common = {"class_names": names, "unlabeled": args.unlabeled or DEFAULT_COCO_UNLABELED}
+    common = {
+        "class_names": names,
+        "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED,
+    }
     try:
         if args.annotation_format == "cvat":
             return read_cvat(path, origin, **common)
@@ -273,7 +270,9 @@ def _read_flag_file(source: str, path: str) -> bytes:
         raise UsageError(f"{source}: {reason}") from None
 
 
-def read_annotations(path: str, unlabeled: str) -> CocoDataset:
+def read_annotations(
+    path: str, unlabeled: str, class_names: tuple[str, ...] | None = None
+) -> CocoDataset:
     """The COCO file, streamed by the launcher; a gs:// file is copied to a local temporary
     file first (one download for read_coco's three passes), removed afterwards."""
     from transforms.sources.coco import read_coco
@@ -282,19 +281,23 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
     if storage.is_local(path):
         if not os.path.isfile(path):
             raise UsageError(f"{source}: no such file")
-        return _read(read_coco, path, source, unlabeled)
+        return _read(read_coco, path, source, unlabeled, class_names)
     with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
         try:
             storage.download_file(path, local)
         except FileNotFoundError:
             raise UsageError(f"{source}: no such file") from None
-        return _read(read_coco, local, source, unlabeled)
+        return _read(read_coco, local, source, unlabeled, class_names)
 
 
-def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
+def _read(
+    read_coco, path: str, source: str, unlabeled: str, class_names: tuple[str, ...] | None
+) -> CocoDataset:
     try:
-        return read_coco(lambda: open(path, "rb"), source, unlabeled=unlabeled)
+        return read_coco(
+            lambda: open(path, "rb"), source, unlabeled=unlabeled, class_names=class_names
+        )
     except OSError as error:
         raise UsageError(f"{source}: {error.strerror or error}") from None
 

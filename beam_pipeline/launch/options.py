@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from transforms.format import record_formats
 from transforms.format.features import (
@@ -98,6 +99,21 @@ def fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
     return value
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old flag name: stores into the new flag's dest and says, in one line, to use it."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"segprep: warning: {option_string} is deprecated, use {self.new} (same values)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -192,28 +208,39 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149)",
     )
     classes.add_argument(
-        "--coco_unlabeled",
+        "--unlabeled_pixels",
         choices=COCO_UNLABELED,
-        help="the same as --unlabeled. COCO pixels no annotation covers: class 0 "
-        "'background' (categories get ids 1..K), or the ignore index (COCO-Stuff); "
-        f"default {DEFAULT_COCO_UNLABELED}",
+        help="COCO and --annotations: pixels no annotation covers are class 'background' "
+        "(the categories or labels get ids after it) or the ignore index (COCO-Stuff; ids "
+        f"from 0); default {DEFAULT_COCO_UNLABELED}",
     )
-    classes.add_argument(
-        "--unlabeled",
-        choices=COCO_UNLABELED,
-        help="--annotations: pixels no shape covers are class 'background' (labels get ids "
-        f"after it) or the ignore index (labels from 0); default {DEFAULT_COCO_UNLABELED}",
-    )
+    for old in ("--coco_unlabeled", "--unlabeled"):
+        classes.add_argument(
+            old,
+            dest="unlabeled_pixels",
+            choices=COCO_UNLABELED,
+            action=DeprecatedAlias,
+            new="--unlabeled_pixels",
+            help=argparse.SUPPRESS,
+        )
     public = parser.add_argument_group(
         "public datasets as they ship (docs/public-datasets.md): official splits, unlabeled "
         "images, side files, naming conventions"
     )
     public.add_argument(
-        "--unlabeled_images",
+        "--images_without_mask",
         choices=UNLABELED_CHOICES,
         default="reject",
         help="an image with no mask: a missing_mask reject, or skip: counted as unlabeled and "
         "listed in unlabeled.jsonl, not a reject (VOC ships 17,125 images for 2,913 masks)",
+    )
+    public.add_argument(
+        "--unlabeled_images",
+        dest="images_without_mask",
+        choices=UNLABELED_CHOICES,
+        action=DeprecatedAlias,
+        new="--images_without_mask",
+        help=argparse.SUPPRESS,
     )
     public.add_argument(
         "--ignore_files",

