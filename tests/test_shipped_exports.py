@@ -78,3 +78,53 @@ def test_coco_class_names_without_background_is_one_line_error(tmp_path, capsys)
     flags += ["--unlabeled_pixels", "ignore", "--class_names", str(tmp_path / "names.txt")]
     assert _run(tmp_path / "img", out, *flags) == 0
     assert stored_masks(out)["a"][1][2, 2] == 255
+
+
+# --- CVAT "Segmentation mask 1.1": VOC layout with labelmap.txt ---------------------------------
+
+LABELMAP = """# label:color_rgb:parts:actions
+background:0,0,0::
+road:128,64,128::
+car:0,0,142:wheel:
+"""
+
+
+def test_cvat_segmentation_mask_export_reads_its_labelmap(tmp_path):
+    """RGB class PNGs in SegmentationClass/, the colours named by labelmap.txt."""
+    root = tmp_path / "export"
+    _images(root / "JPEGImages", "a.jpg", "b.jpg")
+    (root / "SegmentationClass").mkdir(parents=True)
+    (root / "SegmentationObject").mkdir()
+    (root / "ImageSets" / "Segmentation").mkdir(parents=True)
+    (root / "ImageSets" / "Segmentation" / "default.txt").write_text("a\nb\n")
+    (root / "labelmap.txt").write_text(LABELMAP)
+    expected = {}
+    for n, key in enumerate("ab"):
+        ids = np.zeros((H, W), np.uint8)
+        ids[5:20, 5 + n : 40] = 1
+        ids[25:35, 10:30] = 2
+        colours = np.array([[0, 0, 0], [128, 64, 128], [0, 0, 142]], np.uint8)[ids]
+        Image.fromarray(colours).save(root / "SegmentationClass" / f"{key}.png")
+        Image.fromarray(colours).save(root / "SegmentationObject" / f"{key}.png")
+        expected[key] = ids
+    out = tmp_path / "out"
+    labelmap = str(root / "labelmap.txt")
+    flags = ["--mask_dir", str(root / "SegmentationClass"), "--colormap", labelmap]
+    assert _run(root / "JPEGImages", out, *flags) == 0
+    stored = stored_masks(out)
+    assert sorted(stored) == ["a", "b"]
+    for key, ids in expected.items():
+        np.testing.assert_array_equal(stored[key][1], ids)
+    assert metadata(out)["classes"]["names"] == ["background", "road", "car"]
+
+
+def test_a_broken_labelmap_line_is_one_line_error_naming_it(tmp_path, capsys):
+    _images(tmp_path / "img", "a.jpg")
+    (tmp_path / "masks").mkdir()
+    broken = LABELMAP.splitlines()[0] + "\nbackground:0,0,0::\nroad\n"
+    (tmp_path / "labelmap.txt").write_text(broken)
+    out = tmp_path / "out"
+    flags = ["--mask_dir", str(tmp_path / "masks"), "--colormap", str(tmp_path / "labelmap.txt")]
+    assert _run(tmp_path / "img", out, *flags) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 3" in err and "name:r,g,b" in err, err

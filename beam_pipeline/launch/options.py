@@ -196,8 +196,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     classes.add_argument(
         "--colormap",
         metavar="FILE",
-        help="classes: JSON {name: [r, g, b], ...} in class-id order; RGB masks are read "
-        "through it and palette masks checked against it",
+        help="classes: JSON {name: [r, g, b], ...}, CVAT's labelmap.txt or a name,r,g,b CSV "
+        "(CamVid's class_dict.csv), in class-id order; RGB masks are read through it and "
+        "palette masks checked against it",
     )
     classes.add_argument(
         "--class_map",
