@@ -128,3 +128,45 @@ def test_a_broken_labelmap_line_is_one_line_error_naming_it(tmp_path, capsys):
     assert _run(tmp_path / "img", out, *flags) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "line 3" in err and "name:r,g,b" in err, err
+
+
+# --- Label Studio: a file name that matches two images ------------------------------------------
+
+
+def _polygon_task(task_id: int, image: str, label: str) -> dict:
+    points = [[x / W * 100, y / H * 100] for x, y in zip(SQUARE[0::2], SQUARE[1::2], strict=True)]
+    result = {
+        "original_width": W,
+        "original_height": H,
+        "from_name": "tag",
+        "to_name": "image",
+        "type": "polygonlabels",
+        "value": {"points": points, "polygonlabels": [label]},
+    }
+    return {"id": task_id, "data": {"image": image}, "annotations": [{"result": [result]}]}
+
+
+def _label_studio_export(path: Path) -> None:
+    tasks = [
+        _polygon_task(1, "/data/upload/3/1a2b3c4d-dup.jpg", "cat"),  # sub1/ and sub2/ hold one
+        _polygon_task(2, "/data/local-files/?d=photos/sub1/only.jpg", "dog"),  # sub1/only.jpg
+        _polygon_task(3, "/data/upload/3/0badcafe-deep.jpg", "cat"),  # sub2/deeper/deep.jpg
+    ]
+    path.write_text(json.dumps(tasks))
+
+
+def test_label_studio_name_matching_two_images_is_a_reject_naming_both(tmp_path):
+    images = tmp_path / "img"
+    _images(images, "sub1/dup.jpg", "sub2/dup.jpg", "sub1/only.jpg", "sub2/deeper/deep.jpg")
+    _label_studio_export(tmp_path / "export.json")
+    out = tmp_path / "out"
+    assert _run(images, out, "--annotations", str(tmp_path / "export.json")) == 0
+    stored = stored_masks(out)
+    assert sorted(stored) == ["sub1/only", "sub2/deeper/deep"]
+    assert stored["sub1/only"][1][20, 20] == 2 and stored["sub2/deeper/deep"][1][20, 20] == 1
+    got = rejects(out)
+    assert sorted(got) == ["sub1/dup", "sub2/dup"]
+    detail = got["sub1/dup"]["detail"]
+    assert got["sub1/dup"]["reason"] == "mask_unreadable", got
+    assert "sub1/dup.jpg" in detail and "sub2/dup.jpg" in detail, detail
+    assert got["sub2/dup"]["reason"] == "missing_mask"
