@@ -207,40 +207,77 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
 
 
 def _tool_path(args: argparse.Namespace) -> str:
-    if not storage.is_local(args.tool_annotations):
-        raise UsageError(
-            f"--annotations {args.tool_annotations}: {args.annotation_format} exports are read "
-            "from a local path"
-        )
+    """The export's path, normalised: a labelme folder ends in '/'; local paths must exist
+    (a gs:// one is found missing when it is downloaded)."""
+    path = args.tool_annotations
     if args.annotation_format == "labelme":
-        if not os.path.isdir(args.tool_annotations):
-            raise UsageError(f"--annotations {args.tool_annotations}: labelme needs a folder")
-        return storage.normalize_dir(args.tool_annotations)
-    if not os.path.isfile(args.tool_annotations):
-        raise UsageError(f"--annotations {args.tool_annotations}: no such file")
-    return normalize_file(args.tool_annotations)
+        if storage.is_local(path) and not os.path.isdir(path):
+            raise UsageError(f"--annotations {path}: labelme needs a folder")
+        return storage.normalize_dir(path)
+    if storage.is_local(path) and not os.path.isfile(path):
+        raise UsageError(f"--annotations {path}: no such file")
+    return normalize_file(path)
 
 
 def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str, ...] | None):
-    """A CVAT, Label Studio or labelme export, read by the launcher into staged records."""
+    """A CVAT, Label Studio or labelme export, read by the launcher into staged records; from
+    gs:// it is first downloaded to a temporary folder (removed once read), as COCO is."""
     from transforms.sources.cvat import read_cvat
     from transforms.sources.labelme import read_labelme
     from transforms.sources.labelstudio import read_labelstudio
 
     origin = f"--annotations {args.tool_annotations}"
-    image_dir = os.path.abspath(args.image_dir or args.data_dir or ".")
-    common = {
-        "class_names": names,
-        "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED,
-    }
+    image_dir = args.image_dir or args.data_dir or "."
+    image_dir = os.path.abspath(image_dir) if storage.is_local(image_dir) else image_dir
+    common = {"class_names": names, "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED}
     try:
-        if args.annotation_format == "cvat":
-            return read_cvat(path, origin, **common)
-        if args.annotation_format == "labelstudio":
-            return read_labelstudio(path, origin, image_dir=image_dir, **common)
-        return read_labelme(path, origin, image_dir=image_dir, **common)
+        with spill.temporary_folder("annotations") as folder:
+            if args.annotation_format == "labelme":
+                local, local_images = _local_labelme(path, image_dir, folder, origin)
+                return read_labelme(local, origin, image_dir=local_images, **common)
+            local = _local_file(path, folder, origin)
+            if args.annotation_format == "cvat":
+                return read_cvat(local, origin, **common)
+            return read_labelstudio(local, origin, image_dir=image_dir, **common)
     except OSError as error:
         raise UsageError(f"{origin}: {error.strerror or error}") from None
+
+
+def _local_file(path: str, folder: str, origin: str) -> str:
+    if storage.is_local(path):
+        return path
+    local = os.path.join(folder, "export")
+    try:
+        storage.download_file(path, local)
+    except FileNotFoundError:
+        raise UsageError(f"{origin}: no such file") from None
+    return local
+
+
+def _local_labelme(path: str, image_dir: str, folder: str, origin: str) -> tuple[str, str]:
+    """(labelme folder, image folder) on local disk. From gs:// the .json files are copied to
+    `folder`/BUCKET/NAME, so imagePath (relative to its JSON file) still resolves to the
+    image's own path, which the gs:// image folder maps to alike."""
+    if storage.is_local(path):
+        return path, image_dir
+    jsons = [p for p in storage.list_dir(path) if p.lower().endswith(".json")]
+    if not jsons:
+        raise UsageError(f"{origin}: no .json files")
+    for remote in jsons:
+        local = _mirrored(remote, folder)
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        storage.download_file(remote, local)
+    images = _mirrored(image_dir, folder) if not storage.is_local(image_dir) else image_dir
+    return _mirrored(path, folder), images
+
+
+def _mirrored(remote: str, folder: str) -> str:
+    """gs://BUCKET/NAME as a path under `folder`; an object name that would leave it ('..')
+    is refused, never written."""
+    local = os.path.normpath(os.path.join(folder, remote.removeprefix("gs://")))
+    if not local.startswith(os.path.join(folder, "")):
+        raise UsageError(f"--annotations: object {remote} names a path outside its bucket")
+    return local
 
 
 def _class_map(given: str | None):
