@@ -316,16 +316,20 @@ def test_cityscapes_suffixes_and_split_folders_are_one_command(tmp_path, capsys)
     assert cli.main(["verify", str(out)]) == 0
 
 
-def test_cityscapes_side_files_are_never_read_as_masks(tmp_path):
-    _cityscapes(tmp_path)
+def test_cityscapes_side_files_are_counted_never_rejects(tmp_path, capsys):
+    """--mask_suffix says what a mask is: gtFine's other files are side files, not rejects."""
+    expected = _cityscapes(tmp_path)
     out = tmp_path / "out"
-    argv = _cityscapes_args(tmp_path, out, "--split_by_folder", "--max_reject_fraction", "1")
-    assert cli.main(argv) == 0
-    found = rejects(out)
-    assert len(found) == 24
-    assert {r["reason"] for r in found.values()} == {"unrecognized_file"}
-    assert all("masks are KEY_gtFine_labelIds.png" in r["detail"] for r in found.values())
-    assert metadata(out)["splits"]["train"]["num_examples"] == 4
+    assert cli.main(_cityscapes_args(tmp_path, out, "--split_by_folder")) == 0
+    summary = capsys.readouterr().out
+    assert not (out / "rejects.jsonl").read_text()
+    assert set(stored_masks(out)) == set(expected)
+    line = next(line for line in summary.splitlines() if "side files" in line)
+    assert line.strip() == (
+        "side files: 24 in the mask folder (not masks: *_gtFine_color.png 8, "
+        "*_gtFine_instanceIds.png 8, *_gtFine_polygons.json 8; not read)"
+    )
+    assert metadata(out)["num_rejected"]["total"] == 0
 
 
 def test_split_by_folder_names_the_folders_it_found(tmp_path, capsys):

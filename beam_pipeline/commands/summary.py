@@ -77,10 +77,19 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         lines.append(
             f"  ignored {plan.listing.ignored:,} files matching --ignore_files {globs} (not read)"
         )
+    if plan is not None and plan.listing is not None and plan.listing.side_files:
+        lines.append(f"  {side_files_line(plan.listing.side_files, plan.listing.side_kinds)}")
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
     return "\n".join(lines)
+
+
+def side_files_line(count: int, kinds: tuple[tuple[str, int], ...]) -> str:
+    """`side files: 27 in the mask folder (not masks: *_gtFine_color.png 9, ...)`."""
+    shown = ", ".join(f"{kind} {number:,}" for kind, number in kinds[:4])
+    more = ", ..." if len(kinds) > 4 else ""
+    return f"side files: {count:,} in the mask folder (not masks: {shown}{more}; not read)"
 
 
 def duplicates_lines(section: dict[str, Any] | None) -> list[str]:

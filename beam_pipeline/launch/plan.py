@@ -119,6 +119,7 @@ class RunPlan:
                 "rejected_by_listing": dict(sorted(listing.rejected.items())),
                 "hidden_files_ignored": self.listing.hidden,
                 "ignored_files": listing.ignored,
+                "side_files": listing.side_files,
                 "unlabeled": listing.unlabeled,
             }
         if self.output is not None:
