@@ -311,7 +311,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mask_key",
-        help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
+        help="variable name in .mat masks, or a struct's field path (SBD: GTcls.Segmentation); "
+        "without it: 'mask', else the only 2-D variable",
     )
     parser.add_argument(
         "--threads_per_shard",
