@@ -218,13 +218,22 @@ def torch_form(item: dict[str, Any]) -> dict[str, Any]:
     """A RecordSource item in the "torch" sample form: CHW tv_tensors (or plain tensors)."""
     image_type, mask_type = _tv_types()
     sample = {
-        "image": image_type(torch.from_numpy(item["image"]).permute(2, 0, 1)),
-        "mask": mask_type(torch.from_numpy(item["mask"]).permute(2, 0, 1)),
+        "image": image_type(_chw(item["image"])),
+        "mask": mask_type(_chw(item["mask"])),
         "key": item["key"],
     }
     if "valid" in item:
-        sample["valid"] = mask_type(torch.from_numpy(item["valid"]).permute(2, 0, 1))
+        sample["valid"] = mask_type(_chw(item["valid"]))
     return sample
+
+
+def _chw(array: np.ndarray) -> torch.Tensor:
+    """HWC array -> CHW tensor sharing its memory; a read-only array (decoded straight from a
+    record's bytes) is copied first, since a transform may write into the tensor and torch
+    warns on every such array."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array).permute(2, 0, 1)
 
 
 @functools.cache

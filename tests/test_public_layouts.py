@@ -291,7 +291,7 @@ def test_cityscapes_suffixes_and_split_folders_are_one_command(tmp_path, capsys)
     ]
     argv = _cityscapes_args(tmp_path, out, "--split_by_folder", *side_files)
     assert cli.main(argv) == 0
-    assert "ignored 24 files" in capsys.readouterr().out
+    assert "ignored 24 files matching" in capsys.readouterr().out
     stored = stored_masks(out)
     assert set(stored) == set(expected)
     for key, (split, ids) in stored.items():

@@ -94,7 +94,7 @@ class Layout:
     # Globs (--ignore_files) on the path under a data folder: such files are counted, never
     # read, never entries.
     ignore_files: tuple[str, ...] = ()
-    # --unlabeled_images skip: an image with no mask is set apart as `unlabeled`, not rejected.
+    # --images_without_mask skip: an image with no mask is set apart as `unlabeled`, not rejected.
     skip_unlabeled: bool = False
 
     def __post_init__(self) -> None:
@@ -311,7 +311,8 @@ def resolve_pair(
             key, Reason.DUPLICATE_KEY, f"{len(many)} {kind} for one key: {names}", image, mask
         )
     if not masks and skip_unlabeled and images[0].regular:
-        return Reject(key, Reason.UNLABELED, "image has no mask (--unlabeled_images skip)", image)
+        detail = "image has no mask (--images_without_mask skip)"
+        return Reject(key, Reason.UNLABELED, detail, image)
     if not masks:
         where = "no mask" if annotations is None else f"no image record in {basename(annotations)}"
         return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has {where}", image, None)
