@@ -401,15 +401,14 @@ def _cocostuff(root: Path) -> dict[str, tuple[str, np.ndarray]]:
 
 
 def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkeypatch):
-    commands = _doc_commands()
-    assert set(commands) == {"out/voc", "out/cityscapes", "out/ade20k", "out/cocostuff"}
+    commands = _doc_commands()  # the other datasets' commands: tests/test_dataset_recipes.py
+    assert {"out/voc", "out/cityscapes", "out/ade20k", "out/cocostuff"} <= set(commands)
     monkeypatch.chdir(tmp_path)
 
     devkit = tmp_path / "VOCdevkit"
     voc_masks = _voc(devkit)
     for key, ids in voc_masks.items():  # VOC's masks are palette PNGs
         _palette_png(ids, devkit / "VOC2012" / "SegmentationClass" / f"{key}.png")
-    (tmp_path / "voc_names.txt").write_text("\n".join(f"class{n}" for n in range(21)) + "\n")
     assert cli.main([*commands["out/voc"], *RUNNER_ARGS]) == 0
     stored = stored_masks(tmp_path / "out/voc")
     assert {key: split for key, (split, _) in stored.items()} == {

@@ -161,29 +161,53 @@ def check_mask_flags(args: argparse.Namespace) -> None:
                     f"--{flag} does not apply with --coco_annotations, which gives the masks "
                     "and names the classes (its categories, or --class_names)"
                 )
-    elif args.num_classes is None and args.class_names is None and args.colormap is None:
+    elif (
+        args.num_classes is None
+        and args.class_names is None
+        and args.colormap is None
+        and not _names_its_classes(args.class_map)
+    ):
         raise UsageError(
             "--mask_type classes needs the classes: --num_classes N, --class_names FILE, "
-            "--colormap FILE or --coco_annotations FILE"
+            "--colormap FILE, --coco_annotations FILE or a --class_map preset"
         )
+
+
+def _names_its_classes(class_map: str | None) -> bool:
+    """A --class_map preset that carries its dataset's class names (oxford_pet_trimap)."""
+    from transforms.codecs.class_map import PRESET_CLASS_NAMES
+
+    return class_map in PRESET_CLASS_NAMES
 
 
 def plan_masks(args: argparse.Namespace) -> MaskPlan:
     """Read the class-name, colormap and COCO files, and resolve the class settings (after
     `check_mask_flags`)."""
+    from transforms.codecs.class_map import PRESET_CLASS_NAMES
     from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
+    from transforms.codecs.class_names import PRESETS as NAME_PRESETS
 
     mask_format = args.mask_format or DEFAULT_MASK_FORMAT[args.mask_type]
     if args.mask_type != "classes":
         return MaskPlan(class_mask_settings(args.mask_type), mask_format)
     try:
         names = colormap = coco = annotations = None
-        if args.class_names is not None:
+        if args.class_names in NAME_PRESETS:
+            names = NAME_PRESETS[args.class_names]
+        elif args.class_names is not None:
             source = f"--class_names {args.class_names}"
             names = parse_class_names(_read_flag_file(source, args.class_names), source)
         if args.colormap is not None:
             source = f"--colormap {args.colormap}"
             colormap = parse_colormap(_read_flag_file(source, args.colormap), source)
+        preset_names = PRESET_CLASS_NAMES.get(args.class_map)
+        if (
+            names is None
+            and colormap is None
+            and preset_names is not None
+            and args.num_classes in (None, len(preset_names))
+        ):
+            names = preset_names  # the dataset's own names for the preset's stored ids
         if args.coco_annotations is not None:
             annotations = normalize_file(args.coco_annotations)
             unlabeled = args.unlabeled_pixels or DEFAULT_COCO_UNLABELED

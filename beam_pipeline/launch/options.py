@@ -190,8 +190,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     classes.add_argument(
         "--class_names",
-        metavar="FILE",
-        help="classes: names in class-id order, one per line or a JSON list",
+        metavar="FILE|PRESET",
+        help="classes: names in class-id order, one per line or a JSON list; or a preset: voc "
+        "(21), cityscapes (19 trainIds), ade20k (150), oxford_pet (2). The --class_map presets "
+        "bring their dataset's names",
     )
     classes.add_argument(
         "--colormap",
@@ -206,7 +208,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="classes: source id -> stored id, applied as each mask is read, before the range "
         'check: a JSON object {"7": 0, ..., "*": 255} (\'*\': every unlisted id), or a '
         "preset: cityscapes_trainids (34 labelIds -> 19 trainIds, 255 for the rest), "
-        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149)",
+        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149), oxford_pet_trimap (1 pet -> 1, "
+        "2 background -> 0, 3 border -> 255)",
     )
     classes.add_argument(
         "--unlabeled_pixels",
