@@ -238,10 +238,14 @@ def _chw(array: np.ndarray) -> torch.Tensor:
 
 @functools.cache
 def _tv_types() -> tuple[Callable, Callable]:
-    """tv_tensors.Image and tv_tensors.Mask when torchvision is installed, else identity."""
+    """tv_tensors.Image and tv_tensors.Mask when torchvision imports, else identity.
+
+    A torchvision built for another torch (PyPI's CUDA build of 0.28.0 beside torch
+    2.13.0+cpu) fails at import with RuntimeError `operator torchvision::nms does not exist`:
+    the samples are then plain tensors, as without torchvision (docs/frameworks.md)."""
     try:
         from torchvision import tv_tensors
-    except ImportError:
+    except (ImportError, RuntimeError):
         return (lambda tensor: tensor), (lambda tensor: tensor)
     return tv_tensors.Image, tv_tensors.Mask
 
