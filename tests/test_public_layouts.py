@@ -435,6 +435,9 @@ def test_every_documented_dataset_command_runs_on_its_miniature(tmp_path, monkey
         info = metadata(tmp_path / "out" / name)
         assert info["num_rejected"]["total"] == 0, name
         assert info["classes"]["num_classes"] == classes
+        # the presets bring the datasets' own class names
+        first = {"cityscapes": "road", "ade20k": "wall"}.get(name)
+        assert (info["classes"].get("names") or [None])[0] == first, name
         assert info["classes"].get("class_map", {}).get("source") == {
             "cityscapes": "cityscapes_trainids",
             "ade20k": "ade20k_reduce_zero",
