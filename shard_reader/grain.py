@@ -30,15 +30,39 @@ state resumes it exactly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import threading
 
-import grain
 import numpy as np
 
 from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.source import RecordSource, usable_cores
+
+
+class _NoJaxProfilerNote(logging.Filter):
+    """Grain's import logs `Failed to load jax profiler` when JAX is absent; segprep's Grain
+    loader needs no JAX, so that one line is noise on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to load jax profiler")
+
+
+@contextlib.contextmanager
+def _quiet_jax_profiler_note():
+    absl_logger = logging.getLogger("absl")  # where absl.logging writes
+    note = _NoJaxProfilerNote()
+    absl_logger.addFilter(note)
+    try:
+        yield
+    finally:
+        absl_logger.removeFilter(note)
+
+
+with _quiet_jax_profiler_note():
+    import grain
 
 
 def make_loader(

@@ -218,21 +218,34 @@ def torch_form(item: dict[str, Any]) -> dict[str, Any]:
     """A RecordSource item in the "torch" sample form: CHW tv_tensors (or plain tensors)."""
     image_type, mask_type = _tv_types()
     sample = {
-        "image": image_type(torch.from_numpy(item["image"]).permute(2, 0, 1)),
-        "mask": mask_type(torch.from_numpy(item["mask"]).permute(2, 0, 1)),
+        "image": image_type(_chw(item["image"])),
+        "mask": mask_type(_chw(item["mask"])),
         "key": item["key"],
     }
     if "valid" in item:
-        sample["valid"] = mask_type(torch.from_numpy(item["valid"]).permute(2, 0, 1))
+        sample["valid"] = mask_type(_chw(item["valid"]))
     return sample
+
+
+def _chw(array: np.ndarray) -> torch.Tensor:
+    """HWC array -> CHW tensor sharing its memory; a read-only array (decoded straight from a
+    record's bytes) is copied first, since a transform may write into the tensor and torch
+    warns on every such array."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array).permute(2, 0, 1)
 
 
 @functools.cache
 def _tv_types() -> tuple[Callable, Callable]:
-    """tv_tensors.Image and tv_tensors.Mask when torchvision is installed, else identity."""
+    """tv_tensors.Image and tv_tensors.Mask when torchvision imports, else identity.
+
+    A torchvision built for another torch (PyPI's CUDA build of 0.28.0 beside torch
+    2.13.0+cpu) fails at import with RuntimeError `operator torchvision::nms does not exist`:
+    the samples are then plain tensors, as without torchvision (docs/frameworks.md)."""
     try:
         from torchvision import tv_tensors
-    except ImportError:
+    except (ImportError, RuntimeError):
         return (lambda tensor: tensor), (lambda tensor: tensor)
     return tv_tensors.Image, tv_tensors.Mask
 

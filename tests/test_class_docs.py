@@ -101,13 +101,12 @@ def _voc(root: Path) -> tuple[dict, dict]:
     made = write_sample_data(
         root / "voc-sample", count=24, seed=5, broken_fraction=0.15, height=H, width=W, classes=21
     )
-    (root / "VOC2012").mkdir()
-    made.image_dir.rename(root / "VOC2012/JPEGImages")
-    made.mask_dir.rename(root / "VOC2012/SegmentationClass")
-    (root / "voc_names.txt").write_text("\n".join(VOC_NAMES) + "\n")
+    (root / "VOCdevkit/VOC2012").mkdir(parents=True)
+    made.image_dir.rename(root / "VOCdevkit/VOC2012/JPEGImages")
+    made.mask_dir.rename(root / "VOCdevkit/VOC2012/SegmentationClass")
     expected = {
         path.stem: np.asarray(Image.open(path))  # palette INDICES
-        for path in (root / "VOC2012/SegmentationClass").iterdir()
+        for path in (root / "VOCdevkit/VOC2012/SegmentationClass").iterdir()
         if path.stem not in made.broken
     }
     return expected, {key: reason.value for key, reason in made.expected_rejects().items()}
@@ -130,6 +129,14 @@ def _grey(
     bad[5, 5] = num_classes  # the first id out of range
     (masks / f"{folder}03.png").write_bytes(encode(Image.fromarray(bad), "PNG"))
     return expected, {f"{folder}03": "mask_values"}
+
+
+def _ade(root: Path) -> tuple[dict, dict]:
+    """ADE20K's ids: 0 "other", 1..150 the classes, read through ade20k_reduce_zero."""
+    expected, rejected = _grey(root, "ade", "annotations", 151, 255, np.uint8)
+    reduce_zero = np.arange(256)
+    reduce_zero[0], reduce_zero[1:151] = 255, np.arange(150)
+    return {key: reduce_zero[ids] for key, ids in expected.items()}, rejected
 
 
 def _camvid(root: Path) -> tuple[dict, dict]:
@@ -189,7 +196,7 @@ def _coco(root: Path) -> tuple[dict, dict]:
 # output folder of each documented prepare command -> its data, written before it runs
 BUILDERS = {
     "out/voc": _voc,
-    "out/ade": lambda root: _grey(root, "ade", "annotations", 150, 255, np.uint8),
+    "out/ade": _ade,
     "out/big": lambda root: _grey(root, "big", "labels", 1000, 65535, np.uint16),
     "out/camvid": _camvid,
     "out/mat": _mat,
@@ -264,7 +271,7 @@ def test_bad_values_are_listed_in_the_rejects(docs_runs):
     _, root = docs_runs
     details = {
         "out/voc": "class ids {21} out of range",
-        "out/ade": "class ids {150} out of range",
+        "out/ade": "class ids {151} out of range",
         "out/big": "class ids {1000} out of range",
         "out/camvid": "colours not in the colormap: [7, 7, 7]",
         "out/mat": "class ids {9} out of range",

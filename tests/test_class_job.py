@@ -121,10 +121,10 @@ ERRORS = [
         ],
         "name different classes",
     ),
-    (["--coco_unlabeled", "ignore"], "--coco_unlabeled needs --mask_type classes"),
+    (["--unlabeled_pixels", "ignore"], "--unlabeled_pixels needs --mask_type classes"),
     (
-        ["--mask_type", "classes", "--num_classes", "3", "--coco_unlabeled", "ignore"],
-        "--coco_unlabeled needs --coco_annotations",
+        ["--mask_type", "classes", "--num_classes", "3", "--unlabeled_pixels", "ignore"],
+        "--unlabeled_pixels needs --annotations or --coco_annotations",
     ),
 ]
 COCO_ERRORS = [
@@ -153,10 +153,10 @@ COCO_ERRORS = [
             "classes",
             "--coco_annotations",
             "{root}/elsewhere.json",
-            "--class_names",
-            "{root}/names.txt",
+            "--colormap",
+            "{root}/colormap.json",
         ],
-        "--class_names does not apply",
+        "--colormap does not apply",
     ),
 ]
 

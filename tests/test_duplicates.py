@@ -231,8 +231,8 @@ def test_verify_finds_a_group_across_splits_and_an_unknown_key(grouped, tmp_path
     (out / "index" / "validation.hashes.jsonl").write_bytes(b"")  # size differs from listed
     done = _segprep("verify", str(out), check=False)
     assert done.returncode == 1
-    assert "1 groups whose records are not all in the split it names: line 1" in done.stdout
-    assert "1 keys in neither a shard nor rejects.jsonl: line 2 (no-such-key)" in done.stdout
+    assert "1 group whose records are not all in the split it names: line 1" in done.stdout
+    assert "1 key in neither a shard nor rejects.jsonl: line 2 (no-such-key)" in done.stdout
     assert "index/validation.hashes.jsonl: size or sha256 differs" in done.stdout
 
 

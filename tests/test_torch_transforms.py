@@ -15,7 +15,11 @@ from shard_reader import load_classes  # noqa: E402
 from shard_reader.samples import current_seed, sample_seed  # noqa: E402
 from shard_reader.source import RecordSource  # noqa: E402
 from shard_reader.torch import default_collate, default_num_workers, make_loader  # noqa: E402
-from tests.helpers.augment import HandmadeAugment, torchvision_augment  # noqa: E402
+from tests.helpers.augment import (  # noqa: E402
+    HandmadeAugment,
+    torchvision_augment,
+    torchvision_or_skip,
+)
 
 SIZE = (48, 40)
 
@@ -115,7 +119,7 @@ AUGMENTATIONS = [
 @pytest.mark.parametrize("make", AUGMENTATIONS)
 def test_joint_augmentation_keeps_masks_valid_ids(class_outputs, make):
     if make is torchvision_augment:
-        pytest.importorskip("torchvision")
+        torchvision_or_skip()
     output = class_outputs["8-bit"].directory
     classes = load_classes(output)
     transform = make(SIZE, degrees=30, mask_fill=classes.ignore_index)
@@ -292,3 +296,18 @@ def test_image_size_may_be_an_int(indexed):
         make_loader(indexed, "train", 2, image_size=(64,))
     with pytest.raises(ValueError, match="resize"):
         make_loader(indexed, "train", 2, image_size=64, resize="crop")
+
+
+def test_samples_are_tv_tensors_wherever_torchvision_imports(indexed):
+    """torchvision v2's semantics (image bilinear, masks nearest) come from these types."""
+    torchvision_or_skip()
+    from torchvision import tv_tensors
+
+    seen = {}
+
+    def record(sample):
+        seen.update(image=type(sample["image"]), mask=type(sample["mask"]))
+        return sample
+
+    next(iter(make_loader(indexed, "train", 4, num_workers=0, transform=record)))
+    assert seen == {"image": tv_tensors.Image, "mask": tv_tensors.Mask}

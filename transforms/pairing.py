@@ -94,7 +94,7 @@ class Layout:
     # Globs (--ignore_files) on the path under a data folder: such files are counted, never
     # read, never entries.
     ignore_files: tuple[str, ...] = ()
-    # --unlabeled_images skip: an image with no mask is set apart as `unlabeled`, not rejected.
+    # --images_without_mask skip: an image with no mask is set apart as `unlabeled`, not rejected.
     skip_unlabeled: bool = False
 
     def __post_init__(self) -> None:
@@ -127,6 +127,18 @@ class Layout:
             return path.startswith(self.annotations) and path.lower().endswith(".json")
         return path == self.annotations
 
+    def is_side_file(self, relative_path: str, role: Role | None) -> bool:
+        """Once --mask_suffix says what a mask is, every other file in a mask folder of its
+        own is a side file (Cityscapes' gtFine/ holds `_gtFine_color.png`,
+        `_gtFine_instanceIds.png` and `_gtFine_polygons.json` beside each labelIds mask):
+        counted and named in the summary, never read, never a reject."""
+        return (
+            self.mask_suffix is not None
+            and role is Role.MASK
+            and not self.one_folder
+            and _strip_suffix(relative_path, self.mask_suffixes) is None
+        )
+
     def is_ignored(self, relative_path: str) -> bool:
         """A side file (--ignore_files): `*` crosses folders, so `*.txt` matches `a/b.txt`."""
         return any(fnmatch.fnmatchcase(relative_path, glob) for glob in self.ignore_files)
@@ -153,6 +165,42 @@ class Layout:
                 return Role.MASK, key
             role, key = Role.IMAGE, _strip_suffix(relative_path, self.image_suffixes)
         return None if key is None else (role, key)
+
+
+class SideFiles:
+    """Side files of a mask folder (Layout.is_side_file): counted, by the ending they share
+    (`*_gtFine_color.png`), keeping at most MAX_KINDS endings so memory stays flat."""
+
+    MAX_KINDS = 16
+
+    def __init__(self, mask_suffix: str | None) -> None:
+        self.mask_suffix = mask_suffix or ""
+        self.count = 0
+        self.kinds: dict[str, int] = {}
+
+    def add(self, relative_path: str) -> None:
+        self.count += 1
+        kind = side_file_kind(relative_path, self.mask_suffix)
+        if kind in self.kinds or len(self.kinds) < self.MAX_KINDS:
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        else:
+            self.kinds["other"] = self.kinds.get("other", 0) + 1
+
+    def described(self) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted(self.kinds.items(), key=lambda item: (-item[1], item[0])))
+
+
+def side_file_kind(relative_path: str, mask_suffix: str) -> str:
+    """The ending a side file shares with its kind: from the longest start of the mask suffix
+    found in its name (`_gtFine_` of `_gtFine_labelIds.png` gives `*_gtFine_color.png`), else
+    its extension (`*.json`)."""
+    name = basename(relative_path)
+    for length in range(len(mask_suffix) - 1, 1, -1):
+        at = name.rfind(mask_suffix[:length])
+        if at > 0:
+            return "*" + name[at:]
+    extension = posixpath.splitext(name)[1]
+    return f"*{extension}" if extension else name
 
 
 def basename(path: str) -> str:
@@ -263,7 +311,8 @@ def resolve_pair(
             key, Reason.DUPLICATE_KEY, f"{len(many)} {kind} for one key: {names}", image, mask
         )
     if not masks and skip_unlabeled and images[0].regular:
-        return Reject(key, Reason.UNLABELED, "image has no mask (--unlabeled_images skip)", image)
+        detail = "image has no mask (--images_without_mask skip)"
+        return Reject(key, Reason.UNLABELED, detail, image)
     if not masks:
         where = "no mask" if annotations is None else f"no image record in {basename(annotations)}"
         return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has {where}", image, None)

@@ -9,6 +9,8 @@ from transforms.format.naming import DUPLICATES_FILE
 from transforms.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
+# Below this, start-up (Beam, the workers) is most of the run: a rate would mislead.
+MIN_RATE_SECONDS = 5.0
 SHOWN_ABSENT = 8
 
 if TYPE_CHECKING:
@@ -47,12 +49,15 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
     if unlabeled:
         lines.append(
             f"  unlabeled {unlabeled['total']:>25,}   images with no mask, not rejects "
-            f"(--unlabeled_images skip): listed in {unlabeled['file']}"
+            f"(--images_without_mask skip): listed in {unlabeled['file']}"
         )
     if run:
+        rate = ""
+        if run["wall_seconds"] >= MIN_RATE_SECONDS:
+            rate = f" ({run['records_per_second']:.0f} records/s)"
         lines.append(
             f"  {shards} {_shards(shards)}, {run['bytes_written'] / 1e6:.1f} MB written in "
-            f"{run['wall_seconds']:.1f} s ({run['records_per_second']:.0f} records/s)"
+            f"{run['wall_seconds']:.1f} s{rate}"
         )
     if "classes" in metadata:
         lines.extend(classes_lines(metadata["classes"]))
@@ -71,16 +76,25 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
             "photo would be misaligned: see docs/bad-input.md"
         )
     if plan is not None and plan.listing is not None and plan.listing.hidden:
-        lines.append(f"  ignored {plan.listing.hidden:,} hidden files (names starting with '.')")
+        hidden = plural(plan.listing.hidden, "hidden file")
+        lines.append(f"  ignored {hidden} (names starting with '.')")
     if plan is not None and plan.listing is not None and plan.listing.ignored:
         globs = " ".join(shlex.quote(glob) for glob in plan.layout.ignore_files)
-        lines.append(
-            f"  ignored {plan.listing.ignored:,} files matching --ignore_files {globs} (not read)"
-        )
+        ignored = plural(plan.listing.ignored, "file")
+        lines.append(f"  ignored {ignored} matching --ignore_files {globs} (not read)")
+    if plan is not None and plan.listing is not None and plan.listing.side_files:
+        lines.append(f"  {side_files_line(plan.listing.side_files, plan.listing.side_kinds)}")
     output = metadata["parameters"]["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
     return "\n".join(lines)
+
+
+def side_files_line(count: int, kinds: tuple[tuple[str, int], ...]) -> str:
+    """`side files: 27 in the mask folder (not masks: *_gtFine_color.png 9, ...)`."""
+    shown = ", ".join(f"{kind} {number:,}" for kind, number in kinds[:4])
+    more = ", ..." if len(kinds) > 4 else ""
+    return f"side files: {count:,} in the mask folder (not masks: {shown}{more}; not read)"
 
 
 def duplicates_lines(section: dict[str, Any] | None) -> list[str]:
@@ -123,8 +137,10 @@ def classes_lines(classes: dict[str, Any]) -> list[str]:
             continue
         rarest, frequent = rarest_and_most_frequent(stats, SHOWN_CLASSES)
         frequent_text = _shares(frequent, stats, names, labelled)
-        rarest_text = _shares(rarest, stats, names, labelled)
-        lines.append(f"  {split:<12}most frequent: {frequent_text}; rarest: {rarest_text}")
+        line = f"  {split:<12}most frequent: {frequent_text}"
+        if set(rarest) != set(frequent):  # with few classes present, the same classes twice
+            line += f"; rarest: {_shares(rarest, stats, names, labelled)}"
+        lines.append(line)
         absent = absent_classes(stats)
         if absent:
             shown = ", ".join(names[c] for c in absent[:SHOWN_ABSENT])
@@ -149,6 +165,11 @@ def _percent(value: float) -> str:
     """Two significant digits below 10 (`0.47`, `9.4`), whole numbers above (`12`, `100`):
     never an exponent."""
     return f"{value:.2g}" if value < 10 else f"{value:.0f}"
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def _shards(count: int) -> str:

@@ -64,6 +64,9 @@ class _KeyFiles(beam.DoFn):
         if self._layout.is_ignored(relative):
             Metrics.counter(_NAMESPACE, "ignored_files").inc()
             return
+        if self._layout.is_side_file(relative, self._role):
+            Metrics.counter(_NAMESPACE, "side_files").inc()
+            return
         classified = self._layout.classify(relative, self._role)
         if classified is None:
             Metrics.counter(_NAMESPACE, "unrecognized_files").inc()

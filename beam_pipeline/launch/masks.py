@@ -36,9 +36,8 @@ CLASS_FLAGS = (
     "class_names",
     "colormap",
     "coco_annotations",
-    "coco_unlabeled",
+    "unlabeled_pixels",
     "annotations",
-    "unlabeled",
     "class_map",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
@@ -104,8 +103,8 @@ class MaskPlan:
 
 def resolve_annotation_flags(args: argparse.Namespace) -> None:
     """--annotations with its format (given, or told from the content) into the flags the
-    rest reads: COCO as --coco_annotations/--coco_unlabeled (their shorthand), any other tool
-    as `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
+    rest reads: COCO as --coco_annotations (its shorthand), any other tool as
+    `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
     from transforms.sources.detect import detect_format
 
     args.tool_annotations = None
@@ -115,16 +114,10 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
         if args.annotation_format not in (None, "coco"):
             raise UsageError("--coco_annotations is COCO: it takes no other --annotation_format")
         args.annotations, args.annotation_format = args.coco_annotations, "coco"
-    if args.coco_unlabeled is not None:
-        if args.annotations is None:
-            raise UsageError("--coco_unlabeled needs --coco_annotations")
-        if args.unlabeled not in (None, args.coco_unlabeled):
-            raise UsageError("give --unlabeled or --coco_unlabeled, not both")
-        args.unlabeled = args.coco_unlabeled
     if args.annotations is None:
-        if args.annotation_format is not None or args.unlabeled is not None:
-            flag = "--annotation_format" if args.annotation_format else "--unlabeled"
-            raise UsageError(f"{flag} needs --annotations")
+        if args.annotation_format is not None or args.unlabeled_pixels is not None:
+            flag = "--annotation_format" if args.annotation_format else "--unlabeled_pixels"
+            raise UsageError(f"{flag} needs --annotations or --coco_annotations")
         return
     if args.annotation_format is None:
         if not storage.is_local(args.annotations):
@@ -136,7 +129,7 @@ def resolve_annotation_flags(args: argparse.Namespace) -> None:
         except (ValueError, OSError) as error:
             raise UsageError(f"--annotations {error}") from None
     if args.annotation_format == "coco":
-        args.coco_annotations, args.coco_unlabeled = args.annotations, args.unlabeled
+        args.coco_annotations = args.annotations
     else:
         args.tool_annotations = args.annotations
 
@@ -162,38 +155,63 @@ def check_mask_flags(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{flag} does not apply with --annotations")
         return
     if coco:
-        for flag in ("mask_dir", "mask_key", "class_names", "class_map"):
+        for flag in ("mask_dir", "mask_key", "colormap", "class_map"):
             if getattr(args, flag) is not None:
                 raise UsageError(
                     f"--{flag} does not apply with --coco_annotations, which gives the masks "
-                    "and names the classes (its categories)"
+                    "and names the classes (its categories, or --class_names)"
                 )
-    elif args.num_classes is None and args.class_names is None and args.colormap is None:
+    elif (
+        args.num_classes is None
+        and args.class_names is None
+        and args.colormap is None
+        and not _names_its_classes(args.class_map)
+    ):
         raise UsageError(
             "--mask_type classes needs the classes: --num_classes N, --class_names FILE, "
-            "--colormap FILE or --coco_annotations FILE"
+            "--colormap FILE, --coco_annotations FILE or a --class_map preset"
         )
+
+
+def _names_its_classes(class_map: str | None) -> bool:
+    """A --class_map preset that carries its dataset's class names (oxford_pet_trimap)."""
+    from transforms.codecs.class_map import PRESET_CLASS_NAMES
+
+    return class_map in PRESET_CLASS_NAMES
 
 
 def plan_masks(args: argparse.Namespace) -> MaskPlan:
     """Read the class-name, colormap and COCO files, and resolve the class settings (after
     `check_mask_flags`)."""
+    from transforms.codecs.class_map import PRESET_CLASS_NAMES
     from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
+    from transforms.codecs.class_names import PRESETS as NAME_PRESETS
 
     mask_format = args.mask_format or DEFAULT_MASK_FORMAT[args.mask_type]
     if args.mask_type != "classes":
         return MaskPlan(class_mask_settings(args.mask_type), mask_format)
     try:
         names = colormap = coco = annotations = None
-        if args.class_names is not None:
+        if args.class_names in NAME_PRESETS:
+            names = NAME_PRESETS[args.class_names]
+        elif args.class_names is not None:
             source = f"--class_names {args.class_names}"
             names = parse_class_names(_read_flag_file(source, args.class_names), source)
         if args.colormap is not None:
             source = f"--colormap {args.colormap}"
             colormap = parse_colormap(_read_flag_file(source, args.colormap), source)
+        preset_names = PRESET_CLASS_NAMES.get(args.class_map)
+        if (
+            names is None
+            and colormap is None
+            and preset_names is not None
+            and args.num_classes in (None, len(preset_names))
+        ):
+            names = preset_names  # the dataset's own names for the preset's stored ids
         if args.coco_annotations is not None:
             annotations = normalize_file(args.coco_annotations)
-            coco = read_annotations(annotations, args.coco_unlabeled or DEFAULT_COCO_UNLABELED)
+            unlabeled = args.unlabeled_pixels or DEFAULT_COCO_UNLABELED
+            coco = read_annotations(annotations, unlabeled, names)
             names = coco.class_names
         if args.tool_annotations is not None:
             annotations = _tool_path(args)
@@ -213,17 +231,16 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
 
 
 def _tool_path(args: argparse.Namespace) -> str:
-    if not storage.is_local(args.tool_annotations):
-        raise UsageError(
-            f"--annotations {args.tool_annotations}: {args.annotation_format} exports are read "
-            "from a local path"
-        )
+    """The export's path, normalised: a labelme folder ends in '/'; local paths must exist
+    (a gs:// one is found missing when it is downloaded)."""
+    path = args.tool_annotations
     if args.annotation_format == "labelme":
-        if not os.path.isdir(args.tool_annotations):
-            raise UsageError(f"--annotations {args.tool_annotations}: labelme needs a folder")
-        return storage.normalize_dir(args.tool_annotations)
-    _check_regular(f"--annotations {args.tool_annotations}", args.tool_annotations)
-    return normalize_file(args.tool_annotations)
+        if storage.is_local(path) and not os.path.isdir(path):
+            raise UsageError(f"--annotations {path}: labelme needs a folder")
+        return storage.normalize_dir(path)
+    if storage.is_local(path):
+        _check_regular(f"--annotations {path}", path)
+    return normalize_file(path)
 
 
 def _check_regular(source: str, path: str) -> None:
@@ -235,22 +252,64 @@ def _check_regular(source: str, path: str) -> None:
 
 
 def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str, ...] | None):
-    """A CVAT, Label Studio or labelme export, read by the launcher into staged records."""
+    """A CVAT, Label Studio or labelme export, read by the launcher into staged records; from
+    gs:// it is first downloaded to a temporary folder (removed once read), as COCO is."""
     from transforms.sources.cvat import read_cvat
     from transforms.sources.labelme import read_labelme
     from transforms.sources.labelstudio import read_labelstudio
 
     origin = f"--annotations {args.tool_annotations}"
-    image_dir = os.path.abspath(args.image_dir or args.data_dir or ".")
-    common = {"class_names": names, "unlabeled": args.unlabeled or DEFAULT_COCO_UNLABELED}
+    image_dir = args.image_dir or args.data_dir or "."
+    image_dir = os.path.abspath(image_dir) if storage.is_local(image_dir) else image_dir
+    common = {"class_names": names, "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED}
     try:
-        if args.annotation_format == "cvat":
-            return read_cvat(path, origin, **common)
-        if args.annotation_format == "labelstudio":
-            return read_labelstudio(path, origin, image_dir=image_dir, **common)
-        return read_labelme(path, origin, image_dir=image_dir, **common)
+        with spill.temporary_folder("annotations") as folder:
+            if args.annotation_format == "labelme":
+                local, local_images = _local_labelme(path, image_dir, folder, origin)
+                return read_labelme(local, origin, image_dir=local_images, **common)
+            local = _local_file(path, folder, origin)
+            if args.annotation_format == "cvat":
+                return read_cvat(local, origin, **common)
+            return read_labelstudio(local, origin, image_dir=image_dir, **common)
     except OSError as error:
         raise UsageError(f"{origin}: {error.strerror or error}") from None
+
+
+def _local_file(path: str, folder: str, origin: str) -> str:
+    if storage.is_local(path):
+        return path
+    local = os.path.join(folder, "export")
+    try:
+        storage.download_file(path, local)
+    except FileNotFoundError:
+        raise UsageError(f"{origin}: no such file") from None
+    return local
+
+
+def _local_labelme(path: str, image_dir: str, folder: str, origin: str) -> tuple[str, str]:
+    """(labelme folder, image folder) on local disk. From gs:// the .json files are copied to
+    `folder`/BUCKET/NAME, so imagePath (relative to its JSON file) still resolves to the
+    image's own path, which the gs:// image folder maps to alike."""
+    if storage.is_local(path):
+        return path, image_dir
+    jsons = [p for p in storage.list_dir(path) if p.lower().endswith(".json")]
+    if not jsons:
+        raise UsageError(f"{origin}: no .json files")
+    for remote in jsons:
+        local = _mirrored(remote, folder)
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        storage.download_file(remote, local)
+    images = _mirrored(image_dir, folder) if not storage.is_local(image_dir) else image_dir
+    return _mirrored(path, folder), images
+
+
+def _mirrored(remote: str, folder: str) -> str:
+    """gs://BUCKET/NAME as a path under `folder`; an object name that would leave it ('..')
+    is refused, never written."""
+    local = os.path.normpath(os.path.join(folder, remote.removeprefix("gs://")))
+    if not local.startswith(os.path.join(folder, "")):
+        raise UsageError(f"--annotations: object {remote} names a path outside its bucket")
+    return local
 
 
 def _class_map(given: str | None):
@@ -280,7 +339,9 @@ def _read_flag_file(source: str, path: str) -> bytes:
         raise UsageError(f"{source}: {reason}") from None
 
 
-def read_annotations(path: str, unlabeled: str) -> CocoDataset:
+def read_annotations(
+    path: str, unlabeled: str, class_names: tuple[str, ...] | None = None
+) -> CocoDataset:
     """The COCO file, streamed by the launcher; a gs:// file is copied to a local temporary
     file first (one download for read_coco's three passes), removed afterwards."""
     from transforms.sources.coco import read_coco
@@ -288,19 +349,23 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
     source = f"--coco_annotations {path}"
     if storage.is_local(path):
         _check_regular(source, path)
-        return _read(read_coco, path, source, unlabeled)
+        return _read(read_coco, path, source, unlabeled, class_names)
     with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
         try:
             storage.download_file(path, local)
         except FileNotFoundError:
             raise UsageError(f"{source}: no such file") from None
-        return _read(read_coco, local, source, unlabeled)
+        return _read(read_coco, local, source, unlabeled, class_names)
 
 
-def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
+def _read(
+    read_coco, path: str, source: str, unlabeled: str, class_names: tuple[str, ...] | None
+) -> CocoDataset:
     try:
-        return read_coco(lambda: files.open_regular(path), source, unlabeled=unlabeled)
+        return read_coco(
+            lambda: files.open_regular(path), source, unlabeled=unlabeled, class_names=class_names
+        )
     except OSError as error:
         raise UsageError(f"{source}: {error.strerror or error}") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 
 from transforms.format import record_formats
 from transforms.format.features import (
@@ -117,6 +118,21 @@ def fraction(text: str) -> float:
     return value
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old flag name: stores into the new flag's dest and says, in one line, to use it."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"segprep: warning: {option_string} is deprecated, use {self.new} (same values)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default only where there is one: not on required flags or on switches."""
 
@@ -191,14 +207,17 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     classes.add_argument(
         "--class_names",
-        metavar="FILE",
-        help="classes: names in class-id order, one per line or a JSON list",
+        metavar="FILE|PRESET",
+        help="classes: names in class-id order, one per line or a JSON list; or a preset: voc "
+        "(21), cityscapes (19 trainIds), ade20k (150), oxford_pet (2). The --class_map presets "
+        "bring their dataset's names",
     )
     classes.add_argument(
         "--colormap",
         metavar="FILE",
-        help="classes: JSON {name: [r, g, b], ...} in class-id order; RGB masks are read "
-        "through it and palette masks checked against it",
+        help="classes: JSON {name: [r, g, b], ...}, CVAT's labelmap.txt or a name,r,g,b CSV "
+        "(CamVid's class_dict.csv), in class-id order; RGB masks are read through it and "
+        "palette masks checked against it",
     )
     classes.add_argument(
         "--class_map",
@@ -206,31 +225,43 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="classes: source id -> stored id, applied as each mask is read, before the range "
         'check: a JSON object {"7": 0, ..., "*": 255} (\'*\': every unlisted id), or a '
         "preset: cityscapes_trainids (34 labelIds -> 19 trainIds, 255 for the rest), "
-        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149)",
+        "ade20k_reduce_zero (0 -> 255, 1..150 -> 0..149), oxford_pet_trimap (1 pet -> 1, "
+        "2 background -> 0, 3 border -> 255)",
     )
     classes.add_argument(
-        "--coco_unlabeled",
+        "--unlabeled_pixels",
         choices=COCO_UNLABELED,
-        help="the same as --unlabeled. COCO pixels no annotation covers: class 0 "
-        "'background' (categories get ids 1..K), or the ignore index (COCO-Stuff); "
-        f"default {DEFAULT_COCO_UNLABELED}",
+        help="COCO and --annotations: pixels no annotation covers are class 'background' "
+        "(the categories or labels get ids after it) or the ignore index (COCO-Stuff; ids "
+        f"from 0); default {DEFAULT_COCO_UNLABELED}",
     )
-    classes.add_argument(
-        "--unlabeled",
-        choices=COCO_UNLABELED,
-        help="--annotations: pixels no shape covers are class 'background' (labels get ids "
-        f"after it) or the ignore index (labels from 0); default {DEFAULT_COCO_UNLABELED}",
-    )
+    for old in ("--coco_unlabeled", "--unlabeled"):
+        classes.add_argument(
+            old,
+            dest="unlabeled_pixels",
+            choices=COCO_UNLABELED,
+            action=DeprecatedAlias,
+            new="--unlabeled_pixels",
+            help=argparse.SUPPRESS,
+        )
     public = parser.add_argument_group(
         "public datasets as they ship (docs/public-datasets.md): official splits, unlabeled "
         "images, side files, naming conventions"
     )
     public.add_argument(
-        "--unlabeled_images",
+        "--images_without_mask",
         choices=UNLABELED_CHOICES,
         default="reject",
         help="an image with no mask: a missing_mask reject, or skip: counted as unlabeled and "
         "listed in unlabeled.jsonl, not a reject (VOC ships 17,125 images for 2,913 masks)",
+    )
+    public.add_argument(
+        "--unlabeled_images",
+        dest="images_without_mask",
+        choices=UNLABELED_CHOICES,
+        action=DeprecatedAlias,
+        new="--images_without_mask",
+        help=argparse.SUPPRESS,
     )
     public.add_argument(
         "--ignore_files",
@@ -300,7 +331,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mask_key",
-        help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
+        help="variable name in .mat masks, or a struct's field path (SBD: GTcls.Segmentation); "
+        "without it: 'mask', else the only 2-D variable",
     )
     parser.add_argument(
         "--max_image_side",

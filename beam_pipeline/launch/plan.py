@@ -123,6 +123,7 @@ class RunPlan:
                 "rejected_by_listing": dict(sorted(listing.rejected.items())),
                 "hidden_files_ignored": self.listing.hidden,
                 "ignored_files": listing.ignored,
+                "side_files": listing.side_files,
                 "unlabeled": listing.unlabeled,
             }
         if self.output is not None:
@@ -502,7 +503,7 @@ def _layout(args: argparse.Namespace) -> Layout:
         image_suffix=args.image_suffix,
         mask_suffix=args.mask_suffix,
         ignore_files=tuple(args.ignore_files or ()),
-        skip_unlabeled=args.unlabeled_images == "skip",
+        skip_unlabeled=args.images_without_mask == "skip",
     )
 
 

@@ -98,12 +98,27 @@ def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str)
         variables = [name for name, *_ in scipy.io.whosmat(io.BytesIO(data))]
     except Exception:  # noqa: BLE001 - unreadable or v7.3: the job reports it per entry
         return
-    if requested not in variables:
+    variable = requested.split(".")[0]  # GTcls.Segmentation: a field of struct GTcls
+    if variable not in variables:
         hint = DEFAULT_MASK_KEY if DEFAULT_MASK_KEY in variables else ", ".join(variables)
         raise UsageError(
             f"--mask_key {requested!r} is not a variable of {basename(path)} "
             f"(it has: {', '.join(variables) or 'none'}): pass --mask_key {hint} or leave it out"
         )
+    _check_mask_field(data, path, requested)
+
+
+def _check_mask_field(data: bytes, path: str, requested: str) -> None:
+    """A struct's field path (or a struct named without one), checked on the first file."""
+    from transforms.codecs.mask import load_mask
+    from transforms.rejects import Reason, RejectError
+
+    try:
+        load_mask(data, basename(path), requested)
+    except RejectError as error:
+        if error.reason is Reason.MASK_VARIABLE:
+            detail = f"--mask_key {requested!r}: in {basename(path)}, {error.detail}"
+            raise UsageError(detail) from None
 
 
 def _first_remote_mat(mask_dir: str) -> str | None:

@@ -30,6 +30,7 @@ from transforms.pairing import (
     Layout,
     Pair,
     Role,
+    SideFiles,
     SourceFile,
     StagedEntries,
     file_reject,
@@ -59,8 +60,10 @@ class LocalListing:
     first_mat_mask: str | None  # a paired .mat mask, for the --mask_key check
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
     ignored: int = 0  # files matching --ignore_files: counted, never read
-    unlabeled: int = 0  # images without a mask under --unlabeled_images skip
     missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
+    unlabeled: int = 0  # images without a mask under --images_without_mask skip
+    side_files: int = 0  # files of the mask folder that --mask_suffix says are no masks
+    side_kinds: tuple[tuple[str, int], ...] = ()  # (ending, count), most common first
 
     @property
     def rejects(self) -> int:
@@ -116,6 +119,7 @@ def list_local(
             key, entry = outcome
             sort.add(*keyed_row(key, Role.MASK, next(sequence), entry))
     hidden = files = ignored = unlabeled = 0
+    side = SideFiles(layout.mask_suffix)
     for root, role in layout.roots():
         flag = mask_flag if role is Role.MASK else image_flag
         if not os.path.isdir(root):
@@ -129,6 +133,9 @@ def list_local(
             files += 1
             if layout.is_ignored(relative):
                 ignored += 1
+                continue
+            if layout.is_side_file(relative, role):
+                side.add(relative)
                 continue
             if not _is_utf8(relative):
                 shown = os.fsencode(path).decode("utf-8", "backslashreplace")
@@ -189,6 +196,8 @@ def list_local(
         ignored,
         unlabeled,
         dict(missing_listed),
+        side.count,
+        side.described(),
     )
 
 

@@ -20,6 +20,20 @@ SCALE = (0.3, 1.0)
 RATIO = (3 / 4, 4 / 3)
 
 
+def torchvision_or_skip():
+    """torchvision, or a pytest skip saying why it does not import: not installed, or built
+    for another torch (PyPI's CUDA 0.28.0 beside torch 2.13.0+cpu raises RuntimeError)."""
+    import pytest
+
+    try:
+        import torchvision
+    except ImportError:
+        pytest.skip("torchvision is not installed")
+    except RuntimeError as error:
+        pytest.skip(f"torchvision does not load against this torch: {error}")
+    return torchvision
+
+
 def torchvision_augment(size: tuple[int, int], degrees: float = 30, mask_fill: int = 255):
     """The torchvision v2 pipeline (ImportError without torchvision)."""
     from torchvision import tv_tensors
@@ -38,7 +52,7 @@ def joint_augment(size: tuple[int, int], degrees: float = 30, mask_fill: int = 2
     """torchvision v2's pipeline when installed, else HandmadeAugment (same semantics)."""
     try:
         return torchvision_augment(size, degrees, mask_fill)
-    except ImportError:
+    except (ImportError, RuntimeError):  # RuntimeError: a build for another torch
         return HandmadeAugment(size, degrees, mask_fill)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from transforms.codecs import class_names
 from transforms.json_shape import check_shape
 
 OTHERS = "*"
@@ -25,28 +26,6 @@ OTHERS = "*"
 # terrain, sky, person, rider, car, truck, bus, train, motorcycle, bicycle); every other id,
 # license plate's -1 included, has trainId 255 (ignored).
 _CITYSCAPES_TRAIN = (7, 8, 11, 12, 13, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 32, 33)
-CITYSCAPES_TRAIN_NAMES = (
-    "road",
-    "sidewalk",
-    "building",
-    "wall",
-    "fence",
-    "pole",
-    "traffic light",
-    "traffic sign",
-    "vegetation",
-    "terrain",
-    "sky",
-    "person",
-    "rider",
-    "car",
-    "truck",
-    "bus",
-    "train",
-    "motorcycle",
-    "bicycle",
-)
-
 PRESETS: dict[str, dict[str, int]] = {
     "cityscapes_trainids": {
         **{str(label): train for train, label in enumerate(_CITYSCAPES_TRAIN)},
@@ -54,6 +33,15 @@ PRESETS: dict[str, dict[str, int]] = {
     },
     # MMSegmentation's reduce_zero_label: 0 ("other") -> 255, 1..150 -> 0..149; 255 stays.
     "ade20k_reduce_zero": {"0": 255, **{str(label): label - 1 for label in range(1, 151)}},
+    # Oxford-IIIT Pet trimaps: 1 pet, 2 background, 3 the border between them (ignored).
+    "oxford_pet_trimap": {"1": 1, "2": 0, "3": 255},
+}
+# The class names each preset's stored ids have (transforms/codecs/class_names.py): used
+# when neither --class_names nor --colormap names the classes.
+PRESET_CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    "cityscapes_trainids": class_names.CITYSCAPES,
+    "ade20k_reduce_zero": tuple(class_names.ADE20K),
+    "oxford_pet_trimap": class_names.OXFORD_PET,
 }
 
 # A source id as the map's keys spell it: ASCII decimal digits, an optional minus (Cityscapes'

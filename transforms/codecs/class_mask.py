@@ -10,6 +10,7 @@ therefore goes through one table entry that knows its trap, and every value is c
 from __future__ import annotations
 
 import collections
+import csv
 import dataclasses
 import io
 import json
@@ -156,14 +157,29 @@ def parse_class_names(data: bytes | str, source: str) -> tuple[str, ...]:
 
 
 def parse_colormap(data: bytes | str, source: str) -> tuple[tuple[str, RGB], ...]:
-    """(name, colour) in class-id order from a JSON object {name: [r, g, b], ...}.
+    """(name, colour) in class-id order, from any of the three files datasets ship:
 
-    Class ids follow the order of the file, as in CamVid's class_dict; duplicate names and
-    duplicate colours are errors, since either would make the id of a pixel ambiguous.
+    - a JSON object {name: [r, g, b], ...};
+    - CVAT's labelmap.txt ("Segmentation mask 1.1" export): `name:r,g,b:parts:actions` per
+      line, `#` lines are comments;
+    - a CSV with a `name,r,g,b` header (CamVid's class_dict.csv).
+
+    Class ids follow the order of the file; duplicate names and duplicate colours are errors,
+    since either would make the id of a pixel ambiguous.
     """
-    pairs = _json(_text(data, source), source, object_pairs_hook=list)
-    if not isinstance(pairs, list) or not pairs or not all(isinstance(p, tuple) for p in pairs):
-        raise ValueError(f"{source}: expected a JSON object {{class name: [r, g, b], ...}}")
+    text = _text(data, source)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if first.startswith(("{", "[")) or not first:
+        pairs = _json(text, source, object_pairs_hook=list)
+        if not isinstance(pairs, list) or not pairs or not all(isinstance(p, tuple) for p in pairs):
+            raise ValueError(
+                f"{source}: expected a JSON object {{class name: [r, g, b], ...}}, a CVAT "
+                "labelmap.txt (name:r,g,b:parts:actions) or a CSV with a name,r,g,b header"
+            )
+    elif first.replace(" ", "").lower() == CLASS_DICT_HEADER:
+        pairs = _class_dict_pairs(text, source)
+    else:
+        pairs = _labelmap_pairs(text, source)
     _check_names([name for name, _ in pairs], source)
     entries: list[tuple[str, RGB]] = []
     seen: dict[RGB, str] = {}
@@ -180,6 +196,44 @@ def parse_colormap(data: bytes | str, source: str) -> tuple[tuple[str, RGB], ...
         seen[rgb] = name
         entries.append((name, rgb))
     return tuple(entries)
+
+
+CLASS_DICT_HEADER = "name,r,g,b"
+
+
+def _integers(values: Sequence[str]) -> list[int | str]:
+    """Decimal integers where the text is one (else the text, refused by the range check)."""
+    return [int(v.strip()) if v.strip().isdigit() else v for v in values]
+
+
+def _labelmap_pairs(text: str, source: str) -> list[tuple[str, list]]:
+    """CVAT's labelmap.txt, read with the csv module (':'-separated fields)."""
+    # Comment lines become empty ones, so line numbers stay the file's.
+    lines = ["" if line.lstrip().startswith("#") else line for line in text.splitlines()]
+    pairs = []
+    for number, row in enumerate(csv.reader(lines, delimiter=":"), start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 2:
+            raise ValueError(
+                f"{source}: not valid JSON, nor a labelmap line name:r,g,b:parts:actions "
+                f"(line {number}: {':'.join(row)[:60]!r})"
+            )
+        pairs.append((row[0].strip(), _integers(row[1].split(","))))
+    return pairs
+
+
+def _class_dict_pairs(text: str, source: str) -> list[tuple[str, list]]:
+    """A CSV with a name,r,g,b header (CamVid's class_dict.csv)."""
+    reader = csv.reader(io.StringIO(text))
+    pairs = []
+    for number, row in enumerate(reader, start=1):
+        if number == 1 or not row or not "".join(row).strip():
+            continue
+        if len(row) != 4:
+            raise ValueError(f"{source}: line {number} has {len(row)} fields, not name,r,g,b")
+        pairs.append((row[0].strip(), _integers(row[1:])))
+    return pairs
 
 
 def _text(data: bytes | str, source: str) -> str:

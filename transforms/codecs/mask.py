@@ -86,11 +86,19 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
         raise RejectError(Reason.MASK_UNREADABLE, str(error)) from error
     except _UNREADABLE as error:
         raise _unreadable(error) from error
+    variable, fields = _split_key(mask_key)
     name = _pick_variable(
         {name: (shape, kind in _MAT_ITEMSIZE) for name, (shape, kind, _) in listed.items()},
-        mask_key,
+        variable,
     )
     shape, kind, element = listed[name]
+    if kind == "struct":
+        return _struct_field(data, name, fields, element, limits)
+    if fields:
+        raise RejectError(
+            Reason.MASK_VARIABLE,
+            f"variable {name!r} is a MATLAB {kind}, not a struct: no field {'.'.join(fields)!r}",
+        )
     if kind not in _MAT_ITEMSIZE:
         raise RejectError(Reason.MASK_VALUES, f"variable {name!r} is a MATLAB {kind}, not numeric")
     declared = _check_size(shape, _MAT_ITEMSIZE[kind], limits)
@@ -103,6 +111,56 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
         return scipy.io.loadmat(io.BytesIO(single))[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
+
+
+def _split_key(mask_key: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """`GTcls.Segmentation` -> ("GTcls", ("Segmentation",)): a variable, then struct fields."""
+    if mask_key is None:
+        return None, ()
+    variable, *fields = mask_key.split(".")
+    return variable, tuple(fields)
+
+
+def _struct_field(
+    data: bytes,
+    name: str,
+    fields: tuple[str, ...],
+    element: tuple[bytes, bool] | None,
+    limits: InputLimits,
+) -> np.ndarray:
+    """The array at `name`.FIELD.FIELD... of a MATLAB struct (SBD's GTcls.Segmentation).
+
+    A struct's header does not give its fields' sizes, so the whole variable is inflated under
+    a bound of its own: a mask's worth of bytes, plus room for the struct's other fields.
+    """
+    if element is None:  # MAT v4 has no structs; whosmat never reports one there
+        raise RejectError(Reason.MASK_VARIABLE, f"variable {name!r} is not a struct")
+    raw, compressed = element
+    header = data[:_MAT5_HEADER]
+    declared = 4 * limits.mask_array_bytes
+    try:
+        single = _inflate_bounded(raw, name, declared, header) if compressed else header + raw
+        value = scipy.io.loadmat(io.BytesIO(single), simplify_cells=True)[name]
+    except _UNREADABLE as error:
+        raise _unreadable(error) from error
+    path = name
+    for field in fields:
+        if not isinstance(value, dict) or field not in value:
+            found = sorted(value) if isinstance(value, dict) else []
+            raise RejectError(
+                Reason.MASK_VARIABLE,
+                f"{path!r} has no field {field!r}; fields: {found or 'none (not a struct)'}",
+            )
+        value, path = value[field], f"{path}.{field}"
+    if isinstance(value, dict):
+        raise RejectError(
+            Reason.MASK_VARIABLE,
+            f"{path!r} is a MATLAB struct: pass --mask_key {path}.FIELD, one of {sorted(value)}",
+        )
+    if not isinstance(value, np.ndarray) or not _is_numeric(value):
+        raise RejectError(Reason.MASK_VALUES, f"{path!r} is not a numeric array")
+    _check_size(value.shape, value.dtype.itemsize, limits)
+    return value
 
 
 def _unreadable(error: Exception) -> RejectError:
@@ -194,8 +252,9 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
                 name: (tuple(reversed(item.shape)), item.dtype.kind in "biuf")
                 for name, item in datasets.items()
             }
-            name = _pick_variable(shapes, mask_key)
-            dataset = datasets[name]
+            variable, fields = _split_key(mask_key)
+            name = _pick_variable(shapes, variable) if not fields else variable
+            dataset = _hdf5_field(handle, name, fields) if fields else datasets[name]
             _check_size(dataset.shape, dataset.dtype.itemsize, limits)
             if dataset.chunks:
                 _check_size(dataset.chunks, dataset.dtype.itemsize, limits)
@@ -206,6 +265,22 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
         raise RejectError(
             Reason.MASK_UNREADABLE, f"unreadable MATLAB v7.3 (HDF5) file: {error}"
         ) from error
+
+
+def _hdf5_field(handle, name: str, fields: tuple[str, ...]):
+    """The dataset at NAME/FIELD/... of a v7.3 file, where a struct is an HDF5 group."""
+    item, path = handle, ""
+    for part in (name, *fields):
+        if not isinstance(item, h5py.Group) or part not in item:
+            raise RejectError(
+                Reason.MASK_VARIABLE,
+                f"no {'variable' if not path else 'field'} {part!r}"
+                + (f" in {path!r}" if path else ""),
+            )
+        item, path = item[part], f"{path}.{part}" if path else part
+    if not isinstance(item, h5py.Dataset):
+        raise RejectError(Reason.MASK_VARIABLE, f"{path!r} is a MATLAB struct: name a field")
+    return item
 
 
 def _pick_variable(variables: dict[str, tuple[tuple[int, ...], bool]], mask_key: str | None) -> str:

@@ -134,7 +134,7 @@ def class_ids(
             if BACKGROUND_NAME not in names:
                 raise ValueError(
                     f"--class_names must name {BACKGROUND_NAME!r} (the id of unlabeled pixels), "
-                    "or give --unlabeled ignore"
+                    "or give --unlabeled_pixels ignore"
                 )
             return names, names.index(BACKGROUND_NAME), "--class_names"
         return names, None, "--class_names"
@@ -148,7 +148,7 @@ def class_ids(
         if BACKGROUND_NAME in order:
             raise ValueError(
                 f"{source}: a label is named {BACKGROUND_NAME!r}, the name of unlabeled pixels: "
-                "give --unlabeled ignore or a --class_names file"
+                "give --unlabeled_pixels ignore or a --class_names file"
             )
         order = [BACKGROUND_NAME, *order]
     if len(order) > MAX_CLASS_ID:

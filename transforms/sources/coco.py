@@ -110,6 +110,7 @@ class CocoDataset:
     num_images: int
     records: str  # record file of (image id, file_name, payload), in image id order
     folder: tempfile.TemporaryDirectory = dataclasses.field(repr=False)  # holds `records`
+    names: tuple[str, ...] | None = None  # --class_names: class names by id, the order given
 
     def staged(self) -> Iterator[tuple[int, str, str]]:
         """(image id, file_name, image_payload) of every image, in image id order, streamed."""
@@ -125,12 +126,16 @@ class CocoDataset:
 
     @property
     def class_names(self) -> tuple[str, ...]:
+        if self.names is not None:
+            return self.names
         names = tuple(category.name for category in self.categories)
         return (BACKGROUND_NAME, *names) if self.unlabeled == "background" else names
 
     def fill_value(self, ignore_index: int) -> int:
         """The value of pixels no annotation covers."""
-        return 0 if self.unlabeled == "background" else ignore_index
+        if self.unlabeled != "background":
+            return ignore_index
+        return 0 if self.names is None else self.names.index(BACKGROUND_NAME)
 
     def settings(self, ignore_index: int | None = None) -> ClassMaskSettings:
         return class_mask_settings(
@@ -141,6 +146,7 @@ class CocoDataset:
         """For metadata.json: how COCO category ids became class ids."""
         return {
             "unlabeled": self.unlabeled,
+            "label_order": "category ids" if self.names is None else "--class_names",
             "categories": [
                 {
                     "coco_id": c.coco_id,
@@ -161,10 +167,16 @@ def read_coco(
     source: str,
     *,
     unlabeled: str = DEFAULT_COCO_UNLABELED,
+    class_names: tuple[str, ...] | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> CocoDataset:
     """Stream a COCO JSON (a shape check, then three passes: categories, images, annotations)
     into per-image records in a temporary folder, with memory flat in the file's size.
+
+    `class_names` (the --class_names file) sets the ids, as for every annotation source
+    (sources/annotated.py): a category takes the id of its name in the list, and with
+    unlabeled "background" the list must name `background`. A category the list does not
+    name makes each image that uses it a reject naming the category.
 
     `open_file` opens the JSON afresh for each pass. A file that is not COCO (not UTF-8,
     nested too deep, no images or categories, duplicate ids or file names, missing fields) is
@@ -175,8 +187,12 @@ def read_coco(
         raise ValueError(f"unlabeled must be one of {', '.join(COCO_UNLABELED)}")
     with open_file() as stream:
         JsonReader(stream, source, MAX_DEPTH, limits).drain()
-    categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
-    class_of = {category.coco_id: category.class_id for category in categories}
+    if class_names is not None:
+        check_class_names(class_names, unlabeled)
+    categories, unnamed = _read_categories(
+        _items(open_file, source, "categories"), source, unlabeled, class_names
+    )
+    class_of = _ClassOf({category.coco_id: category.class_id for category in categories}, unnamed)
     folder = spill.temporary_folder("coco")
     images = _read_images(_items(open_file, source, "images"), source, folder.name)
     annotations = ExternalSort(folder.name, "annotations")
@@ -224,7 +240,25 @@ def read_coco(
         records.records,
         paths[0],
         folder,
+        None if class_names is None else tuple(class_names),
     )
+
+
+def check_class_names(class_names: tuple[str, ...], unlabeled: str) -> None:
+    """With unlabeled pixels as `background`, --class_names must say which id that is."""
+    if unlabeled == "background" and BACKGROUND_NAME not in class_names:
+        raise ValueError(
+            f"--class_names must name {BACKGROUND_NAME!r} (the id of unlabeled pixels), "
+            "or give --unlabeled_pixels ignore"
+        )
+
+
+class _ClassOf(dict):
+    """Class id by COCO category id, knowing the categories --class_names leaves out."""
+
+    def __init__(self, ids: dict[int, int], unnamed: dict[int, str]) -> None:
+        super().__init__(ids)
+        self.unnamed = unnamed
 
 
 class _TooLargeError(ValueError):
@@ -306,8 +340,13 @@ def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Ite
         raise ValueError(f"{source}: not valid JSON ({first_line})") from error
 
 
-def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple[CocoCategory, ...]:
-    """Contiguous class ids in ascending COCO id order: the file's order cannot change them."""
+def _read_categories(
+    items: Iterator[Any], source: str, unlabeled: str, class_names: tuple[str, ...] | None = None
+) -> tuple[tuple[CocoCategory, ...], dict[int, str]]:
+    """(categories with their class ids, names of the categories `class_names` leaves out).
+
+    Without `class_names`, contiguous class ids in ascending COCO id order: the file's order
+    cannot change them. With it, each category takes the id of its name in the list."""
     raw: dict[int, tuple[str, str | None]] = {}
     first = 1 if unlabeled == "background" else 0
     for position, item in enumerate(items):
@@ -330,6 +369,8 @@ def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple
             )
     if not raw:
         raise ValueError(f"{source}: no categories")
+    if class_names is not None:
+        return _named_categories(raw, class_names)
     categories = tuple(
         CocoCategory(coco_id, first + offset, *raw[coco_id])
         for offset, coco_id in enumerate(sorted(raw))
@@ -341,7 +382,20 @@ def _read_categories(items: Iterator[Any], source: str, unlabeled: str) -> tuple
     if duplicates:
         hint = " (or use unlabeled pixels as ignore)" if BACKGROUND_NAME in duplicates else ""
         raise ValueError(f"{source}: duplicate class names {duplicates}{hint}")
-    return categories
+    return categories, {}
+
+
+def _named_categories(
+    raw: dict[int, tuple[str, str | None]], class_names: tuple[str, ...]
+) -> tuple[tuple[CocoCategory, ...], dict[int, str]]:
+    id_of = {name: index for index, name in enumerate(class_names)}
+    named = tuple(
+        CocoCategory(coco_id, id_of[raw[coco_id][0]], *raw[coco_id])
+        for coco_id in sorted(raw)
+        if raw[coco_id][0] in id_of
+    )
+    unnamed = {coco_id: name for coco_id, (name, _) in raw.items() if name not in id_of}
+    return tuple(sorted(named, key=lambda c: (c.class_id, c.coco_id))), unnamed
 
 
 def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort:
@@ -389,6 +443,11 @@ def _annotation(
 ) -> CocoAnnotation | None:
     """The compact form of one annotation; None when it has no segmentation to draw."""
     category = raw.get("category_id")
+    unnamed = getattr(class_of, "unnamed", {})
+    if type(category) is int and category in unnamed:
+        raise ValueError(
+            f"category {unnamed[category]!r} (id {category}) is not in the class names"
+        )
     if type(category) is not int or category not in class_of:
         raise ValueError(f"category_id {category!r} is not in categories")
     crowd = raw.get("iscrowd", 0)

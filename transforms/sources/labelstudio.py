@@ -16,17 +16,19 @@ Other result types are counted and not drawn. Labels get ids sorted by name (Lab
 keeps no order); the class-id rule is annotated.py's.
 
 Image names: `/data/upload/N/1a2b3c4d-cat.jpg`, `/data/local-files/?d=dir/cat.jpg`,
-`gs://bucket/dir/cat.jpg`, `s3://...`, URLs and plain paths. Tried in order against the
-image folder (when local): the path (the `d=` value, or the path inside the bucket or
-host), then the file name, then the file name without Label Studio's 8-hex upload prefix;
-the first that exists is the image. If the file name and the prefix-free name are both
-files, the task is a reject naming both. Without a local folder to look in, the path is
-used, or the prefix-free name for an upload.
+`gs://bucket/dir/cat.jpg`, `s3://...`, URLs and plain paths. Matched against the images
+under the image folder (local or gs://, listed once): the path (the `d=` value, or the path
+inside the bucket or host) if it names an image there, also with leading folders dropped;
+else the file name, or the file name without Label Studio's 8-hex upload prefix, anywhere
+under the folder. A name that matches two images (`sub1/dup.jpg`, `sub2/dup.jpg`, or
+`cat.jpg` and `1a2b3c4d-cat.jpg`) makes the task a reject naming both. With no image
+matched, or no folder to look in, the path is used, or the prefix-free name for an upload.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import posixpath
 import re
@@ -37,6 +39,7 @@ from typing import Any, ClassVar
 import ijson
 import numpy as np
 
+from transforms import files
 from transforms.bounded_text import JsonReader, Oversized, bounded_entries
 from transforms.files import open_regular
 from transforms.limits import (
@@ -94,6 +97,7 @@ class _Reader:
         self.limits = limits
         self.ignored: collections.Counter[str] = collections.Counter()
         self.skipped: collections.Counter[str] = collections.Counter()
+        self._index: _ImageIndex | None = None
 
     def stats(self) -> ToolStats:
         return ToolStats(dict(self.ignored), skipped=dict(self.skipped))
@@ -206,17 +210,60 @@ class _Reader:
 
     def _file_name(self, url: str) -> tuple[str, str | None]:
         candidates = image_candidates(url)
-        if self.image_dir is None or not os.path.isdir(self.image_dir):
+        index = self._images()
+        if index is None:
             return candidates[-1 if url.startswith("/data/upload/") else 0], None
-        exists = [c for c in candidates if os.path.isfile(os.path.join(self.image_dir, c))]
-        if not exists:
-            return candidates[0], None
-        if exists[0] == candidates[0] and len(candidates) > 1 and "/" in candidates[0]:
-            return exists[0], None
-        names = [c for c in exists if "/" not in c]
-        if len(set(names)) > 1:
-            return names[0], f"two images match {url!r}: {names[0]} and {names[1]}"
-        return exists[0], None
+        path = candidates[0]
+        if "/" in path:
+            # The path as the task gives it, else with leading folders dropped: Label Studio's
+            # document root is rarely the image folder itself.
+            parts = path.split("/")
+            for start in range(len(parts) - 1):
+                if "/".join(parts[start:]) in index.paths:
+                    return "/".join(parts[start:]), None
+        names = [c for c in candidates if "/" not in c]
+        found = list(dict.fromkeys(p for name in names for p in index.by_name.get(name, ())))
+        if len(found) > 1:
+            more = f" (and {len(found) - 2} more)" if len(found) > 2 else ""
+            return found[0], f"two images match {url!r}: {found[0]} and {found[1]}{more}"
+        return (found[0] if found else path), None
+
+    def _images(self) -> _ImageIndex | None:
+        """The image folder's images, listed once (local or gs://); None without a folder."""
+        if self._index is None and self.image_dir is not None:
+            self._index = _ImageIndex.of(self.image_dir)
+        return self._index or None
+
+
+@dataclasses.dataclass
+class _ImageIndex:
+    """Image files under the image folder: their relative paths, and those by file name."""
+
+    paths: set[str]
+    by_name: dict[str, list[str]]
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+    @classmethod
+    def of(cls, image_dir: str) -> _ImageIndex:
+        if not files.is_remote(image_dir) and not os.path.isdir(image_dir):
+            return cls(set(), {})
+        root = image_dir.rstrip("/") + "/"
+        paths: set[str] = set()
+        by_name: dict[str, list[str]] = collections.defaultdict(list)
+        for found in files.list_files(root):
+            relative = found[len(root) :] if found.startswith(root) else found
+            relative = relative.replace(os.sep, "/")
+            parts = relative.split("/")
+            if any(part.startswith(".") for part in parts):
+                continue  # hidden files and folders are no inputs (pairing.py)
+            if relative.lower().endswith(IMAGE_EXTENSIONS):
+                paths.add(relative)
+                by_name[parts[-1]].append(relative)
+        for same in by_name.values():
+            same.sort()
+        return cls(paths, dict(by_name))
 
 
 def image_candidates(url: str) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from beam_pipeline.commands.summary import plural
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import dataset_info, record_index, side_tables
@@ -73,16 +74,17 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             straddling.append(f"line {number} ({', '.join(sorted(placed))})")
         if section.get("mode") == "drop" and any(key in split_of for key in keys[1:]):
             kept_wrong.append(f"line {number}")
-    for found, text in (
-        (unknown, "keys in neither a shard nor rejects.jsonl"),
-        (straddling, "groups whose records are not all in the split it names"),
-        (kept_wrong, "groups (--duplicates drop) with a record besides the kept key"),
+    for found, noun, text in (
+        (unknown, "key", "in neither a shard nor rejects.jsonl"),
+        (straddling, "group", "whose records are not all in the split it names"),
+        (kept_wrong, "group", "(--duplicates drop) with a record besides the kept key"),
     ):
         if found:
-            problems.append(f"{where}: {len(found)} {text}: {', '.join(found[:_SHOWN])}")
+            counted = plural(len(found), noun)
+            problems.append(f"{where}: {counted} {text}: {', '.join(found[:_SHOWN])}")
     if len(groups) != section.get("groups"):
         said = section.get("groups")
-        problems.append(f"{where}: {len(groups)} groups, metadata.json says {said}")
+        problems.append(f"{where}: {plural(len(groups), 'group')}, metadata.json says {said}")
     return problems
 
 

@@ -1,0 +1,87 @@
+"""CVAT, Label Studio and labelme exports read from gs:// as COCO is, against the loopback
+Cloud Storage server: images and export in the bucket, the same masks as from local disk."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers.class_outputs import metadata, rejects, stored_masks
+from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
+from tests.test_shipped_exports import SQUARE, H, W, _images, _polygon_task, _run
+
+CVAT = f"""<?xml version="1.0" encoding="utf-8"?>
+<annotations>
+  <version>1.1</version>
+  <meta><task><labels><label><name>road</name></label><label><name>car</name></label>
+  </labels></task></meta>
+  <image id="0" name="a.jpg" width="{W}" height="{H}">
+    <polygon label="car" points="10,10;30,10;30,30;10,30" z_order="0"/>
+  </image>
+  <image id="1" name="sub/b.jpg" width="{W}" height="{H}"></image>
+  <image id="2" name="gone.jpg" width="{W}" height="{H}"></image>
+</annotations>
+"""
+
+
+def _labelme(image_path: str) -> str:
+    points = [[x, y] for x, y in zip(SQUARE[0::2], SQUARE[1::2], strict=True)]
+    shape = {"label": "car", "points": points, "shape_type": "polygon", "flags": {}}
+    return json.dumps(
+        {"shapes": [shape], "imagePath": image_path, "imageHeight": H, "imageWidth": W}
+    )
+
+
+def _exports(root) -> dict[str, tuple[str, str]]:
+    """format -> (object name of the export, --annotation_format), all uploaded by the test."""
+    (root / "cvat.xml").write_text(CVAT)
+    tasks = [
+        _polygon_task(1, "/data/upload/3/1a2b3c4d-a.jpg", "car"),
+        _polygon_task(2, "/data/local-files/?d=photos/sub/b.jpg", "road"),
+        _polygon_task(3, "s3://bucket/gone.jpg", "car"),
+    ]
+    (root / "export.json").write_text(json.dumps(tasks))
+    return {"cvat": "cvat.xml", "labelstudio": "export.json"}
+
+
+@pytest.mark.parametrize("tool", ["cvat", "labelstudio", "labelme"])
+def test_tool_exports_are_read_from_a_bucket(gcs, tmp_path, tool):  # noqa: F811
+    local = tmp_path / "local"
+    _images(local / "img", "a.jpg", "sub/b.jpg")
+    prefix = f"{tool}/"
+    if tool == "labelme":  # the JSON files beside their images, as labelme saves them
+        (local / "img" / "a.json").write_text(_labelme("a.jpg"))
+        (local / "img" / "sub" / "b.json").write_text(_labelme("b.jpg"))
+        (local / "img" / "gone.json").write_text(_labelme("gone.jpg"))
+        export = gcs.url(f"{prefix}img")
+    else:
+        name = _exports(local)[tool]
+        gcs.put(f"{prefix}{name}", (local / name).read_bytes())
+        export = gcs.url(f"{prefix}{name}")
+    assert gcs.upload_tree(local / "img", f"{prefix}img")
+    out = tmp_path / "out"
+    flags = ["--annotations", export, "--annotation_format", tool]
+    assert _run(gcs.url(f"{prefix}img"), out, *flags) == 0
+    stored = stored_masks(out)
+    assert sorted(stored) == ["a", "sub/b"]
+    car = metadata(out)["classes"]["names"].index("car")
+    assert stored["a"][1][20, 20] == car and stored["a"][1][2, 2] == 0
+    assert metadata(out)["classes"]["coco"]["format"] == tool
+    assert rejects(out)["gone"]["reason"] == "missing_image"
+    if tool == "labelstudio":  # found under sub/ by its path with the leading folder dropped
+        assert stored["sub/b"][1][20, 20] == metadata(out)["classes"]["names"].index("road")
+    elif tool == "labelme":
+        assert stored["sub/b"][1][20, 20] == car
+    else:
+        assert not np.any(stored["sub/b"][1])
+
+
+def test_a_missing_export_in_a_bucket_is_one_line_error(gcs, tmp_path, capsys):  # noqa: F811
+    _images(tmp_path / "img", "a.jpg")
+    assert gcs.upload_tree(tmp_path / "img", "missing/img")
+    flags = ["--annotations", gcs.url("missing/none.xml"), "--annotation_format", "cvat"]
+    assert _run(gcs.url("missing/img"), tmp_path / "out", *flags) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err, err
