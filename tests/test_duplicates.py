@@ -387,14 +387,44 @@ def test_bucket_pairs_other_outputs_only_against_this_run():
     assert sorted((a.image.key, b.image.key) for a, b, _ in found) == [("a", "x"), ("a", "y")]
 
 
-def test_groups_are_connected_components():
+def test_groups_are_complete_linkage_not_chains():
+    """A~B and B~C with A and C not verified: A and B group, C is left alone (no chain)."""
+
     def h(key, phash=0):
         return dups.ImageHash(key, key, phash)
 
-    groups = dups.connected_groups([(h("c"), h("b")), (h("b"), h("a")), (h("x"), h("y"))])
-    assert [[m.key for m in group] for group in groups] == [["a", "b", "c"], ["x", "y"]]
+    pairs = [(h("c"), h("b")), (h("b"), h("a")), (h("x"), h("y")), (h("y"), h("z"))]
+    pairs += [(h("x"), h("z")), (h("d"), h("c"))]
+    groups = dups.complete_groups(pairs)
+    assert [[m.key for m in group] for group in groups] == [["a", "b"], ["c", "d"], ["x", "y", "z"]]
     line = dups.describe_group([h("a", 0), h("b", 7)], "train")
     assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
+
+
+def test_signature_confirms_copies_and_parts_distinct_images():
+    photo = _smooth_photo(3)
+    darker = ImageEnhance.Brightness(photo).enhance(0.85)
+    flatter = ImageEnhance.Contrast(photo).enhance(1.15)
+
+    def signature(image):
+        return dups.colour_signature(dups.thumbnail(image))
+
+    original = signature(photo)
+    assert len(original) == 192
+    for copy in (darker, flatter, photo.resize((150, 150)).resize((256, 256))):
+        assert dups.similarity(original, signature(copy)) >= 0.95
+    assert dups.similarity(original, signature(_smooth_photo(4))) < 0.95
+
+
+def test_hash_rows_keep_the_signature_and_old_rows_still_load():
+    image = dups.ImageHash("k", "ab", 5, None, bytes([1, 255, 0]))
+    (back,) = dups.parse_hash_rows(dups.hash_rows_bytes([image]))
+    assert (back.key, back.phash, back.signature) == ("k", 5, bytes([1, 255, 0]))
+    (old,) = dups.parse_hash_rows(b'{"key": "k", "sha256": "ab", "phash": "0000000000000005"}')
+    assert old.signature == b""
+    other = dups.ImageHash("j", "cd", 5, None, bytes([9, 9, 9]))
+    assert dups.verified(old, other, 0.95)  # no signature: the distance alone decides
+    assert not dups.verified(image, dups.ImageHash("j", "cd", 5, None, bytes([0, 1, 0])), 0.95)
 
 
 def test_inspect_draws_the_groups(grouped, tmp_path):

@@ -72,19 +72,19 @@ class _HashImages(beam.DoFn):
             ) from error
 
 
-# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest):
-# Beam encodes tuples of str and int with its fast coder, dataclasses only by pickling, and
-# each image is keyed D + 1 times.
+# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest,
+# signature): Beam encodes tuples of str, int and bytes with its fast coder, dataclasses only
+# by pickling, and each image is keyed D + 1 times.
 
 
 def _as_tuple(tagged: dups.Tagged) -> tuple:
     image = tagged.image
-    return tagged.source, image.key, image.phash, image.sha256, image.mask
+    return tagged.source, image.key, image.phash, image.sha256, image.mask, image.signature
 
 
 def _from_tuple(value: tuple) -> dups.Tagged:
-    source, key, phash, sha256, mask = value
-    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask))
+    source, key, phash, sha256, mask, signature = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -122,11 +122,15 @@ class _OwnBuckets(beam.DoFn):
         self.start_bundle()
 
 
-def _bucket_pairs(element, distance: int):
+def _bucket_pairs(element, distance: int, min_similarity: float):
+    """The verified near copies in one bucket: leaks (another output's image) apart, pairs
+    with this run's or the appended output's images (dups.EXISTING sources) go on."""
     (band, _), lists = element
     tagged = [_from_tuple(value) for values in lists for value in values]
     for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
-        if b.source:
+        if not dups.verified(a.image, b.image, min_similarity):
+            continue
+        if b.source and not dups.is_existing(b.source):
             yield beam.pvalue.TaggedOutput(
                 "leaks", (a.image.key, (distance_ab, b.source, b.image.key))
             )
@@ -144,31 +148,93 @@ def _other_hashes(pbegin, number: int, check):
     )
 
 
+def _existing_hashes(pbegin, existing: tuple[tuple[str, str], ...]):
+    """--append: the hashes the output stores, tagged with the split that holds them."""
+    streams = [
+        pbegin
+        | f"ExistingHashFile{split}" >> beam.Create([path])
+        | f"ReadExistingHashes{split}" >> beam.io.ReadAllFromText()
+        | f"ParseExistingHashes{split}" >> beam.Map(_tagged_row, dups.existing_source(split))
+        for split, path in existing
+    ]
+    return streams
+
+
 def _tagged_row(line: str, source: str) -> dups.Tagged:
     return dups.Tagged(source, dups.ImageHash.from_row(json.loads(line)))
 
 
 def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
-    """Connected components of every pair found, each a duplicates.jsonl line."""
-    pairs = ((_from_tuple(a).image, _from_tuple(b).image) for a, b in pairs)
-    return [
-        dups.describe_group(members, settings.fractions.split_of(members[0].key))
-        for members in dups.connected_groups(pairs)
-    ]
+    """Complete-linkage groups of every verified pair, each a duplicates.jsonl line."""
+    tagged = [(_from_tuple(a), _from_tuple(b)) for a, b in pairs]
+    stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
+    stored = {key: split for key, split in stored.items() if split}
+    images = ((a.image, b.image) for a, b in tagged)
+    groups = []
+    for members in dups.complete_groups(images):
+        old = {m.key: stored[m.key] for m in members if m.key in stored}
+        groups.append(dups.describe_group(members, _group_split(members, old, settings), old))
+    return groups
 
 
-def _anchors(groups: list[dups.Group]):
-    """(member, the group's smallest key) for every member but that key."""
+def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> str | None:
+    """Where a member is by itself: the split the output stores it in (an append's earlier
+    images), else the split its key gets (the official lists', or the key rule's)."""
+    return group.stored.get(key) or settings.fractions.split_of(key)
+
+
+def _group_split(members, old: dict[str, str], settings: DuplicateSettings):
+    """The group's `split`: under official splits every split its members are listed in
+    (a sorted list); otherwise the one split they all follow: the output's, when it already
+    stores a member (the smallest such key), else the split of the smallest key."""
+    if settings.official:
+        splits = {old.get(m.key) or settings.fractions.split_of(m.key) for m in members}
+        return sorted(split for split in splits if split is not None)
+    if old:
+        return old[min(old)]
+    return settings.fractions.split_of(members[0].key)
+
+
+def _anchors(groups: list[dups.Group], settings: DuplicateSettings):
+    """(member, the split it follows) for this run's members of every group; none under
+    official splits, where every entry stays in its listed split."""
+    if settings.official or settings.mode == "drop":
+        return
     for group in groups:
-        for key in group.keys[1:]:
-            yield key, group.keys[0]
+        for key in group.keys:
+            if key not in group.stored:
+                yield key, group.split
 
 
-def _dropped(groups: list[dups.Group]):
+def _dropped(groups: list[dups.Group], settings: DuplicateSettings):
+    """(key, verdict) for the members --duplicates drop rejects: in each split a group
+    touches, all but one member (the output's own image if it stores one, else the smallest
+    key); under official splits also every train member when the group reaches validation
+    or test, so the copies leave train and never the other way. Images the output already
+    stores are never dropped."""
     for group in groups:
-        for key in group.keys[1:]:
-            detail = f"{group.kind} duplicate of {group.keys[0]} (kept)"
-            yield key, (0, Reason.DUPLICATE_IMAGE.value, detail)
+        by_split: dict[str | None, list[str]] = {}
+        for key in group.keys:
+            split = _member_split(key, group, settings) if settings.official else None
+            by_split.setdefault(split, []).append(key)
+        kept = {
+            split: next((k for k in keys if k in group.stored), keys[0])
+            for split, keys in by_split.items()
+        }
+        held = sorted(split for split in kept if split not in (None, "train"))
+        for split, keys in by_split.items():
+            if split == "train" and held:
+                keeper = kept[held[0]]
+                where = f", {held[0]}"
+            else:
+                keeper, where = kept[split], ""
+            if keeper in group.stored:
+                where += ", already in the output"
+            for key in keys:
+                if key == keeper or key in group.stored:
+                    continue
+                detail = f"{group.kind} duplicate of {keeper} (kept{where})"
+                yield key, (0, Reason.DUPLICATE_IMAGE.value, detail)
 
 
 def _leak_verdict(element):
@@ -205,28 +271,59 @@ def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -
     data = b"".join(group.line() for group in groups)
     storage.write_bytes(storage.join(settings.staging_dir, DUPLICATES_FILE), data)
     straddling = sum(
-        len({settings.fractions.split_of(key) for key in group.keys}) > 1 for group in groups
+        len({_member_split(key, group, settings) for key in group.keys}) > 1 for group in groups
     )
+    crossing = [group for group in groups if settings.official and len(group.split) > 1]
+    dropped = sum(1 for _ in _dropped(groups, settings)) if settings.mode == "drop" else 0
     return {
         "mode": settings.mode,
         "threshold": settings.distance,
+        "min_similarity": settings.min_similarity,
+        "official_splits": settings.official,
         "groups": len(groups),
         "keys_in_groups": sum(len(group.keys) for group in groups),
         "exact_groups": sum(group.kind == "exact" for group in groups),
         "conflicting_mask_groups": sum(group.conflicting_masks for group in groups),
-        # Every member follows its group's smallest key: no group spans two splits.
-        "cross_split_groups": 0,
+        # Without official splits every member follows its group: no group spans two splits.
+        "cross_split_groups": len(crossing),
+        "cross_split_train_keys": sum(
+            sum(_member_split(k, g, settings) == "train" for k in g.keys) for g in crossing
+        ),
+        "cross_split_held_in": sorted(
+            {split for group in crossing for split in group.split if split != "train"}
+        ),
         "cross_split_groups_by_key_alone": straddling,
-        "dropped": sum(len(g.keys) - 1 for g in groups) if settings.mode == "drop" else 0,
+        "moved": _moved(groups, settings),
+        "in_output_matches": sum(
+            len(group.keys) - len(group.stored) for group in groups if group.stored
+        ),
+        "dropped": dropped,
         "leakage_checked": [check.output_dir for check in settings.leakage],
         "leaks": leaks,
     }
 
 
+def _moved(groups: list[dups.Group], settings: DuplicateSettings) -> dict[str, int]:
+    """Per split, the entries grouping brought in minus those it took out (group mode
+    without official splits: members follow their group's split)."""
+    change: dict[str, int] = {}
+    if settings.official or settings.mode != "group":
+        return change
+    for group in groups:
+        for key in group.keys:
+            own = _member_split(key, group, settings)
+            if key in group.stored or own == group.split:
+                continue
+            for split, step in ((own, -1), (group.split, 1)):
+                if split is not None:
+                    change[split] = change.get(split, 0) + step
+    return dict(sorted(change.items()))
+
+
 class FindDuplicates(beam.PTransform):
     """pairs -> {"pairs": pairs carrying their hashes, minus rejects; "rejects" (None when
     nothing can be rejected: group mode without --leakage_check);
-    "anchors": (member, smallest key of its group); "report": the metadata section}."""
+    "anchors": (member, the split it follows); "report": the metadata section}."""
 
     def __init__(self, settings: DuplicateSettings) -> None:
         super().__init__()
@@ -237,10 +334,14 @@ class FindDuplicates(beam.PTransform):
         distance = settings.distance
         hashed = pairs | "HashImages" >> beam.ParDo(_HashImages(settings))
         keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        for number, check in enumerate(settings.leakage):
-            others = _other_hashes(pairs.pipeline, number, check)
+        others = [
+            _other_hashes(pairs.pipeline, number, check)
+            for number, check in enumerate(settings.leakage)
+        ]
+        others += _existing_hashes(pairs.pipeline, settings.existing)
+        for number, other in enumerate(others):
             keyed.append(
-                others
+                other
                 | f"OtherBandKeys{number}" >> beam.FlatMap(_band_keys, distance)
                 | f"OtherAsLists{number}" >> beam.MapTuple(lambda key, value: (key, [value]))
             )
@@ -249,13 +350,15 @@ class FindDuplicates(beam.PTransform):
             | "AllBandKeys" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
             | "CompareInBucket"
-            >> beam.FlatMap(_bucket_pairs, distance).with_outputs("leaks", main="pairs")
+            >> beam.FlatMap(_bucket_pairs, distance, settings.min_similarity).with_outputs(
+                "leaks", main="pairs"
+            )
         )
         seed = pairs.pipeline | "GroupsSeed" >> beam.Create([None])
         groups = seed | "Groups" >> beam.Map(
             _groups, pairs=beam.pvalue.AsList(found.pairs), settings=settings
         )
-        anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
+        anchors = groups | "Anchors" >> beam.FlatMap(_anchors, settings)
         if settings.mode == "group" and not settings.leakage:
             # Nothing can be rejected: the pairs go on as hashed, with no verdict stages.
             report = groups | "Report" >> beam.Map(_report, leaks=0, settings=settings)
@@ -268,7 +371,7 @@ class FindDuplicates(beam.PTransform):
         leak_count = leaks | "CountLeaks" >> beam.combiners.Count.Globally()
         verdicts = [leaks]
         if settings.mode == "drop":
-            verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped))
+            verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped, settings))
         verdict = (
             verdicts
             | "AllVerdicts" >> beam.Flatten()

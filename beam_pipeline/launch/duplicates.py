@@ -12,28 +12,22 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
 from beam_pipeline.runtime import storage
 from transforms.format import dataset_info
-from transforms.splits import SplitFractions
+from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
 def plan_duplicates(
     args: argparse.Namespace,
-    fractions: SplitFractions,
+    fractions: SplitFractions | SplitLists | FolderSplits,
     staging_dir: str,
     pool: str | None,
     mask_digests: bool,
 ) -> DuplicateSettings | None:
     """The job's duplicate settings; None for --duplicates off (no hashing at all).
 
-    An append searches none: its new keys are not yet compared with the output's images,
-    and the output's duplicates.jsonl and hash tables stay exactly as they were.
+    An append compares its new images with the hashes the output stores, as well as with
+    each other (docs/duplicates.md); the output's duplicates.jsonl and hash tables stay as
+    they were.
     """
-    if getattr(args, "append", False):
-        if args.leakage_check or args.duplicates == "drop":
-            raise UsageError(
-                "--append does not search duplicates yet: run --leakage_check or "
-                "--duplicates drop on a full prepare (docs/duplicates.md)"
-            )
-        return None
     output = storage.normalize_dir(args.output_dir)
     for folder in args.leakage_check or ():
         if storage.normalize_dir(folder) == output:
@@ -49,6 +43,7 @@ def plan_duplicates(
                 "compute: use --duplicates group (the default) or drop"
             )
         return None
+    existing = stored_hash_tables(output) if getattr(args, "append", False) else ()
     return DuplicateSettings(
         mode=args.duplicates,
         distance=args.duplicate_distance,
@@ -57,7 +52,24 @@ def plan_duplicates(
         pool=pool,
         mask_digests=mask_digests,
         leakage=checks,
+        existing=existing,
     )
+
+
+def stored_hash_tables(output: str) -> tuple[tuple[str, str], ...]:
+    """--append: (split, hashes file) for each split of the output that stored its image
+    hashes (none when it was prepared with --duplicates off: nothing to compare with)."""
+    try:
+        info = dataset_info.read_metadata_json(output)
+    except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
+        raise UsageError(f"--append {output}: {error}") from None
+    splits = info.get("splits") if isinstance(info, dict) else None
+    tables = []
+    for name, split in sorted((splits or {}).items()):
+        ref = split.get("hashes") if isinstance(split, dict) else None
+        if isinstance(ref, dict) and isinstance(ref.get("file"), str):
+            tables.append((name, storage.join(output, ref["file"])))
+    return tuple(tables)
 
 
 def _leakage_check(folder: str) -> LeakageCheck:
