@@ -193,6 +193,16 @@ def planted_copy(image: Image.Image, family: str, rng: np.random.Generator) -> b
     return jpeg(enhancer(image).enhance(factor))
 
 
+def _fitted(mask: np.ndarray, image: bytes) -> np.ndarray:
+    """The mask at the copy's size (resized, also for a crop: the benchmark scores images,
+    and the job only needs the sizes to agree)."""
+    with Image.open(io.BytesIO(image)) as opened:
+        size = opened.size
+    if size == (mask.shape[1], mask.shape[0]):
+        return mask
+    return np.asarray(Image.fromarray(mask).resize(size, Image.NEAREST))
+
+
 def png(mask: np.ndarray) -> bytes:
     out = io.BytesIO()
     Image.fromarray(mask * 255).save(out, format="PNG")
@@ -218,7 +228,7 @@ def build(out: Path, distinct: int, planted: int, seed: int = 0, photos=()) -> d
             copy = f"{key}-c{number}"
             data = original if family == "exact" else planted_copy(image, family, rng)
             (out / "images" / f"{copy}.jpg").write_bytes(data)
-            (out / "masks" / f"{copy}.png").write_bytes(png(mask))
+            (out / "masks" / f"{copy}.png").write_bytes(png(_fitted(mask, data)))
             truth[copy] = {"identity": key, "family": family}
     (out / "truth.json").write_text(json.dumps(truth, indent=0, sort_keys=True))
     return truth

@@ -343,6 +343,15 @@ def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[I
     pair graph: the smallest key left anchors a group, and the others join it in key order
     only when paired with every member so far; those left over form groups the same way.
     Singletons are no group. Each group sorted by key; the groups sorted."""
+    return sorted(group for linked in linked_groups(pairs) for group in linked)
+
+
+def linked_groups(
+    pairs: Iterable[tuple[ImageHash, ImageHash]],
+) -> list[list[list[ImageHash]]]:
+    """complete_groups, gathered per connected component of the pairs: the groups that a
+    chain of verified pairs links (the job places them in one split, so no verified pair
+    ever straddles two splits). Components in order of their smallest key."""
     neighbours: dict[str, set[str]] = {}
     images: dict[str, ImageHash] = {}
     for a, b in pairs:
@@ -352,8 +361,9 @@ def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[I
             images.setdefault(image.key, image)
         neighbours.setdefault(a.key, set()).add(b.key)
         neighbours.setdefault(b.key, set()).add(a.key)
-    groups = []
+    linked = []
     for component in _components(neighbours):
+        groups = []
         left = sorted(component)
         while len(left) > 1:
             members = [left[0]]
@@ -364,7 +374,8 @@ def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[I
                 groups.append([images[key] for key in members])
             taken = set(members)
             left = [key for key in left if key not in taken]
-    return sorted(groups)
+        linked.append(groups)
+    return linked
 
 
 def _components(neighbours: Mapping[str, set[str]]) -> Iterator[set[str]]:

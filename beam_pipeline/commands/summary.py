@@ -115,12 +115,34 @@ def duplicates_lines(
     crossing = section.get("cross_split_groups", 0)
     if section.get("official_splits") and crossing:
         lines.append("  " + _crossing_line(section))
+    if isinstance(section.get("latest_append"), dict):
+        lines.append("  " + _append_line(section["latest_append"]))
     if section.get("leakage_checked"):
         lines.append(
             f"  leakage: {section['leaks']:,} entries near-duplicate an image of "
             f"{', '.join(section['leakage_checked'])}: rejected as leaks_into"
         )
     return lines
+
+
+def _append_line(found: dict[str, Any]) -> str:
+    """What an append's search found: its new images' near copies of stored images."""
+    matches = found.get("in_output_matches", 0)
+    if found.get("mode") == "drop":
+        done = f"{found.get('dropped', 0):,} new entries dropped as duplicate_image"
+    elif found.get("official_splits"):
+        done = "each entry kept in its listed split"
+    else:
+        done = "each joined the split of the image it copies"
+    copies = "entry is a near copy" if matches == 1 else "entries are near copies"
+    line = (
+        f"this append: {matches:,} new {copies} "
+        f"of images already in the output, {done}; {found.get('groups', 0):,} groups among "
+        "the new and stored images"
+    )
+    if found.get("official_splits") and found.get("cross_split_groups"):
+        line += f"; {_crossing_line(found)}"
+    return line
 
 
 def _moved_line(moved: dict[str, int], splits: dict[str, Any]) -> str:

@@ -169,30 +169,35 @@ def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
     tagged = [(_from_tuple(a), _from_tuple(b)) for a, b in pairs]
     stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
     stored = {key: split for key, split in stored.items() if split}
-    images = ((a.image, b.image) for a, b in tagged)
     groups = []
-    for members in dups.complete_groups(images):
-        old = {m.key: stored[m.key] for m in members if m.key in stored}
-        groups.append(dups.describe_group(members, _group_split(members, old, settings), old))
-    return groups
+    for linked in dups.linked_groups((a.image, b.image) for a, b in tagged):
+        split = _linked_split(linked, stored, settings)
+        for members in linked:
+            old = {m.key: stored[m.key] for m in members if m.key in stored}
+            if settings.official:
+                split = _listed_splits(members, old, settings)
+            groups.append(dups.describe_group(members, split, old))
+    return sorted(groups, key=lambda group: group.keys)
+
+
+def _listed_splits(members, old: dict[str, str], settings: DuplicateSettings) -> list[str]:
+    """Under official splits, a group's `split`: every split its members are listed in."""
+    splits = {old.get(m.key) or settings.fractions.split_of(m.key) for m in members}
+    return sorted(split for split in splits if split is not None)
+
+
+def _linked_split(linked, stored: dict[str, str], settings: DuplicateSettings) -> str | None:
+    """The one split that linked groups follow without official splits: the output's, when
+    it already stores a member (the smallest such key), else the smallest key's."""
+    keys = [m.key for group in linked for m in group]
+    old = sorted(key for key in keys if key in stored)
+    return stored[old[0]] if old else settings.fractions.split_of(min(keys))
 
 
 def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> str | None:
     """Where a member is by itself: the split the output stores it in (an append's earlier
     images), else the split its key gets (the official lists', or the key rule's)."""
     return group.stored.get(key) or settings.fractions.split_of(key)
-
-
-def _group_split(members, old: dict[str, str], settings: DuplicateSettings):
-    """The group's `split`: under official splits every split its members are listed in
-    (a sorted list); otherwise the one split they all follow: the output's, when it already
-    stores a member (the smallest such key), else the split of the smallest key."""
-    if settings.official:
-        splits = {old.get(m.key) or settings.fractions.split_of(m.key) for m in members}
-        return sorted(split for split in splits if split is not None)
-    if old:
-        return old[min(old)]
-    return settings.fractions.split_of(members[0].key)
 
 
 def _anchors(groups: list[dups.Group], settings: DuplicateSettings):
