@@ -1,23 +1,29 @@
-"""Exact and near-duplicate images: the hashes, the band search and the groups.
+"""Exact and near-duplicate images: the hashes, the band search, the check and the groups.
 
 Pure code; the job (beam_pipeline/job/duplicates.py) runs it as Beam transforms.
 
-Each image gets the sha256 of its bytes (exact copies) and a 64-bit perceptual hash: the
-signs, against their median, of the 8x8 lowest frequencies of the DCT of a 32x32 grey image.
-The grey image comes from a DCT-scaled JPEG decode (Pillow's `draft`), which decodes about
-1/64 of the pixels. Low frequencies survive resizing, re-encoding and small crops; a
-brightness shift moves only the DC term (left out of the median), a contrast change scales
-every term alike, so neither flips a bit. benchmarks/duplicates.py measures all of it.
+Each image gets the sha256 of its bytes (exact copies), a 64-bit perceptual hash and a
+colour signature, both from one 32x32 RGB thumbnail (`thumbnail`, `fingerprint`). The hash
+is the signs, against their median, of the 8x8 lowest frequencies of the DCT of the grey
+thumbnail. JPEGs are decoded DCT-scaled (Pillow's `draft`), about 1/64 of the pixels.
+Low frequencies survive resizing, re-encoding and small crops; a brightness shift moves only
+the DC term (left out of the median), a contrast change scales every term alike.
 
-Near-duplicates are pairs within Hamming distance D. The candidate search splits the 64
-bits into D + 1 bands: two hashes within D differ in at most D bands, so (pigeonhole) they
-agree on at least one whole band, and looking only inside buckets of equal band values
-finds every such pair. A pair is reported from the first band it agrees on only, so no
-shuffle is needed to remove repeats.
+The hash mostly sees the silhouette: distinct portraits of one framing land within a few
+bits of each other. So the hash only finds candidates, and a candidate pair counts when the
+two colour signatures (the thumbnail at 8x8x3, less its mean, as int8) correlate closely
+(`verified`). benchmarks/duplicates.py measures both stages.
+
+Candidates are pairs within Hamming distance D. The search splits the 64 bits into D + 1
+bands: two hashes within D differ in at most D bands, so (pigeonhole) they agree on at least
+one whole band, and looking only inside buckets of equal band values finds every such pair.
+A pair is reported from the first band it agrees on only, so no shuffle removes repeats.
+Groups are complete linkage over the verified pairs (`complete_groups`): no chains.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -178,10 +184,10 @@ class ImageHash:
 
     def row(self) -> dict[str, str]:
         """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job); `sig`,
-        the signature in hex, only when there is one."""
+        the signature in base64 (256 characters), only when there is one."""
         row = {"key": self.key, "sha256": self.sha256, "phash": f"{self.phash:016x}"}
         if self.signature:
-            row["sig"] = self.signature.hex()
+            row["sig"] = base64.b64encode(self.signature).decode("ascii")
         return row
 
     @classmethod
@@ -191,8 +197,8 @@ class ImageHash:
             raise ValueError(f"phash {phash!r} is not 16 hex digits")
         sig = row.get("sig", "")
         if not isinstance(sig, str):
-            raise ValueError(f"sig {sig!r} is not hex digits")
-        signature = bytes.fromhex(sig)  # ValueError on other characters
+            raise ValueError(f"sig {sig!r} is not base64")
+        signature = base64.b64decode(sig, validate=True)  # binascii.Error is a ValueError
         return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), None, signature)
 
 

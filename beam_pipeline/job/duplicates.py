@@ -2,11 +2,15 @@
 
 Hash every image (in the run's writer pool on local runs) -> key each hash by its D + 1
 band values (gathered into lists per bundle) -> compare inside each band bucket
-(transforms/duplicates.py: pigeonhole, every pair within D shares a band) -> collect the
-pairs found, only those, in one place for the connected components -> each group's members
-follow its smallest key into one split, or (drop) all but that key become rejects. Hashes
-of other outputs (--leakage_check) join the same buckets; this run's images close to one of
-them become rejects.
+(transforms/duplicates.py: pigeonhole, every pair within D shares a band), keeping the pairs
+whose colour signatures confirm them -> collect those pairs in one place for the
+complete-linkage groups -> without official splits, the groups a chain of pairs links all
+follow one split (the smallest key's, or the split an appended output already stores a
+member in); under --split_file / --split_by_folder nobody moves and groups that cross splits
+are reported; drop keeps one member per group (per split under official splits, train's
+copies of validation/test images going). Hashes of other outputs (--leakage_check) join the
+same buckets (this run's images close to one of them become rejects), and so do, on an
+append, the hashes the output stores.
 
 No step holds every hash: buckets hold the images sharing one band value, and the side
 inputs hold what concerns duplicates only (group members, rejected keys).

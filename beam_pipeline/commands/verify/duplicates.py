@@ -71,8 +71,8 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             kept_wrong.append(f"line {number}")
     for found, text in (
         (unknown, "keys in neither a shard nor rejects.jsonl"),
-        (straddling, "groups whose records are not all in the split(s) it names"),
-        (kept_wrong, "groups (--duplicates drop) with a record besides the kept key(s)"),
+        (straddling, "groups whose records are not all in the split it names"),
+        (kept_wrong, "groups (--duplicates drop) with a record besides the kept key"),
     ):
         if found:
             problems.append(f"{where}: {len(found)} {text}: {', '.join(found[:_SHOWN])}")
