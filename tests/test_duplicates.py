@@ -397,6 +397,9 @@ def test_groups_are_complete_linkage_not_chains():
     pairs += [(h("x"), h("z")), (h("d"), h("c"))]
     groups = dups.complete_groups(pairs)
     assert [[m.key for m in group] for group in groups] == [["a", "b"], ["c", "d"], ["x", "y", "z"]]
+    chain = dups.linked_groups([(h("a"), h("b")), (h("b"), h("c"))])  # c is in no group
+    assert [[m.key for m in linked.images] for linked in chain] == [["a", "b", "c"]]
+    assert [[m.key for m in group] for group in chain[0].groups] == [["a", "b"]]
     line = dups.describe_group([h("a", 0), h("b", 7)], "train")
     assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
 

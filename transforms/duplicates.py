@@ -349,15 +349,21 @@ def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[I
     pair graph: the smallest key left anchors a group, and the others join it in key order
     only when paired with every member so far; those left over form groups the same way.
     Singletons are no group. Each group sorted by key; the groups sorted."""
-    return sorted(group for linked in linked_groups(pairs) for group in linked)
+    return sorted(group for linked in linked_groups(pairs) for group in linked.groups)
 
 
-def linked_groups(
-    pairs: Iterable[tuple[ImageHash, ImageHash]],
-) -> list[list[list[ImageHash]]]:
-    """complete_groups, gathered per connected component of the pairs: the groups that a
-    chain of verified pairs links (the job places them in one split, so no verified pair
-    ever straddles two splits). Components in order of their smallest key."""
+@dataclasses.dataclass(frozen=True)
+class Linked:
+    """The images a chain of verified pairs links (sorted by key), and their groups."""
+
+    images: list[ImageHash]
+    groups: list[list[ImageHash]]
+
+
+def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
+    """complete_groups, gathered per connected component of the pairs, with every image of
+    the component, grouped or not (the job places a component in one split, so no verified
+    pair ever straddles two splits). Components in order of their smallest key."""
     neighbours: dict[str, set[str]] = {}
     images: dict[str, ImageHash] = {}
     for a, b in pairs:
@@ -380,7 +386,7 @@ def linked_groups(
                 groups.append([images[key] for key in members])
             taken = set(members)
             left = [key for key in left if key not in taken]
-        linked.append(groups)
+        linked.append(Linked([images[key] for key in sorted(component)], groups))
     return linked
 
 

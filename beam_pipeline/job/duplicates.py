@@ -168,20 +168,28 @@ def _tagged_row(line: str, source: str) -> dups.Tagged:
     return dups.Tagged(source, dups.ImageHash.from_row(json.loads(line)))
 
 
-def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
-    """Complete-linkage groups of every verified pair, each a duplicates.jsonl line."""
+def _groups(_, pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[tuple]]:
+    """Complete-linkage groups of every verified pair (each a duplicates.jsonl line), and
+    (key, split) for this run's images that follow a split other than their own key's:
+    without official splits, every image a chain of pairs links (grouped or not) follows
+    one split."""
     tagged = [(_from_tuple(a), _from_tuple(b)) for a, b in pairs]
     stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
     stored = {key: split for key, split in stored.items() if split}
-    groups = []
+    groups, placed = [], []
     for linked in dups.linked_groups((a.image, b.image) for a, b in tagged):
         split = _linked_split(linked, stored, settings)
-        for members in linked:
+        for members in linked.groups:
             old = {m.key: stored[m.key] for m in members if m.key in stored}
-            if settings.official:
-                split = _listed_splits(members, old, settings)
-            groups.append(dups.describe_group(members, split, old))
-    return sorted(groups, key=lambda group: group.keys)
+            named = _listed_splits(members, old, settings) if settings.official else split
+            groups.append(dups.describe_group(members, named, old))
+        if not settings.official and settings.mode == "group":
+            placed += [
+                (image.key, split)
+                for image in linked.images
+                if image.key not in stored and settings.fractions.split_of(image.key) != split
+            ]
+    return sorted(groups, key=lambda group: group.keys), placed
 
 
 def _listed_splits(members, old: dict[str, str], settings: DuplicateSettings) -> list[str]:
@@ -191,11 +199,10 @@ def _listed_splits(members, old: dict[str, str], settings: DuplicateSettings) ->
 
 
 def _linked_split(linked, stored: dict[str, str], settings: DuplicateSettings) -> str | None:
-    """The one split that linked groups follow without official splits: the output's, when
-    it already stores a member (the smallest such key), else the smallest key's."""
-    keys = [m.key for group in linked for m in group]
-    old = sorted(key for key in keys if key in stored)
-    return stored[old[0]] if old else settings.fractions.split_of(min(keys))
+    """The one split linked images follow without official splits: the output's, when it
+    already stores one of them (the smallest such key), else the smallest key's."""
+    old = [image.key for image in linked.images if image.key in stored]
+    return stored[old[0]] if old else settings.fractions.split_of(linked.images[0].key)
 
 
 def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> str | None:
@@ -204,23 +211,20 @@ def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> s
     return group.stored.get(key) or settings.fractions.split_of(key)
 
 
-def _anchors(groups: list[dups.Group], settings: DuplicateSettings):
-    """(member, the split it follows) for this run's members of every group; none under
-    official splits, where every entry stays in its listed split."""
-    if settings.official or settings.mode == "drop":
-        return
-    for group in groups:
-        for key in group.keys:
-            if key not in group.stored:
-                yield key, group.split
+def _anchors(found):
+    """(image, the split it follows) for this run's images placed apart from their key's
+    split; none under official splits, where every entry stays in its listed split."""
+    _, placed = found
+    yield from placed
 
 
-def _dropped(groups: list[dups.Group], settings: DuplicateSettings):
+def _dropped(found, settings: DuplicateSettings):
     """(key, verdict) for the members --duplicates drop rejects: in each split a group
     touches, all but one member (the output's own image if it stores one, else the smallest
     key); under official splits also every train member when the group reaches validation
     or test, so the copies leave train and never the other way. Images the output already
     stores are never dropped."""
+    groups, _ = found
     for group in groups:
         by_split: dict[str | None, list[str]] = {}
         for key in group.keys:
@@ -275,15 +279,16 @@ class _Verdict(beam.DoFn):
         )
 
 
-def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -> dict:
+def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
     """Stage duplicates.jsonl; metadata.json's `duplicates` section (without the files)."""
+    groups, placed = found
     data = b"".join(group.line() for group in groups)
     storage.write_bytes(storage.join(settings.staging_dir, DUPLICATES_FILE), data)
     straddling = sum(
         len({_member_split(key, group, settings) for key in group.keys}) > 1 for group in groups
     )
     crossing = [group for group in groups if settings.official and len(group.split) > 1]
-    dropped = sum(1 for _ in _dropped(groups, settings)) if settings.mode == "drop" else 0
+    dropped = sum(1 for _ in _dropped(found, settings)) if settings.mode == "drop" else 0
     return {
         "mode": settings.mode,
         "threshold": settings.distance,
@@ -302,7 +307,7 @@ def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -
             {split for group in crossing for split in group.split if split != "train"}
         ),
         "cross_split_groups_by_key_alone": straddling,
-        "moved": _moved(groups, settings),
+        "moved": _moved(placed, settings),
         "in_output_matches": sum(
             len(group.keys) - len(group.stored) for group in groups if group.stored
         ),
@@ -312,20 +317,13 @@ def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -
     }
 
 
-def _moved(groups: list[dups.Group], settings: DuplicateSettings) -> dict[str, int]:
-    """Per split, the entries grouping brought in minus those it took out (group mode
-    without official splits: members follow their group's split)."""
+def _moved(placed: list[tuple], settings: DuplicateSettings) -> dict[str, int]:
+    """Per split, the entries grouping brought in minus those it took out."""
     change: dict[str, int] = {}
-    if settings.official or settings.mode != "group":
-        return change
-    for group in groups:
-        for key in group.keys:
-            own = _member_split(key, group, settings)
-            if key in group.stored or own == group.split:
-                continue
-            for split, step in ((own, -1), (group.split, 1)):
-                if split is not None:
-                    change[split] = change.get(split, 0) + step
+    for key, split in placed:
+        for name, step in ((settings.fractions.split_of(key), -1), (split, 1)):
+            if name is not None:
+                change[name] = change.get(name, 0) + step
     return dict(sorted(change.items()))
 
 
@@ -367,7 +365,7 @@ class FindDuplicates(beam.PTransform):
         groups = seed | "Groups" >> beam.Map(
             _groups, pairs=beam.pvalue.AsList(found.pairs), settings=settings
         )
-        anchors = groups | "Anchors" >> beam.FlatMap(_anchors, settings)
+        anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
         if settings.mode == "group" and not settings.leakage:
             # Nothing can be rejected: the pairs go on as hashed, with no verdict stages.
             report = groups | "Report" >> beam.Map(_report, leaks=0, settings=settings)
