@@ -1,10 +1,20 @@
-"""Near-duplicate detection: recall per change family, false positives, cost; the default D.
+"""Near-duplicate detection: precision and recall per change family, false groups, cost.
 
+    python benchmarks/duplicates.py                                       # portraits table
     pip download --no-deps -d /tmp/wheels scikit-image scikit-learn matplotlib
-    python benchmarks/duplicates.py --wheels /tmp/wheels                  # quality table
+    python benchmarks/duplicates.py --wheels /tmp/wheels                  # + photo tiles
     python benchmarks/duplicates.py --wheels /tmp/wheels --overhead 8000  # + run overhead
 
-Photos: the sample photos those three packages ship, read straight out of their wheel files
+Portraits (the default table): benchmarks/duplicate_set.py builds --distinct portraits of
+one composition and planted copies of the first --planted; every image is hashed as the job
+does (fingerprint() of a DCT-scaled decode). For each threshold D and minimum signature
+correlation S (S = 0: the band-search candidates alone) the table gives, per change family,
+the recall (copies paired with their original) and precision (pairs found with a copy that
+are with its own original or siblings), the pairs of distinct portraits confirmed, the share
+of distinct portraits wrongly grouped (complete-linkage groups holding another portrait's
+image) and the share `--duplicates drop` would lose entirely.
+
+Photo tiles (--wheels; the candidate stage alone): the sample photos those three packages ship, read straight out of their wheel files
 (a wheel is a zip; nothing is installed), cut into non-overlapping CROPxCROP tiles: a few
 hundred distinct natural images. Each tile gets one planted copy per change family:
 resize 0.5-0.9x, JPEG quality 30-95, crop of 1-5 % and of 5-10 % per side, brightness
