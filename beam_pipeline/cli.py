@@ -25,6 +25,7 @@ from beam_pipeline.launch.options import (
     DEFAULT_SAMPLE_COUNT,
     HelpFormatter,
     fraction,
+    integer,
     positive_int,
 )
 
@@ -53,6 +54,7 @@ def _sample_data(args: argparse.Namespace) -> int:
         f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}",
         f"broken on purpose: {broken}",
         *(f"  {kind:<20} {number}" for kind, number in summary.breakage_counts().items()),
+        *summary.planted_lines(),
     ]
     _print("\n".join(lines))
     return 0
@@ -162,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument(
         "--count", type=positive_int, default=DEFAULT_SAMPLE_COUNT, help="number of entries"
     )
-    sample.add_argument("--seed", type=int, default=0, help="random seed")
+    sample.add_argument("--seed", type=integer, default=0, help="random seed")
     sample.add_argument(
         "--broken_fraction",
         type=fraction,
@@ -171,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sample.add_argument(
         "--classes",
-        type=int,
+        type=integer,
         default=None,
         metavar="N",
         help="write N-class palette PNG masks (VOC layout) instead of binary .mat masks",
@@ -249,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
     report.add_argument(
         "--out",
-        help="HTML file to write (local); without it segprep-report-DIRNAME.html in the "
-        "current directory",
+        help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
+        "DIR (in the current folder for gs://)",
     )
     report.add_argument(
         "--version",
@@ -326,6 +328,7 @@ def _dispatch(argv: list[str]) -> int:
         return 2
     if args.command == "sample-data":
         return _sample_data(args)
+    _probe_credentials(getattr(args, "dir", None))
     if args.command == "verify":
         return _verify(args)
     if args.command == "report":
@@ -333,6 +336,17 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "index":
         return _index(args)
     return _inspect(args)
+
+
+def _probe_credentials(path: str | None) -> None:
+    """A tool given gs:// asks for credentials once, in seconds, before its first read: the
+    one probe every gs:// entry point goes through (transforms.files.missing_credentials)."""
+    from transforms import files
+
+    if path and files.is_remote(path):
+        problem = files.missing_credentials()
+        if problem is not None:
+            raise UsageError(problem)
 
 
 def _flush_stdout(code: int) -> int:

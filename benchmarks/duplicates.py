@@ -14,15 +14,15 @@ are with its own original or siblings), the pairs of distinct portraits confirme
 of distinct portraits wrongly grouped (complete-linkage groups holding another portrait's
 image) and the share `--duplicates drop` would lose entirely.
 
-Photo tiles (--wheels; the candidate stage alone): the sample photos those three packages ship, read straight out of their wheel files
-(a wheel is a zip; nothing is installed), cut into non-overlapping CROPxCROP tiles: a few
-hundred distinct natural images. Each tile gets one planted copy per change family:
-resize 0.5-0.9x, JPEG quality 30-95, crop of 1-5 % and of 5-10 % per side, brightness
-+-20 %, contrast +-20 %, horizontal flip (parameters drawn per tile from a fixed seed). For a
-range of thresholds D the table gives the recall of each family (copy within D of its
-original), the false-positive pairs among the distinct tiles (all pairs within D), the cost
-of hashing an image (bytes to hash, as the job does it), and for the flip family the recall
-when the mirror image's hash is compared too.
+Photo tiles (--wheels; the candidate stage alone): the sample photos those three packages
+ship, read straight out of their wheel files (a wheel is a zip; nothing is installed), cut
+into non-overlapping CROPxCROP tiles: a few hundred distinct natural images. Each tile gets
+one planted copy per change family: resize 0.5-0.9x, JPEG quality 30-95, crop of 1-5 % and
+of 5-10 % per side, brightness +-20 %, contrast +-20 %, horizontal flip (parameters drawn
+per tile from a fixed seed). For a range of thresholds D the table gives the recall of each
+family (copy within D of its original), the false-positive pairs among the distinct tiles
+(all pairs within D), the cost of hashing an image (bytes to hash, as the job does it), and
+for the flip family the recall when the mirror image's hash is compared too.
 
 --overhead N: `segprep prepare` on N distinct entries (800x600 JPEG tiles of the photos at
 random scales and offsets, each with a mask), timed with --duplicates off and group,

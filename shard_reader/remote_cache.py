@@ -9,6 +9,12 @@ pread per record as a local output. Layout under the cache directory (mode 0700)
     locks/<sha256>                   one downloader per shard across processes
     .lock                            accounting and eviction, one process at a time
 
+The cache deletes and opens only what it wrote: a regular file (checked with lstat, opened
+with O_NOFOLLOW) whose name follows the layout above. Anything else a user keeps in these
+folders is neither counted, evicted nor read, and a cache whose folders or files are
+symbolic links is refused (`UnsafeCacheError`), so nothing is ever deleted or touched
+through a link.
+
 A file under objects/ is named by its content's sha256 and put there only by rename after
 that sha256 was checked, so a partial or corrupt download is never served: a download
 killed midway leaves a partial file whose lock died with its process, and the next
@@ -33,7 +39,9 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
+import stat
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -45,10 +53,23 @@ from transforms import files
 # space of its file system (checked when the cache is created), whichever is smaller.
 DEFAULT_CACHE_LIMIT_CAP = 64 << 30
 _CHUNK = 1 << 20
+_SUBFOLDERS = ("objects", "partial", "locks")
+# The names this cache gives its files: only these are ever evicted or counted.
+_OWN_NAMES = {
+    "objects": re.compile(r"[0-9a-f]{64}"),
+    "partial": re.compile(r"([0-9a-f]{64})\.([0-9]{1,20})\.([0-9]{1,10})"),
+}
+# O_NONBLOCK: a FIFO planted under a cache name must not block the open (no effect on files).
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class ShardChangedError(OSError):
     """A downloaded shard's bytes differ from metadata.json twice over: not served."""
+
+
+class UnsafeCacheError(ValueError):
+    """A part of the cache directory is a link or not a regular file: it was not written by
+    this cache, so it is neither followed nor replaced."""
 
 
 class MissingCredentialsError(RuntimeError):
@@ -122,12 +143,11 @@ class ShardCache:
     @classmethod
     def create(cls, cache_dir: str | os.PathLike | None, limit_bytes: int | None) -> ShardCache:
         root = os.path.abspath(os.fspath(cache_dir or default_cache_dir()))
-        for sub in ("objects", "partial", "locks"):
+        limit = None if limit_bytes is None else _checked_limit(limit_bytes)
+        for sub in _SUBFOLDERS:
             os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
-        limit = default_limit(root) if limit_bytes is None else int(limit_bytes)
-        if limit < 1:
-            raise ValueError(f"cache_limit_bytes must be positive, got {limit_bytes}")
-        return cls(root, limit)
+            _require_real_folder(os.path.join(root, sub))
+        return cls(root, default_limit(root) if limit is None else limit)
 
     def check_limit(self, shard_sizes: Sequence[int], readers: int) -> None:
         """Refuse a limit that cannot hold what `readers` pin plus a download and a prefetch."""
@@ -156,7 +176,7 @@ class ShardCache:
         while True:
             path = self.fetch(shard)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = _open_own(path, os.O_RDONLY)
             except FileNotFoundError:  # evicted between the fetch and the open
                 continue
             fcntl.flock(fd, fcntl.LOCK_SH)
@@ -177,9 +197,7 @@ class ShardCache:
         path = self.object_path(shard)
         if self._touch(path):
             return path
-        lock = os.open(
-            os.path.join(self.root, "locks", shard.sha256), os.O_RDWR | os.O_CREAT, 0o600
-        )
+        lock = _open_own(os.path.join(self.root, "locks", shard.sha256), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching it: wait
             if self._touch(path):
@@ -199,18 +217,23 @@ class ShardCache:
 
     @staticmethod
     def _touch(path: str) -> bool:
-        """Mark `path` recently used; False when it is not in the cache."""
+        """Mark `path` recently used; False when it is not in the cache. The time is set on
+        the descriptor of the file itself, never through a link."""
         try:
-            os.utime(path)
-            return True
+            fd = _open_own(path, os.O_RDONLY)
         except FileNotFoundError:
             return False
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def _download(self, shard: RemoteShard, path: str) -> str | None:
         """Download, check and publish; None when done, else the sha256 found."""
         partial = os.path.join(self.root, "partial", f"{shard.sha256}.{shard.size}.{os.getpid()}")
         with self._locked():
-            fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            fd = _open_own(partial, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             fcntl.flock(fd, fcntl.LOCK_EX)  # held until this process ends or finishes
             self._make_room(shard.size, keep=partial)
         try:
@@ -236,7 +259,7 @@ class ShardCache:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _open_own(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -244,19 +267,23 @@ class ShardCache:
             os.close(fd)
 
     def _entries(self, sub: str) -> list[tuple[float, str, int]]:
-        """(last use, path, bytes) of each file under `sub`; a partial counts its full size."""
+        """(last use, path, bytes) of each file this cache wrote under `sub` (its own name, a
+        regular file, not a link); a partial counts its full size."""
         entries = []
         folder = os.path.join(self.root, sub)
+        _require_real_folder(folder)
         for name in os.listdir(folder):
+            own = _OWN_NAMES[sub].fullmatch(name)
+            if own is None:
+                continue
             path = os.path.join(folder, name)
             try:
-                status = os.stat(path)
+                status = os.lstat(path)
             except FileNotFoundError:
                 continue
-            size = status.st_size
-            if sub == "partial":
-                parts = name.split(".")
-                size = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else size
+            if not stat.S_ISREG(status.st_mode):
+                continue
+            size = int(own.group(2)) if sub == "partial" else status.st_size
             entries.append((status.st_mtime, path, size))
         return entries
 
@@ -277,11 +304,51 @@ class ShardCache:
                 used -= reserved
 
 
-def _remove_if_unlocked(path: str) -> bool:
-    """Remove `path` unless some process holds a lock on it (a reader's pin, a live
-    download); True when removed."""
+def _checked_limit(limit_bytes: object) -> int:
+    """A positive whole number of bytes; anything else (inf, NaN, 1.5, a string) is refused
+    in one line."""
+    if isinstance(limit_bytes, float) and limit_bytes.is_integer():
+        limit_bytes = int(limit_bytes)
+    if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 1:
+        raise ValueError(
+            f"cache_limit_bytes must be a positive whole number of bytes, got {limit_bytes!r}"
+        )
+    return limit_bytes
+
+
+def _require_real_folder(path: str) -> None:
+    """A folder of the cache must be a folder itself, not a link to one elsewhere."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise UnsafeCacheError(
+            f"{path} is a symbolic link or not a folder: the shard cache only uses folders "
+            "it made itself (remove it, or pass another cache_dir)"
+        )
+
+
+def _open_own(path: str, flags: int) -> int:
+    """A descriptor of the cache's own regular file at `path`, never through a link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, flags | _NO_FOLLOW, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnsafeCacheError(
+                f"{path} is a symbolic link: the shard cache never follows links it did not "
+                "write (remove it)"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeCacheError(
+            f"{path} is not a regular file: not the shard cache's own (remove it)"
+        )
+    return fd
+
+
+def _remove_if_unlocked(path: str) -> bool:
+    """Remove the cache's own file `path` unless some process holds a lock on it (a reader's
+    pin, a live download); True when removed."""
+    try:
+        fd = _open_own(path, os.O_RDONLY)
     except FileNotFoundError:
         return True
     try:

@@ -25,6 +25,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "wrote 12 entries" in out and "broken on purpose: 6" in out
+    assert "planted 1 near copy (of " in out  # 2 % of 12, rounded up
     for kind in ("truncated_jpeg", "zero_byte_image", "unreadable_mat", "size_mismatch"):
         assert f"{kind}" in out
     assert len(list((tmp_path / "s" / "images").iterdir())) == 11  # one mask_without_image
@@ -36,6 +37,10 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--train_size", "0.8", "--validation_size", "0.3"], "at most 1"),
         (["--train_size", "-0.1"], "between 0 and 1"),
         (["--num_shards", "0"], "--num_shards: must be at least 1"),
+        (["--num_shards", "0.5"], "--num_shards: '0.5' is not an integer"),
+        (["--num_shards", "1_0"], "--num_shards: '1_0' is not an integer"),
+        (["--num_shards", "9" * 5000], "--num_shards: '" + "9" * 40 + "...' is not an integer"),
+        (["--shard_size_mb", "abc"], "--shard_size_mb: 'abc' is not a number"),
         (["--shard_size_mb", "nan"], "--shard_size_mb: 'nan' is not a finite number"),
         (["--shard_size_mb", "inf"], "--shard_size_mb: 'inf' is not a finite number"),
         (["--max_reject_fraction", "1.5"], "--max_reject_fraction: must be a fraction"),

@@ -511,12 +511,19 @@ def test_a_map_leaving_ids_out_of_range_rejects_those_masks(tmp_path):
         ('{"x": 1}', "not an integer id"),
         ('{"1": 0, "1": 1}', "given twice"),
         ("[1, 2]", "expected a JSON object"),
+        ('{"1_0": 1}', "key '1_0' is not an integer id"),  # int() would read 10
+        ('{"\u0663": 1}', "is not an integer id"),  # ARABIC-INDIC DIGIT THREE
+        ('{"1": ' + "9" * 5000 + "}", "more digits than any id"),
+        (b'{"1": 1, "\xff": 2}', "map.json: not UTF-8 text"),
     ],
 )
 def test_a_bad_class_map_is_a_usage_error(tmp_path, capsys, content, words):
     _voc(tmp_path)
     mapping = tmp_path / "map.json"
-    mapping.write_text(content)
+    if isinstance(content, bytes):
+        mapping.write_bytes(content)
+    else:
+        mapping.write_text(content)
     argv = _voc_args(tmp_path, tmp_path / "out", "--class_map", str(mapping))
     assert cli.main(argv) == 2
     assert words in capsys.readouterr().err

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 from PIL import Image
 
+from transforms import json_shape
+
 BITS = 64
 _SIDE = 32  # the grey image the DCT sees
 THUMB_SIDE = _SIDE  # the RGB thumbnail hashes and signatures are computed from
@@ -215,7 +217,7 @@ def parse_hash_rows(data: bytes) -> list[ImageHash]:
         if not line.strip():
             continue
         try:
-            rows.append(ImageHash.from_row(json.loads(line)))
+            rows.append(ImageHash.from_row(json_shape.loads(line, "hashes file")))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"line {number}: {error}") from None
     return rows
@@ -444,7 +446,7 @@ def parse_groups(data: bytes) -> list[dict]:
         if not line.strip():
             continue
         try:
-            group = json.loads(line)
+            group = json_shape.loads(line, "duplicates.jsonl")
             keys = group["keys"]
             if not (isinstance(keys, list) and len(keys) >= 2):
                 raise ValueError("keys is not a list of two or more keys")

@@ -38,6 +38,10 @@ class TooLargeError(OSError):
     """The file is larger than the caller's limit: refused before it is read."""
 
 
+class LineTooLongError(ValueError):
+    """A line longer than the reader's limit: refused once that many bytes are read."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FileStat:
     size: int  # bytes
@@ -234,6 +238,18 @@ def opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, int]]:
     blob = _blob(str(path))
     with blob.open("rb", chunk_size=_CHUNK, if_generation_match=blob.generation) as handle:
         yield handle, blob.size
+
+
+def bounded_lines(handle: BinaryIO, limit: int, source: str) -> Iterator[bytes]:
+    """The lines of `handle` one at a time (newline kept), each at most `limit` bytes: memory
+    stays one line whatever the file's size, and a longer line is a LineTooLongError naming
+    `source` and the line, raised after reading `limit` + 1 bytes of it, never the rest."""
+    number = 0
+    while line := handle.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise LineTooLongError(f"{source} line {number}: longer than {limit:,} bytes")
+        yield line
 
 
 class RangeReader:

@@ -152,18 +152,30 @@ def read_records(handle: BinaryIO, where: str, size: int, limit: int) -> Iterato
         yield payload
 
 
-_TEMP_NAME = re.compile(r"^segprep-[a-z]+-(?P<pid>\d+)-")
+_TEMP_NAME = re.compile(r"^segprep-[a-z]+-(?P<pid>\d+)-[a-z0-9_]+$")
+# Written first into every folder temporary_folder makes: "PID START\n", START the kernel's
+# start time of the process. A folder is swept only with this marker (a regular file, read
+# without following links) naming a process that is gone, a zombie, or a reused pid.
+OWNER_MARKER = ".segprep-owner"
 
 
 def temporary_folder(kind: str) -> tempfile.TemporaryDirectory:
     """A temporary folder for spilled rows, named for this process (`segprep-KIND-PID-...`).
 
     A process killed with SIGKILL cannot remove its folder; the next one to make a folder
-    removes every `segprep-*-PID-*` folder of this user whose process is gone. A folder of a
-    live process, or of another user, is never touched.
+    removes every such folder of this user whose marker names a process that is gone. A
+    folder of a live process, of another user, or without the marker is never touched.
     """
     _remove_orphans()
-    return tempfile.TemporaryDirectory(prefix=f"segprep-{kind}-{os.getpid()}-")
+    folder = tempfile.TemporaryDirectory(prefix=f"segprep-{kind}-{os.getpid()}-")
+    # Written under another name and renamed: a marker is whole whenever it exists, even if
+    # this process is killed while writing it (an empty folder without one is left alone).
+    writing = os.path.join(folder.name, f"{OWNER_MARKER}.writing")
+    marker = os.open(writing, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(marker, "w") as handle:
+        handle.write(f"{os.getpid()} {_process_start(os.getpid())}\n")
+    os.rename(writing, os.path.join(folder.name, OWNER_MARKER))
+    return folder
 
 
 def _remove_orphans() -> None:
@@ -173,16 +185,48 @@ def _remove_orphans() -> None:
     except OSError:
         return
     for name in names:
-        match = _TEMP_NAME.match(name)
-        if match is None or _alive(int(match["pid"])):
-            continue
-        path = os.path.join(root, name)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
-            shutil.rmtree(path, ignore_errors=True)
+        if _TEMP_NAME.match(name) is not None:
+            path = os.path.join(root, name)
+            if _is_orphan(path):
+                shutil.rmtree(path, ignore_errors=True)  # never follows links (fd-based)
+
+
+def _is_orphan(path: str) -> bool:
+    """A real folder of this user holding this tool's marker, whose process is gone."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return False
+        marker = os.open(
+            os.path.join(path, OWNER_MARKER), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        )
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(marker).st_mode):
+            return False
+        fields = os.read(marker, 64).split()
+    finally:
+        os.close(marker)
+    if len(fields) != 2 or not fields[0].isdigit():
+        return False
+    pid, start = int(fields[0]), fields[1].decode("ascii", "replace")
+    if f"-{pid}-" not in os.path.basename(path):
+        return False
+    return not _alive(pid) or str(_process_start(pid)) != start
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of a running `pid` (None when it is gone or a zombie): a
+    reused pid has another."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if not fields or fields[0] == b"Z":
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 def _alive(pid: int) -> bool:

@@ -4,8 +4,10 @@ lists of --split_file, or the folders of --split_by_folder; checked before anyth
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
+from collections.abc import Mapping
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_TRAIN_SIZE, DEFAULT_VALIDATION_SIZE
@@ -14,7 +16,9 @@ from transforms.pairing import IMAGE_EXTENSIONS, Layout
 from transforms.splits import FOLDER_SPLITS, FolderSplits, SplitFractions, SplitLists, folder_split
 
 SPLIT_FILE_BYTES = 256 << 20  # ADE20K's and COCO's lists are a few MB
-_SPLIT_NAME = re.compile(r"[a-z]+")
+SPLIT_LINE_BYTES = 4096  # a key is a relative path: PATH_MAX; a longer line lists no key
+# A split name becomes part of shard and table file names: short, lower-case letters.
+_SPLIT_NAME = re.compile(r"[a-z]{1,32}")
 
 
 def splitter(
@@ -64,32 +68,91 @@ def read_split_files(given: list[str], layout: Layout) -> SplitLists:
         split, sep, path = text.partition("=")
         if not sep or not path or not _SPLIT_NAME.fullmatch(split):
             raise UsageError(
-                f"--split_file {text!r}: expected SPLIT=PATH with a lower-case split name, "
-                "e.g. train=ImageSets/Segmentation/train.txt"
+                f"--split_file {text[:80]!r}{'...' if len(text) > 80 else ''}: expected "
+                "SPLIT=PATH with a split name of 1 to 32 lower-case letters, e.g. "
+                "train=ImageSets/Segmentation/train.txt"
             )
         if split in sources:
             raise UsageError(f"--split_file: split {split} is given twice")
-        try:
-            data = storage.read_bounded(path, SPLIT_FILE_BYTES)
-            lines = data.decode("utf-8").splitlines()
-        except FileNotFoundError:
-            raise UsageError(f"--split_file {split}: no such file {path}") from None
-        except UnicodeDecodeError:
-            raise UsageError(f"--split_file {split}: {path} is not UTF-8 text") from None
-        except (OSError, ValueError) as error:
-            raise UsageError(f"--split_file {split}: cannot read {path}: {error}") from None
         sources[split] = path
-        for line in lines:
-            key = _key(line.strip(), layout)
+        listed = 0
+        for line in _list_lines(split, path):
+            key = _key(line, layout)
             if not key:
                 continue
+            listed += 1
             other = keys.setdefault(key, split)
             if other != split:
                 raise UsageError(
                     f"--split_file: key {key} is in both {other} ({sources[other]}) and "
                     f"{split} ({path}): an entry belongs to one split"
                 )
+        if not listed:
+            raise UsageError(f"--split_file {split}: {path} lists no keys (an empty list)")
     return SplitLists(keys, sources)
+
+
+def _list_lines(split: str, path: str) -> list[str]:
+    """The first whitespace-separated field of each line of a list (VOC's and Oxford-IIIT
+    Pet's lists carry more columns: `Abyssinian_1 1 1 1`), a UTF-8 BOM dropped; a line
+    longer than any key is a usage error naming the file and line."""
+    try:
+        data = storage.read_bounded(path, SPLIT_FILE_BYTES)
+        text = data.decode("utf-8-sig")
+    except FileNotFoundError:
+        raise UsageError(f"--split_file {split}: no such file {path}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--split_file {split}: {path} is not UTF-8 text") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--split_file {split}: cannot read {path}: {error}") from None
+    fields = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if len(line) > SPLIT_LINE_BYTES:
+            raise UsageError(
+                f"--split_file {split}: line {number} of {path} is {len(line):,} characters "
+                f"long, more than a key can be ({SPLIT_LINE_BYTES:,}): not a list of keys"
+            )
+        first = line.split(None, 1)
+        if first:
+            fields.append(first[0])
+    return fields
+
+
+def refuse_unusable_lists(
+    lists: SplitLists, looked_for: Mapping[str, str], missing: Mapping[str, int]
+) -> None:
+    """Before the job: a list none of whose keys (`looked_for`: key -> split, those the
+    output does not hold yet) is on disk names the wrong files or folders; its every entry
+    would be a reject. `missing`: split -> listed keys found neither as image nor mask."""
+    wanted = collections.Counter(looked_for.values())
+    for split, path in sorted(lists.sources.items()):
+        if wanted[split] and missing.get(split, 0) == wanted[split]:
+            example = next(key for key, name in looked_for.items() if name == split)
+            raise UsageError(
+                f"--split_file {split}: none of the {wanted[split]:,} keys of {path} names an "
+                f"entry of the input folders (e.g. {example!r}): check the list and the folders"
+            )
+
+
+def refuse_certain_rejection(
+    lists: SplitLists, missing: int, judged_at_most: int, max_fraction: float
+) -> None:
+    """Before the job: listed keys missing on disk are rejects whatever the job finds, and
+    at most `judged_at_most` entries are judged. When they alone are more than
+    --max_reject_fraction of those, the run could only be refused at its end, after holding
+    a reject per missing key (10^6 of them would exhaust memory): refuse it now."""
+    from beam_pipeline.errors import RejectLimitError
+    from beam_pipeline.job.commit import percent
+
+    if not missing or not judged_at_most or missing / judged_at_most <= max_fraction:
+        return
+    raise RejectLimitError(
+        f"{missing:,} of at most {judged_at_most:,} entries rejected before the job "
+        f"({percent(missing / judged_at_most, max_fraction)}), more than "
+        f"--max_reject_fraction {max_fraction:g}: nothing was published; {missing:,} keys "
+        f"listed by --split_file ({', '.join(sorted(lists.sources.values()))}) have no image "
+        "or mask in the input folders"
+    )
 
 
 def _key(name: str, layout: Layout) -> str:

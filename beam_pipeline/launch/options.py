@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from transforms.format import record_formats
 from transforms.format.features import (
@@ -49,11 +50,22 @@ MAX_DUPLICATE_DISTANCE = 31
 ANNOTATION_FORMATS = ("coco", "cvat", "labelstudio", "labelme")
 
 
+# An integer as a flag spells it: ASCII digits and an optional sign. int() would also take
+# "1_0" and non-ASCII digits, and word a 5000-digit one with Python's own limit hint.
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+
+
 def _number(text: str, kind: type) -> float:
+    if kind is int:
+        if not _INTEGER.fullmatch(text.strip()):
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            raise argparse.ArgumentTypeError(f"{shown!r} is not an integer")
+        return int(text)
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__} number") from None
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise argparse.ArgumentTypeError(f"{shown!r} is not a number") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
@@ -64,6 +76,11 @@ def _int_at_least(text: str, least: int, words: str) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"must be {words}, got {text}")
     return value
+
+
+def integer(text: str) -> int:
+    """Any integer (a seed)."""
+    return _number(text, int)
 
 
 def positive_int(text: str) -> int:
@@ -284,6 +301,12 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mask_key",
         help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
+    )
+    parser.add_argument(
+        "--max_image_side",
+        type=positive_int,
+        help="downscale images whose longer side exceeds N pixels (antialiased, JPEG re-encoded; "
+        "masks nearest-neighbour, ids never interpolated); images within N are stored as they are",
     )
     parser.add_argument(
         "--threads_per_shard",

@@ -60,6 +60,7 @@ class LocalListing:
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
     ignored: int = 0  # files matching --ignore_files: counted, never read
     unlabeled: int = 0  # images without a mask under --unlabeled_images skip
+    missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
 
     @property
     def rejects(self) -> int:
@@ -86,14 +87,17 @@ def list_local(
     coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
     left_out: Callable[[str], bool] | None = None,
     listed: Callable[[str], bool] | None = None,
-    listed_keys: Iterable[str] = (),
+    listed_keys: Mapping[str, str] | None = None,
+    check_missing: Callable[[Mapping[str, int], int], None] | None = None,
 ) -> LocalListing:
     """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
     image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes.
 
     `listed(key)`: a key an official split list names (--split_file); `listed_keys` all of
-    them. Such a key missing on disk is a reject, and an image of it without a mask is
+    them, key -> split. Such a key missing on disk is a reject, and an image of it without a mask is
     `missing_mask` even under --unlabeled_images skip: the list says it has one.
+    `check_missing(split -> missing listed keys, entries judged at most)` may refuse the run
+    before a reject is made for each of them.
     """
     folder = spill.temporary_folder("listing")
     sort = ExternalSort(folder.name, "keyed")
@@ -141,6 +145,7 @@ def list_local(
     pairs = RecordFiles(os.path.join(folder.name, "pairs"), PAIRS_PER_FILE)
     outside = 0
     first_mat = None
+    listed_keys = listed_keys or {}
     wanted = set(listed_keys)
     for outcome in pair_sorted(sort.sorted(), layout.annotations, layout.skip_unlabeled):
         wanted.discard(outcome.key)
@@ -163,6 +168,9 @@ def list_local(
                 first_mat = outcome.mask.path
         else:
             reject(outcome)
+    missing_listed = collections.Counter(listed_keys[key] for key in wanted)
+    if check_missing is not None:
+        check_missing(dict(missing_listed), pairs.records + sum(rejected.values()) + len(wanted))
     for key in sorted(wanted):
         reject(Reject(key, Reason.MISSING_IMAGE, "listed by --split_file: no image or mask"))
     staged = StagedEntries(tuple(pairs.close()), tuple(rejects.close()), STAGED_RECORD_BYTES)
@@ -180,6 +188,7 @@ def list_local(
         folder,
         ignored,
         unlabeled,
+        dict(missing_listed),
     )
 
 

@@ -34,7 +34,7 @@ from beam_pipeline.runtime.commit_journal import (
     is_published_name,
     own_folder,
 )
-from transforms import files
+from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import (
     INDEX_DIR,
@@ -203,7 +203,7 @@ def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
 
 def _read_json(path: str):
     try:
-        return json.loads(storage.read_bounded(path, 64 << 20))
+        return json_shape.loads(storage.read_bounded(path, 64 << 20), path)
     except (OSError, ValueError):
         return None
 
@@ -251,7 +251,7 @@ def current_holder(output_dir: str) -> LockInfo | None:
 
 def _parse_lock(data: bytes | None) -> LockInfo | None:
     try:
-        fields = json.loads(data or b"")
+        fields = json_shape.loads(data or b"", "the output lock")
         return LockInfo(**{key: fields[key] for key in LockInfo.__dataclass_fields__})
     except (ValueError, TypeError, KeyError):
         return None
@@ -593,7 +593,7 @@ def publish(
 
 def _run_id_of(manifest: bytes) -> str:
     try:
-        return json.loads(manifest).get("run_id") or ""
+        return json_shape.loads(manifest, MANIFEST_FILE).get("run_id") or ""
     except (ValueError, AttributeError):
         return ""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -54,6 +55,11 @@ PRESETS: dict[str, dict[str, int]] = {
     # MMSegmentation's reduce_zero_label: 0 ("other") -> 255, 1..150 -> 0..149; 255 stays.
     "ade20k_reduce_zero": {"0": 255, **{str(label): label - 1 for label in range(1, 151)}},
 }
+
+# A source id as the map's keys spell it: ASCII decimal digits, an optional minus (Cityscapes'
+# license plate is -1), at most 10 digits. int() would also take "1_0", " 7" and non-ASCII
+# digits ("٣"), none of which is an id a mask file holds.
+_SOURCE_ID = re.compile(r"-?[0-9]{1,10}")
 
 _LUT_LIMIT = 1 << 16  # masks of non-negative ids below this map through a lookup table
 
@@ -103,13 +109,18 @@ class ClassMap:
 
 def parse_class_map(data: bytes | str, source: str) -> ClassMap:
     """A JSON object {"source id": stored id, "*": stored id}; ValueError naming `source`."""
-    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    try:
+        text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{source}: not UTF-8 text (byte {error.start}: {error.reason})") from None
     check_shape([text.encode("utf-8", "surrogatepass")], source, 4)
     try:
         # Pairs, not a dict: a key given twice is an error, never the last one silently.
         items = json.loads(text, object_pairs_hook=lambda pairs: ("object", pairs))
     except json.JSONDecodeError as error:
         raise ValueError(f"{source}: not valid JSON ({error.msg}, line {error.lineno})") from None
+    except ValueError:  # a number of thousands of digits: int() refuses it
+        raise ValueError(f"{source}: a number with more digits than any id") from None
     if not (isinstance(items, tuple) and items[0] == "object"):
         raise ValueError(f'{source}: expected a JSON object {{"source id": stored id, ...}}')
     return class_map_from(items[1], source)
@@ -128,10 +139,10 @@ def class_map_from(mapping: Mapping[str, int] | list[tuple[str, int]], source: s
                 raise ValueError(f"{source}: {OTHERS!r} is given twice")
             others = value
             continue
-        try:
-            pairs.append((int(key), value))
-        except ValueError:
-            raise ValueError(f"{source}: key {key!r} is not an integer id or {OTHERS!r}") from None
+        if not isinstance(key, str) or not _SOURCE_ID.fullmatch(key):
+            shown = key if not isinstance(key, str) or len(key) <= 40 else key[:40] + "..."
+            raise ValueError(f"{source}: key {shown!r} is not an integer id or {OTHERS!r}")
+        pairs.append((int(key), value))
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{source}: a source id is given twice")

@@ -5,7 +5,6 @@ leakage, a bad mask), from its original file."""
 from __future__ import annotations
 
 import io
-import json
 import sys
 
 import numpy as np
@@ -26,9 +25,11 @@ from beam_pipeline.commands.inspect_sheet.output import (
 )
 from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
 from beam_pipeline.errors import UsageError
+from transforms import files, json_shape
 from transforms.duplicates import parse_groups
 from transforms.format import dataset_info
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
+from transforms.limits import FILE_LIMITS
 
 
 def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
@@ -60,8 +61,6 @@ def duplicates_sheet(directory: str, count: int) -> Sheet:
 
 def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int]:
     """Up to `count` entries, whole groups first; (entries, groups shown, groups)."""
-    from shard_reader.source import RecordSource
-
     metadata = load_metadata(directory)
     section = metadata.get("duplicates") or {"mode": "off"}
     if section.get("mode") == "off":
@@ -73,12 +72,8 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
         raise UsageError(f"{base}/{DUPLICATES_FILE}: {error}: run `segprep verify`") from None
     if not groups:
         raise NoRejects(f"{directory} has no duplicate groups ({DUPLICATES_FILE} is empty)")
-    sources = {
-        name: RecordSource(base, name, verify_index=False)
-        for name, split in metadata["splits"].items()
-        if split.get("num_examples")
-    }
-    rejects = _rejects(base)
+    sources = record_sources(base, metadata["splits"])
+    rejects = _rejects(base, {key for group in groups[:count] for key in group["keys"]})
     entries: list[Entry] = []
     shown = 0
     for number, group in enumerate(groups, start=1):
@@ -93,12 +88,32 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
     return entries[: max(count, 2)], shown, len(groups)
 
 
-def _entry(key: str, about: str, sources, rejects) -> Entry:
+def record_sources(base: str, splits: dict, version: int | None = None) -> dict:
+    """split -> RecordSource of every split with records (a group member is looked up in
+    each; `report` shows members' thumbnails the same way)."""
+    from shard_reader.source import RecordSource
+
+    return {
+        name: RecordSource(base, name, verify_index=False, version=version)
+        for name, split in splits.items()
+        if split.get("num_examples")
+    }
+
+
+def stored_item(key: str, sources: dict) -> tuple[str, dict] | None:
+    """(split, decoded record) of the split that stores `key`; None when none does."""
     for split, source in sources.items():
         try:
-            item = source[source.index_of(key)]
+            return split, source[source.index_of(key)]
         except KeyError:
             continue
+    return None
+
+
+def _entry(key: str, about: str, sources, rejects) -> Entry:
+    stored = stored_item(key, sources)
+    if stored is not None:
+        split, item = stored
         mask = (item["mask"][..., 0] > 0).astype(np.uint8) * 255
         return Entry(key, item["image"], mask, (key, f"{about}; {split}"))
     reject = rejects.get(key)
@@ -110,15 +125,22 @@ def _entry(key: str, about: str, sources, rejects) -> Entry:
     return Entry(key, image, mask, caption, image_problem or "no image", mask_problem or "no mask")
 
 
-def _rejects(base: str) -> dict[str, dict]:
+def _rejects(base: str, wanted: set[str]) -> dict[str, dict]:
+    """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those, never the
+    file."""
     path = dataset_info.join(base, REJECTS_FILE)
-    if not dataset_info.file_exists(path):
+    if not wanted or not dataset_info.file_exists(path):
         return {}
     found = {}
-    for line in dataset_info.read_file(path).decode("utf-8", "replace").splitlines():
-        try:
-            entry = json.loads(line)
-            found[entry["key"]] = entry
-        except (ValueError, KeyError, TypeError):
-            continue
+    try:
+        with files.opened(path) as (handle, _):
+            for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, path):
+                try:
+                    entry = json_shape.loads(line, path)
+                    if entry["key"] in wanted:
+                        found[entry["key"]] = entry
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except (OSError, files.LineTooLongError) as error:
+        raise UsageError(f"{error}: run `segprep verify {base}`") from None
     return found

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from PIL import Image, ImageFile
 from beam_pipeline.commands.inspect_sheet.drawing import TILE_HEIGHT, Entry
 from beam_pipeline.commands.inspect_sheet.output import load_metadata, require_dir
 from beam_pipeline.errors import UsageError
-from transforms import files
+from transforms import files, json_shape
 from transforms.codecs.image import MAX_PIXELS
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 from transforms.limits import DEFAULT_LIMITS, FILE_LIMITS
@@ -131,22 +130,50 @@ def reject_entries(directory: str, count: int) -> tuple[list[Entry], int, str]:
     Also returns the total number of lines and the rejects.jsonl path they came from.
     """
     path = rejects_source(directory)
-    data, problem = _read(path, REJECTS_FILE, FILE_LIMITS.rejects_bytes)
-    if data is None and problem != f"{REJECTS_FILE} file empty":
-        raise UsageError(f"{path}: {problem}; run `segprep verify {directory}`")
-    lines = [line for line in (data or b"").decode("utf-8", "replace").splitlines() if line.strip()]
-    if not lines:
+    try:
+        first, total = _first_rejects(path, count)
+    except (OSError, files.LineTooLongError) as error:
+        raise UsageError(f"{path}: {_why_not(error)}; run `segprep verify {directory}`") from None
+    if not total:
         raise NoRejects(f"{directory} has no rejects: every entry was accepted ({path} lists none)")
     entries = []
     with truncated_images_allowed():
-        for line in lines[:count]:
+        for line in first:
             try:
-                reject = json.loads(line)
+                reject = json_shape.loads(line, REJECTS_FILE)
+                if not isinstance(reject, dict):
+                    raise ValueError("not a JSON object")
             except ValueError:
-                reject = {"key": "?", "reason": "unparseable rejects.jsonl line", "detail": line}
+                text = line.decode("utf-8", "replace")[:200]
+                reject = {"key": "?", "reason": "unparseable rejects.jsonl line", "detail": text}
             image, image_problem = partial_image(reject.get("image"), TILE_HEIGHT)
             mask, mask_problem = display_mask(reject.get("mask"))
             key = str(reject.get("key"))
             caption = (f"{key}: {reject.get('reason')}", str(reject.get("detail") or ""))
             entries.append(Entry(key, image, mask, caption, image_problem, mask_problem))
-    return entries, len(lines), path
+    return entries, total, path
+
+
+def _first_rejects(path: str, count: int) -> tuple[list[bytes], int]:
+    """The first `count` non-empty lines of rejects.jsonl and how many there are, streamed:
+    memory holds those lines, never the file."""
+    first, total = [], 0
+    with files.opened(path) as (handle, size):
+        if size > FILE_LIMITS.rejects_bytes:
+            raise files.TooLargeError(
+                f"{size:,} bytes, more than the {FILE_LIMITS.rejects_bytes:,}"
+            )
+        for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, REJECTS_FILE):
+            if line.strip():
+                total += 1
+                if len(first) < count:
+                    first.append(line)
+    return first, total
+
+
+def _why_not(error: Exception) -> str:
+    if isinstance(error, files.TooLargeError):
+        return f"{REJECTS_FILE} file too large ({error})"
+    if isinstance(error, files.LineTooLongError):
+        return str(error)
+    return f"{REJECTS_FILE} file not readable"

@@ -9,25 +9,59 @@ The page loads nothing over the network and needs no JavaScript.
 from __future__ import annotations
 
 import os
+import stat
 
-from beam_pipeline.commands.report.gather import gather
+from beam_pipeline.commands.report.gather import ReportError, gather
 from beam_pipeline.commands.report.render import render_page
+from transforms import files
 
 
 def default_report_path(output_dir: str) -> str:
-    """`segprep-report-<output folder name>.html` in the current directory."""
-    name = os.path.basename(output_dir.rstrip("/")) or "output"
-    return os.path.abspath(f"segprep-report-{name}.html")
+    """`segprep-report-<output folder name>.html` beside the output folder, as `segprep
+    inspect` writes its sheet (in the current folder for a gs:// output)."""
+    if "://" in output_dir:
+        name = output_dir.rstrip("/").rsplit("/", 1)[-1] or "output"
+        return os.path.abspath(f"segprep-report-{name}.html")
+    folder = os.path.realpath(output_dir)
+    name = os.path.basename(folder) or "output"
+    return os.path.join(os.path.dirname(folder), f"segprep-report-{name}.html")
+
+
+def checked_report_path(path: str) -> str:
+    """`path` made absolute, if the page may be written there: a new name, or a regular file
+    (replaced whole) in an existing folder. A folder, a link, a FIFO or a device is refused,
+    so the page never replaces anything but an earlier page or a file the user named."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise ReportError(f"--out {path}: folder {folder} does not exist")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    if stat.S_ISDIR(mode):
+        raise ReportError(f"--out {path} is a folder: give the HTML file's name")
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise ReportError(
+            f"--out {path} is {kind}: segprep writes the page only to a new or regular file"
+        )
+    return path
 
 
 def write_report(output_dir: str, out_file: str | None = None, version: int | None = None) -> str:
-    """Write the page for `output_dir` (local or gs://) to a local file; its path."""
-    path = os.path.abspath(out_file) if out_file else default_report_path(output_dir)
+    """Write the page for `output_dir` (local or gs://) to a local file; its path.
+
+    The place is checked before anything is read; the page is then written whole or not at
+    all (a temporary name, then a rename), and a failed write leaves nothing behind."""
+    path = checked_report_path(out_file if out_file else default_report_path(output_dir))
     if not output_dir.startswith("gs://"):
         output_dir = os.path.abspath(output_dir)
     html = render_page(gather(output_dir, version))
-    partial = f"{path}.partial-{os.getpid()}"
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(html)
-    os.replace(partial, path)
+    try:
+        files.write_bytes(path, html.encode("utf-8"))
+    except OSError as error:
+        raise ReportError(
+            f"--out {path}: cannot write the page: {error.strerror or error}"
+        ) from None
     return path

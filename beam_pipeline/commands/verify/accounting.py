@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 from typing import Any
 
 from beam_pipeline.commands.verify.state import Checked
-from transforms import files
+from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import (
     INDEX_DIR,
@@ -20,6 +19,9 @@ from transforms.format.naming import (
     looks_like_shard,
 )
 from transforms.limits import FILE_LIMITS
+
+_BAD_LINES_SHOWN = 20  # bad rejects.jsonl lines named one by one; the rest are counted
+_NOT_A_REJECT = "not a JSON object with key and reason"
 
 
 def check_extra_shards(state: Checked) -> None:
@@ -38,28 +40,12 @@ def check_rejects(state: Checked) -> None:
     if not files.exists(path):
         state.problem(f"{REJECTS_FILE}: missing (metadata.json counts {rejected['total']})")
         return
+    reasons: collections.Counter[str] = collections.Counter()
     try:
-        data = files.read_bounded(path, FILE_LIMITS.rejects_bytes)
-    except OSError as error:
+        count = _check_reject_lines(state, path, reasons)
+    except (OSError, files.LineTooLongError) as error:
         state.problem(f"{REJECTS_FILE}: not readable: {error}")
         return
-    lines = data.decode("utf-8", "replace").splitlines()
-    reasons: collections.Counter[str] = collections.Counter()
-    count = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        count += 1
-        try:
-            entry = json.loads(line)
-            reasons[entry["reason"]] += 1
-            key = entry["key"]
-        except (ValueError, KeyError, TypeError):
-            state.problem(f"{REJECTS_FILE} line {number}: not a JSON object with key and reason")
-            continue
-        # key_exists: an append left the key's earlier record as it was, by design.
-        if key in state.keys and entry["reason"] != "key_exists":
-            state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
     state.report.rejects = count
     if count != rejected["total"]:
         state.problem(
@@ -74,6 +60,37 @@ def check_rejects(state: Checked) -> None:
             f"{REJECTS_FILE}: reasons {dict(sorted(reasons.items()))}, metadata.json says "
             f"{by_reason}"
         )
+
+
+def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[str]) -> int:
+    """Count rejects.jsonl's lines and their reasons, streamed (memory: one line, whatever
+    the file's size), naming the first bad lines; the number of lines."""
+    count = bad = 0
+    with files.opened(path) as (handle, size):
+        if size > FILE_LIMITS.rejects_bytes:
+            raise files.TooLargeError(
+                f"{size:,} bytes, more than the {FILE_LIMITS.rejects_bytes:,} allowed"
+            )
+        lines = files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, REJECTS_FILE)
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            count += 1
+            try:
+                entry = json_shape.loads(line, f"{REJECTS_FILE} line {number}")
+                reasons[entry["reason"]] += 1
+                key = entry["key"]
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                if bad <= _BAD_LINES_SHOWN:
+                    state.problem(f"{REJECTS_FILE} line {number}: {_NOT_A_REJECT}")
+                continue
+            # key_exists: an append left the key's earlier record as it was, by design.
+            if key in state.keys and entry["reason"] != "key_exists":
+                state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
+    if bad > _BAD_LINES_SHOWN:
+        state.problem(f"{REJECTS_FILE}: {bad - _BAD_LINES_SHOWN:,} more lines: {_NOT_A_REJECT}")
+    return count
 
 
 def check_accounting(state: Checked) -> None:
@@ -111,7 +128,7 @@ def _unlabeled(state: Checked) -> int | None:
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     for number, line in enumerate(lines, start=1):
         try:
-            key = json.loads(line)["key"]
+            key = json_shape.loads(line, UNLABELED_FILE)["key"]
         except (ValueError, KeyError, TypeError):
             state.problem(f"{UNLABELED_FILE} line {number}: not a JSON object with a key")
             return None
@@ -136,7 +153,9 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     path = f"{base}/{MANIFEST_FILE}"
     if files.exists(path):
         try:
-            manifest = json.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes))
+            manifest = json_shape.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
+        except json_shape.JsonShapeError as error:
+            return [str(error)]
         except ValueError:
             return [f"{MANIFEST_FILE} is not valid JSON"]
         except OSError as error:

@@ -11,11 +11,13 @@ lists the split's keys in key-table order. Reads files only (local or gs://), no
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
+from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
-from transforms.format import dataset_info, record_index
+from transforms.format import dataset_info, record_index, side_tables
+from transforms.format.naming import DUPLICATES_FILE
+from transforms.limits import FILE_LIMITS
 
 _SHOWN = 3  # groups named per kind of problem
 
@@ -48,7 +50,6 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return problems + [f"split {name!r}: no key table, duplicates not checked"]
         records[name] = [row.key for row in record_index.parse_key_table(data)]
     split_of = {key: name for name, keys in records.items() for key in keys}
-    rejects = _rejects(base)
     _check_hashes(base, splits, records, problems)
     data = _listed(base, section["file"], problems)
     if data is None:
@@ -58,6 +59,11 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     except ValueError as error:
         return [*problems, f"{section['file']['file']}: {error}"]
     where = section["file"]["file"]
+    outside = {key for group in groups for key in group["keys"] if key not in split_of}
+    try:
+        rejects = _rejects(base, outside)
+    except (OSError, ValueError) as error:
+        return [*problems, f"rejects.jsonl: {error}"]
     unknown, straddling, kept_wrong = [], [], []
     for number, group in enumerate(groups, start=1):
         keys = group["keys"]
@@ -106,7 +112,7 @@ def _check_hashes(base, splits, records, problems) -> None:
         if ref is None:
             problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
             continue
-        data = _listed(base, ref, problems)
+        data = _hash_table(base, name, ref, problems)
         if data is None:
             continue
         try:
@@ -121,29 +127,56 @@ def _check_hashes(base, splits, records, problems) -> None:
             )
 
 
+def _hash_table(base: str, split: str, entry: Any, problems: list[str]) -> bytes | None:
+    """The split's hash table through side_tables (its name, no link, a regular file, the
+    listed size and sha256, bounded lines); a problem and None when it is not that."""
+    try:
+        ref = side_tables.hash_table_ref_of(split, entry)
+        with side_tables.open_table(base, ref) as table:
+            return b"".join(table.lines())
+    except side_tables.SideTableError as error:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        problems.append(f"{str(name)[:80]}: size or sha256 differs from metadata.json ({error})")
+        return None
+
+
 def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
     """A listed file's bytes; a problem when it is missing or (check) differs from its ref."""
     if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+        return None
+    if not (ref["file"] == DUPLICATES_FILE or side_tables.is_side_table_name(ref["file"])):
+        problems.append(
+            f"{ref['file'][:80]!r}: not a name segprep writes (listed in metadata.json)"
+        )
         return None
     path = dataset_info.join(base, ref["file"])
     if not dataset_info.file_exists(path):
         problems.append(f"{ref['file']}: missing (listed in metadata.json)")
         return None
-    data = dataset_info.read_file(path)
+    try:
+        data = dataset_info.read_file(path)
+    except OSError as error:  # too large, a FIFO or a device: a problem, never a traceback
+        problems.append(f"{ref['file']}: not readable: {error}")
+        return None
     digest = hashlib.sha256(data).hexdigest()
     if check and (len(data) != ref.get("bytes") or digest != ref.get("sha256")):
         problems.append(f"{ref['file']}: size or sha256 differs from metadata.json")
     return data
 
 
-def _rejects(base: str) -> set[str]:
+def _rejects(base: str, wanted: set[str]) -> set[str]:
+    """The keys of `wanted` that rejects.jsonl lists, streamed: memory holds those keys and
+    one line, never the file (verify's own rejects check names bad lines)."""
     path = dataset_info.join(base, "rejects.jsonl")
-    if not dataset_info.file_exists(path):
+    if not wanted or not dataset_info.file_exists(path):
         return set()
-    keys = set()
-    for line in dataset_info.read_file(path).decode("utf-8", "replace").splitlines():
-        try:
-            keys.add(json.loads(line)["key"])
-        except (ValueError, KeyError, TypeError):
-            continue  # verify's own rejects check names bad lines
-    return keys
+    found = set()
+    with files.opened(path) as (handle, _):
+        for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, "rejects.jsonl"):
+            try:
+                key = json_shape.loads(line, "rejects.jsonl")["key"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(key, str) and key in wanted:
+                found.add(key)
+    return found
