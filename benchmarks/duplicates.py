@@ -1,18 +1,28 @@
-"""Near-duplicate detection: recall per change family, false positives, cost; the default D.
+"""Near-duplicate detection: precision and recall per change family, false groups, cost.
 
+    python benchmarks/duplicates.py                                       # portraits table
     pip download --no-deps -d /tmp/wheels scikit-image scikit-learn matplotlib
-    python benchmarks/duplicates.py --wheels /tmp/wheels                  # quality table
+    python benchmarks/duplicates.py --wheels /tmp/wheels                  # + photo tiles
     python benchmarks/duplicates.py --wheels /tmp/wheels --overhead 8000  # + run overhead
 
-Photos: the sample photos those three packages ship, read straight out of their wheel files
-(a wheel is a zip; nothing is installed), cut into non-overlapping CROPxCROP tiles: a few
-hundred distinct natural images. Each tile gets one planted copy per change family:
-resize 0.5-0.9x, JPEG quality 30-95, crop of 1-5 % and of 5-10 % per side, brightness
-+-20 %, contrast +-20 %, horizontal flip (parameters drawn per tile from a fixed seed). For a
-range of thresholds D the table gives the recall of each family (copy within D of its
-original), the false-positive pairs among the distinct tiles (all pairs within D), the cost
-of hashing an image (bytes to hash, as the job does it), and for the flip family the recall
-when the mirror image's hash is compared too.
+Portraits (the default table): benchmarks/duplicate_set.py builds --distinct portraits of
+one composition and planted copies of the first --planted; every image is hashed as the job
+does (fingerprint() of a DCT-scaled decode). For each threshold D and minimum signature
+correlation S (S = 0: the band-search candidates alone) the table gives, per change family,
+the recall (copies paired with their original) and precision (pairs found with a copy that
+are with its own original or siblings), the pairs of distinct portraits confirmed, the share
+of distinct portraits wrongly grouped (complete-linkage groups holding another portrait's
+image) and the share `--duplicates drop` would lose entirely.
+
+Photo tiles (--wheels; the candidate stage alone): the sample photos those three packages
+ship, read straight out of their wheel files (a wheel is a zip; nothing is installed), cut
+into non-overlapping CROPxCROP tiles: a few hundred distinct natural images. Each tile gets
+one planted copy per change family: resize 0.5-0.9x, JPEG quality 30-95, crop of 1-5 % and
+of 5-10 % per side, brightness +-20 %, contrast +-20 %, horizontal flip (parameters drawn
+per tile from a fixed seed). For a range of thresholds D the table gives the recall of each
+family (copy within D of its original), the false-positive pairs among the distinct tiles
+(all pairs within D), the cost of hashing an image (bytes to hash, as the job does it), and
+for the flip family the recall when the mirror image's hash is compared too.
 
 --overhead N: `segprep prepare` on N distinct entries (800x600 JPEG tiles of the photos at
 random scales and offsets, each with a mask), timed with --duplicates off and group,
@@ -42,6 +52,8 @@ from PIL import Image, ImageEnhance
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import duplicate_set  # noqa: E402
+from transforms import duplicates as dups  # noqa: E402
 from transforms.duplicates import hamming, mirrored_hash, perceptual_hash  # noqa: E402
 
 PHOTO_DIRS = ("skimage/data/", "sklearn/datasets/images/", "mpl-data/sample_data/")
@@ -184,6 +196,115 @@ def quality_table(wheels: Path, size: int, seed: int) -> dict:
     }
 
 
+# ---- verified near copies on portraits of one composition (benchmarks/duplicate_set.py) --
+
+PORTRAIT_THRESHOLDS = (8, 10, 12, 14)
+SIMILARITIES = (0.0, 0.8, 0.85, 0.9, 0.93, 0.95)  # 0.0: the candidate stage alone
+
+
+def hash_file(key: str, data: bytes) -> dups.ImageHash:
+    """As the job hashes an image: a DCT-scaled decode, the thumbnail, fingerprint()."""
+    with Image.open(io.BytesIO(data)) as image:
+        image.draft("RGB", (2 * dups.THUMB_SIDE, 2 * dups.THUMB_SIDE))
+        return dups.fingerprint(key, data, dups.thumbnail(image))
+
+
+def portrait_hashes(folder: Path) -> tuple[list[dups.ImageHash], dict[str, dict]]:
+    truth = json.loads((folder / "truth.json").read_text())
+    hashes = [
+        hash_file(key, (folder / "images" / f"{key}.jpg").read_bytes()) for key in sorted(truth)
+    ]
+    return hashes, truth
+
+
+def pair_matrices(hashes: list[dups.ImageHash]) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's Hamming distance and signature correlation."""
+    phashes = np.array([h.phash for h in hashes], dtype=np.uint64)
+    distance = np.bitwise_count(phashes[:, None] ^ phashes[None, :]).astype(np.int64)
+    sigs = np.array([np.frombuffer(h.signature, np.int8) for h in hashes], dtype=np.float64)
+    sigs /= np.maximum(np.linalg.norm(sigs, axis=1, keepdims=True), 1e-12)
+    return distance, sigs @ sigs.T
+
+
+def _group_outcome(hashes, truth, found: np.ndarray) -> tuple[float, float]:
+    """(share of distinct images grouped with another identity's image, share of distinct
+    identities `drop` would lose entirely) under complete linkage of the `found` pairs."""
+    rows, cols = np.nonzero(np.triu(found, 1))
+    groups = dups.complete_groups((hashes[i], hashes[j]) for i, j in zip(rows, cols, strict=True))
+    identities = {key: item["identity"] for key, item in truth.items()}
+    distinct = [key for key, item in truth.items() if item["family"] == "distinct"]
+    wrong, dropped = set(), set()
+    for group in groups:
+        keys = [member.key for member in group]
+        if len({identities[key] for key in keys}) > 1:
+            wrong |= {key for key in keys if key in distinct}
+        dropped |= set(keys[1:])
+    kept_identities = {identities[key] for key in truth if key not in dropped}
+    lost = len({identities[key] for key in distinct} - kept_identities)
+    return len(wrong) / len(distinct), lost / len(distinct)
+
+
+def portrait_table(folder: Path) -> dict:
+    hashes, truth = portrait_hashes(folder)
+    distance, correlation = pair_matrices(hashes)
+    keys = [h.key for h in hashes]
+    identity = np.array([truth[key]["identity"] for key in keys])
+    family = np.array([truth[key]["family"] for key in keys])
+    same = identity[:, None] == identity[None, :]
+    off_diagonal = ~np.eye(len(keys), dtype=bool)
+    distinct = family == "distinct"
+    rows = []
+    for threshold in PORTRAIT_THRESHOLDS:
+        for minimum in SIMILARITIES:
+            found = (distance <= threshold) & (correlation >= minimum) & off_diagonal
+            exact = np.array([[a.sha256 == b.sha256 for b in hashes] for a in hashes])
+            found |= exact & off_diagonal
+            row = {"D": threshold, "S": minimum}
+            for name in duplicate_set.FAMILIES:
+                copies = family == name
+                originals = np.isin(identity, identity[copies]) & distinct
+                true_pairs = found[np.ix_(copies, originals)] & same[np.ix_(copies, originals)]
+                row[f"{name} recall"] = float(true_pairs.any(axis=1).mean())
+                with_copy = found[copies]
+                hits = int(with_copy.sum())
+                right = int((with_copy & same[copies]).sum())
+                row[f"{name} precision"] = right / hits if hits else 1.0
+            distinct_pairs = found[np.ix_(distinct, distinct)]
+            row["distinct pairs"] = int(np.triu(distinct_pairs, 1).sum())
+            row["distinct in a pair %"] = 100 * float(distinct_pairs.any(axis=1).mean())
+            wrong, lost = _group_outcome(hashes, truth, found)
+            row["wrongly grouped %"], row["drop loses %"] = 100 * wrong, 100 * lost
+            rows.append(row)
+    return {
+        "images": len(keys),
+        "distinct": int(distinct.sum()),
+        "distinct_pairs": int(distinct.sum() * (distinct.sum() - 1) // 2),
+        "rows": rows,
+    }
+
+
+def print_portrait_table(result: dict) -> None:
+    print(
+        f"{result['distinct']} distinct portraits ({result['distinct_pairs']:,} pairs) and "
+        f"{result['images'] - result['distinct']} planted copies; S = 0 is the band search "
+        "alone, S > 0 adds the signature check"
+    )
+    families = duplicate_set.FAMILIES[1:]  # exact copies are always found (same bytes)
+    header = ["D", "S", *families, "distinct pairs", "wrongly grouped %", "drop loses %"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in result["rows"]:
+        cells = [str(row["D"]), f"{row['S']:g}"]
+        cells += [f"{row[f'{f} recall']:.2f} / {row[f'{f} precision']:.2f}" for f in families]
+        cells += [
+            str(row["distinct pairs"]),
+            f"{row['wrongly grouped %']:.1f}",
+            f"{row['drop loses %']:.1f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    print("(family cells: recall / precision of the pairs found with a copy of that family)")
+
+
 def print_table(result: dict) -> None:
     print(
         f"{result['distinct']} distinct {result['tile']}px tiles of {result['photos']} photos, "
@@ -285,9 +406,17 @@ def main() -> None:
     parser.add_argument("--overhead", type=int, default=0, metavar="N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_quality", action="store_true")
+    parser.add_argument("--distinct", type=int, default=300, help="portraits in the set")
+    parser.add_argument("--planted", type=int, default=60, help="portraits given copies")
+    parser.add_argument("--photos", type=Path, help="real photos for portrait backgrounds")
     args = parser.parse_args()
     if not args.skip_quality:
-        print_table(quality_table(args.wheels, args.tile, args.seed))
+        with tempfile.TemporaryDirectory(prefix="dups-portraits-") as folder:
+            photos = duplicate_set.wheel_photos(args.photos)
+            duplicate_set.build(Path(folder), args.distinct, args.planted, args.seed, photos)
+            print_portrait_table(portrait_table(Path(folder)))
+        if args.wheels.is_dir() and any(args.wheels.glob("*.whl")):
+            print_table(quality_table(args.wheels, args.tile, args.seed))
     if args.overhead:
         overhead(args.wheels, args.overhead, args.repeats)
 

@@ -387,14 +387,47 @@ def test_bucket_pairs_other_outputs_only_against_this_run():
     assert sorted((a.image.key, b.image.key) for a, b, _ in found) == [("a", "x"), ("a", "y")]
 
 
-def test_groups_are_connected_components():
+def test_groups_are_complete_linkage_not_chains():
+    """A~B and B~C with A and C not verified: A and B group, C is left alone (no chain)."""
+
     def h(key, phash=0):
         return dups.ImageHash(key, key, phash)
 
-    groups = dups.connected_groups([(h("c"), h("b")), (h("b"), h("a")), (h("x"), h("y"))])
-    assert [[m.key for m in group] for group in groups] == [["a", "b", "c"], ["x", "y"]]
+    pairs = [(h("c"), h("b")), (h("b"), h("a")), (h("x"), h("y")), (h("y"), h("z"))]
+    pairs += [(h("x"), h("z")), (h("d"), h("c"))]
+    groups = dups.complete_groups(pairs)
+    assert [[m.key for m in group] for group in groups] == [["a", "b"], ["c", "d"], ["x", "y", "z"]]
+    chain = dups.linked_groups([(h("a"), h("b")), (h("b"), h("c"))])  # c is in no group
+    assert [[m.key for m in linked.images] for linked in chain] == [["a", "b", "c"]]
+    assert [[m.key for m in group] for group in chain[0].groups] == [["a", "b"]]
     line = dups.describe_group([h("a", 0), h("b", 7)], "train")
     assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
+
+
+def test_signature_confirms_copies_and_parts_distinct_images():
+    photo = _smooth_photo(3)
+    darker = ImageEnhance.Brightness(photo).enhance(0.85)
+    flatter = ImageEnhance.Contrast(photo).enhance(1.15)
+
+    def signature(image):
+        return dups.colour_signature(dups.thumbnail(image))
+
+    original = signature(photo)
+    assert len(original) == 192
+    for copy in (darker, flatter, photo.resize((150, 150)).resize((256, 256))):
+        assert dups.similarity(original, signature(copy)) >= 0.95
+    assert dups.similarity(original, signature(_smooth_photo(4))) < 0.95
+
+
+def test_hash_rows_keep_the_signature_and_old_rows_still_load():
+    image = dups.ImageHash("k", "ab", 5, None, bytes([1, 255, 0]))
+    (back,) = dups.parse_hash_rows(dups.hash_rows_bytes([image]))
+    assert (back.key, back.phash, back.signature) == ("k", 5, bytes([1, 255, 0]))
+    (old,) = dups.parse_hash_rows(b'{"key": "k", "sha256": "ab", "phash": "0000000000000005"}')
+    assert old.signature == b""
+    other = dups.ImageHash("j", "cd", 5, None, bytes([9, 9, 9]))
+    assert dups.verified(old, other, 0.95)  # no signature: the distance alone decides
+    assert not dups.verified(image, dups.ImageHash("j", "cd", 5, None, bytes([0, 1, 0])), 0.95)
 
 
 def test_inspect_draws_the_groups(grouped, tmp_path):
@@ -423,3 +456,172 @@ def test_a_groups_largest_distance_is_over_every_pair():
         hashes = [rng.getrandbits(64) for _ in range(size)]
         brute = max((hamming(a, b) for a, b in itertools.combinations(hashes, 2)), default=0)
         assert _largest_distance(np.array(hashes, dtype=np.uint64), rows=64) == brute
+
+
+# ---- portraits of one composition (benchmarks/duplicate_set.py) ---------------------------
+
+PORTRAITS = 48  # distinct portraits; the first PLANTED get one copy per change family
+PLANTED = 4
+FOUND_FAMILIES = ("exact", "resize", "jpeg", "crop<=5%", "brightness", "contrast")
+
+
+def _official(data: Path, out: Path, lists: dict[str, list[str]], *extra: str, check=True):
+    """prepare with --split_file SPLIT=list for each of `lists`."""
+    flags = []
+    for split, keys in lists.items():
+        listed = data / f"{split}.txt"
+        listed.write_text("".join(f"{key}\n" for key in keys))
+        flags += ["--split_file", f"{split}={listed}"]
+    return _segprep(
+        "prepare",
+        "--image_dir",
+        str(data / "images"),
+        "--mask_dir",
+        str(data / "masks"),
+        "--output_dir",
+        str(out),
+        "--num_shards",
+        "2",
+        *flags,
+        *extra,
+        *RUNNER_ARGS,
+        check=check,
+    )
+
+
+@pytest.fixture(scope="module")
+def portraits(tmp_path_factory):
+    """(data, truth): PORTRAITS distinct portraits and 7 planted copies of each of the first
+    PLANTED (truth: key -> {"identity", "family"})."""
+    from benchmarks import duplicate_set
+
+    data = tmp_path_factory.mktemp("portraits") / "data"
+    return data, duplicate_set.build(data, PORTRAITS, PLANTED, seed=7)
+
+
+@pytest.fixture(scope="module")
+def portraits_grouped(portraits, tmp_path_factory):
+    data, _ = portraits
+    out = tmp_path_factory.mktemp("portraits-grouped") / "out"
+    done = _prepare(data, out)
+    return out, done.stdout
+
+
+def test_distinct_portraits_are_left_ungrouped_and_planted_copies_grouped(
+    portraits, portraits_grouped
+):
+    _, truth = portraits
+    out, stdout = portraits_grouped
+    groups = _groups(out)
+    for group in groups:  # no group holds two different portraits
+        assert len({truth[key]["identity"] for key in group["keys"]}) == 1, group
+    grouped = {key for group in groups for key in group["keys"]}
+    group_of = {key: tuple(group["keys"]) for group in groups for key in group["keys"]}
+    copies = [key for key, item in truth.items() if item["family"] in FOUND_FAMILIES]
+    with_original = [k for k in copies if truth[k]["identity"] in group_of.get(k, ())]
+    assert len(with_original) >= len(copies) - 1  # recall >= 0.95 on these families
+    grouped_alone = [k for k, v in truth.items() if v["family"] == "distinct" and k in grouped]
+    assert set(grouped_alone) == {f"p{i:04d}" for i in range(PLANTED)}
+    split_of = _key_tables(out)
+    for group in groups:
+        assert {split_of[key] for key in group["keys"]} == {group["split"]}
+    assert "grouping moved " in stdout
+
+
+def test_no_group_is_wider_than_the_threshold(portraits_grouped):
+    out, _ = portraits_grouped
+    hashes = {}
+    for split in ("train", "validation"):
+        data = (out / "index" / f"{split}.hashes.jsonl").read_bytes()
+        for row in dups.parse_hash_rows(data):
+            assert len(row.signature) == 192
+            hashes[row.key] = row
+    for group in _groups(out):
+        widest = max(
+            dups.hamming(hashes[a].phash, hashes[b].phash)
+            for a, b in itertools.combinations(group["keys"], 2)
+        )
+        assert widest == group["max_distance"] <= DEFAULT_D
+
+
+def _voc_lists(truth: dict) -> dict[str, list[str]]:
+    """Originals with copies listed in validation, their copies in train; the rest
+    alternate. (A benchmark's validation list that holds near copies of train images.)"""
+    train, validation = [], []
+    for index, key in enumerate(sorted(truth)):
+        item = truth[key]
+        if item["family"] == "distinct":
+            (validation if key < f"p{PLANTED:04d}" or index % 2 else train).append(key)
+        else:
+            train.append(key)
+    return {"train": train, "validation": validation}
+
+
+def test_split_file_lists_are_kept_exactly_and_crossing_groups_reported(portraits, tmp_path):
+    data, truth = portraits
+    lists = _voc_lists(truth)
+    out = tmp_path / "out"
+    done = _official(data, out, lists)
+    split_of = _key_tables(out)
+    for split, keys in lists.items():
+        assert sorted(k for k, s in split_of.items() if s == split) == sorted(keys)
+    crossing = [g for g in _groups(out) if g["split"] == ["train", "validation"]]
+    assert len(crossing) == PLANTED
+    info = json.loads((out / "metadata.json").read_text())["duplicates"]
+    assert info["cross_split_groups"] == PLANTED and info["official_splits"] is True
+    train_copies = sum(1 for g in crossing for k in g["keys"] if split_of[k] == "train")
+    assert info["cross_split_train_keys"] == train_copies >= PLANTED * len(FOUND_FAMILIES)
+    warning = (
+        f"{PLANTED} groups cross your splits: validation holds near copies of "
+        f"{train_copies} train images (duplicates.jsonl)"
+    )
+    assert warning in done.stdout
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_drop_under_official_splits_removes_only_train_copies(portraits, tmp_path):
+    data, truth = portraits
+    lists = _voc_lists(truth)
+    out = tmp_path / "out"
+    _official(data, out, lists, "--duplicates", "drop")
+    split_of = _key_tables(out)
+    assert sorted(k for k, s in split_of.items() if s == "validation") == sorted(
+        lists["validation"]
+    )
+    rejects = _rejects(out)
+    assert rejects, "the planted train copies were not dropped"
+    for key, reject in rejects.items():
+        assert key in lists["train"] and reject["reason"] == "duplicate_image"
+        kept = reject["detail"].split(" of ")[1].split(" ")[0]
+        assert truth[kept]["identity"] == truth[key]["identity"]
+    for_validation = [r for r in rejects.values() if "(kept, validation)" in r["detail"]]
+    assert len(for_validation) >= PLANTED * len(FOUND_FAMILIES) - 1
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_an_appended_near_copy_joins_its_originals_split(portraits, tmp_path):
+    data, truth = portraits
+    first = tmp_path / "first"
+    originals = sorted(k for k, v in truth.items() if v["family"] == "distinct")
+    (first / "images").mkdir(parents=True)
+    (first / "masks").mkdir()
+    for key in originals:
+        for kind, suffix in (("images", "jpg"), ("masks", "png")):
+            shutil.copy(data / kind / f"{key}.{suffix}", first / kind / f"{key}.{suffix}")
+    out = tmp_path / "out"
+    _prepare(first, out)
+    stored = _key_tables(out)
+    copy = next(k for k, v in truth.items() if v["family"] == "resize")  # a resized copy of p0000
+    original = truth[copy]["identity"]
+    # named so that its key alone would put it in the other split
+    name = _straddling_name(original, "appended")
+    shutil.copy(data / "images" / f"{copy}.jpg", first / "images" / f"{name}.jpg")
+    shutil.copy(data / "masks" / f"{copy}.png", first / "masks" / f"{name}.png")
+    done = _prepare(first, out, "--append")
+    split_of = {  # every version's key tables (an append's are index/<split>.v2.keys.jsonl)
+        row.key: table.name.split(".")[0]
+        for table in (out / "index").glob("*.keys.jsonl")
+        for row in record_index.parse_key_table(table.read_bytes())
+    }
+    assert split_of[name] == stored[original] != FRACTIONS.split_of(name)
+    assert "this append: 1 new entry is a near copy of images already in the output" in done.stdout

@@ -1,23 +1,29 @@
-"""Exact and near-duplicate images: the hashes, the band search and the groups.
+"""Exact and near-duplicate images: the hashes, the band search, the check and the groups.
 
 Pure code; the job (beam_pipeline/job/duplicates.py) runs it as Beam transforms.
 
-Each image gets the sha256 of its bytes (exact copies) and a 64-bit perceptual hash: the
-signs, against their median, of the 8x8 lowest frequencies of the DCT of a 32x32 grey image.
-The grey image comes from a DCT-scaled JPEG decode (Pillow's `draft`), which decodes about
-1/64 of the pixels. Low frequencies survive resizing, re-encoding and small crops; a
-brightness shift moves only the DC term (left out of the median), a contrast change scales
-every term alike, so neither flips a bit. benchmarks/duplicates.py measures all of it.
+Each image gets the sha256 of its bytes (exact copies), a 64-bit perceptual hash and a
+colour signature, both from one 32x32 RGB thumbnail (`thumbnail`, `fingerprint`). The hash
+is the signs, against their median, of the 8x8 lowest frequencies of the DCT of the grey
+thumbnail. JPEGs are decoded DCT-scaled (Pillow's `draft`), about 1/64 of the pixels.
+Low frequencies survive resizing, re-encoding and small crops; a brightness shift moves only
+the DC term (left out of the median), a contrast change scales every term alike.
 
-Near-duplicates are pairs within Hamming distance D. The candidate search splits the 64
-bits into D + 1 bands: two hashes within D differ in at most D bands, so (pigeonhole) they
-agree on at least one whole band, and looking only inside buckets of equal band values
-finds every such pair. A pair is reported from the first band it agrees on only, so no
-shuffle is needed to remove repeats.
+The hash mostly sees the silhouette: distinct portraits of one framing land within a few
+bits of each other. So the hash only finds candidates, and a candidate pair counts when the
+two colour signatures (the thumbnail at 8x8x3, less its mean, as int8) correlate closely
+(`verified`). benchmarks/duplicates.py measures both stages.
+
+Candidates are pairs within Hamming distance D. The search splits the 64 bits into D + 1
+bands: two hashes within D differ in at most D bands, so (pigeonhole) they agree on at least
+one whole band, and looking only inside buckets of equal band values finds every such pair.
+A pair is reported from the first band it agrees on only, so no shuffle removes repeats.
+Groups are complete linkage over the verified pairs (`complete_groups`): no chains.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -35,6 +41,7 @@ _SIDE = 32  # the grey image the DCT sees
 THUMB_SIDE = _SIDE  # the RGB thumbnail hashes and signatures are computed from
 _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
+SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
 MODES = ("group", "drop", "off")
 
 
@@ -95,7 +102,46 @@ def fingerprint(
     """The image's hashes from its bytes (sha256) and its thumbnail (perceptual hash and
     verification signature): the one function every hashing path calls."""
     grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
-    return ImageHash(key, digest(image_bytes), phash_of_grey(grey), mask)
+    return ImageHash(key, digest(image_bytes), phash_of_grey(grey), mask, colour_signature(thumb))
+
+
+def colour_signature(thumb: np.ndarray) -> bytes:
+    """SIGNATURE_SIDE^2 x 3 signed bytes: the thumbnail's colours box-filtered, minus their
+    one mean over every pixel and channel, scaled to +-127. One mean for all channels, not
+    one per channel, so the background's and the clothes' colours count; brightness (a
+    factor) and contrast (a blend with the mean grey) change only that mean and the scale,
+    which the correlation ignores."""
+    block = THUMB_SIDE // SIGNATURE_SIDE
+    pixels = (
+        thumb.astype(np.float64)
+        .reshape(SIGNATURE_SIDE, block, SIGNATURE_SIDE, block, 3)
+        .mean(axis=(1, 3))
+    )
+    centred = pixels - pixels.mean()
+    peak = float(np.abs(centred).max())
+    if peak == 0:  # a flat image: all zeros, correlated with nothing but itself
+        return bytes(centred.size)
+    return np.round(centred / peak * 127).astype(np.int8).tobytes()
+
+
+def similarity(a: bytes, b: bytes) -> float:
+    """Normalised correlation of two colour signatures, -1..1 (1.0 for two flat images)."""
+    x = np.frombuffer(a, dtype=np.int8).astype(np.float64)
+    y = np.frombuffer(b, dtype=np.int8).astype(np.float64)
+    norms = float(np.sqrt((x @ x) * (y @ y)))
+    if norms == 0:
+        return 1.0 if not x.any() and not y.any() else 0.0
+    return float(x @ y) / norms
+
+
+def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
+    """A band-search candidate confirmed as a near copy (the job's default minimum is 0.95,
+    DuplicateSettings.min_similarity): the same bytes, or signatures that
+    correlate at `min_similarity` or more. An image without a signature (a hash table
+    written before signatures) is confirmed by the perceptual-hash distance alone."""
+    if a.sha256 == b.sha256 or not a.signature or not b.signature:
+        return True
+    return similarity(a.signature, b.signature) >= min_similarity
 
 
 def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
@@ -139,15 +185,23 @@ class ImageHash:
     signature: bytes = dataclasses.field(default=b"", compare=False)
 
     def row(self) -> dict[str, str]:
-        """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job)."""
-        return {"key": self.key, "sha256": self.sha256, "phash": f"{self.phash:016x}"}
+        """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job); `sig`,
+        the signature in base64 (256 characters), only when there is one."""
+        row = {"key": self.key, "sha256": self.sha256, "phash": f"{self.phash:016x}"}
+        if self.signature:
+            row["sig"] = base64.b64encode(self.signature).decode("ascii")
+        return row
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> ImageHash:
         phash = row["phash"]
         if not (isinstance(phash, str) and len(phash) == 16):
             raise ValueError(f"phash {phash!r} is not 16 hex digits")
-        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16))
+        sig = row.get("sig", "")
+        if not isinstance(sig, str):
+            raise ValueError(f"sig {sig!r} is not base64")
+        signature = base64.b64decode(sig, validate=True)  # binascii.Error is a ValueError
+        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), None, signature)
 
 
 def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
@@ -200,8 +254,9 @@ def first_shared_band(a: int, b: int, distance: int) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class Tagged:
-    """A hash in the search, with where it comes from: "" for this run's images, else the
-    output folder it was read from (--leakage_check)."""
+    """A hash in the search, with where it comes from: "" for this run's images, the output
+    folder it was read from (--leakage_check), or existing_source(split) for the images an
+    appended output already stores."""
 
     source: str
     image: ImageHash
@@ -254,10 +309,14 @@ class Group:
     """One line of duplicates.jsonl: keys sorted, so keys[0] is the kept / anchoring key."""
 
     keys: tuple[str, ...]
-    split: str | None
+    # the one split every member follows (None: outside every split); under official splits
+    # (--split_file, --split_by_folder) the sorted list of the splits the members are in
+    split: str | list[str] | None
     kind: str  # "exact": every member has the same bytes; "near" otherwise
     max_distance: int  # largest Hamming distance between two members
     conflicting_masks: bool  # byte-identical images whose mask files differ
+    # --append: member -> split, for the members the output already stores (not written)
+    stored: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def line(self) -> bytes:
         data = {
@@ -270,32 +329,89 @@ class Group:
         return (json.dumps(data, ensure_ascii=False) + "\n").encode()
 
 
-def connected_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[ImageHash]]:
-    """Connected components of the pair graph (union-find), each sorted by key; sorted."""
-    parent: dict[str, str] = {}
+EXISTING = "existing:"  # the source tag of an appended output's own images, then the split
+
+
+def existing_source(split: str) -> str:
+    return EXISTING + split
+
+
+def is_existing(source: str) -> bool:
+    return source.startswith(EXISTING)
+
+
+def existing_split(source: str) -> str | None:
+    """The split an appended output stores the image in; None for other sources."""
+    return source[len(EXISTING) :] if is_existing(source) else None
+
+
+def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[ImageHash]]:
+    """Groups in which every member is a verified near copy of every other (complete
+    linkage), so A~B and B~C never chain A to C. Within each connected component of the
+    pair graph: the smallest key left anchors a group, and the others join it in key order
+    only when paired with every member so far; those left over form groups the same way.
+    Singletons are no group. Each group sorted by key; the groups sorted."""
+    return sorted(group for linked in linked_groups(pairs) for group in linked.groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class Linked:
+    """The images a chain of verified pairs links (sorted by key), and their groups."""
+
+    images: list[ImageHash]
+    groups: list[list[ImageHash]]
+
+
+def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
+    """complete_groups, gathered per connected component of the pairs, with every image of
+    the component, grouped or not (the job places a component in one split, so no verified
+    pair ever straddles two splits). Components in order of their smallest key."""
+    neighbours: dict[str, set[str]] = {}
     images: dict[str, ImageHash] = {}
-
-    def root(key: str) -> str:
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
     for a, b in pairs:
+        if a.key == b.key:
+            continue
         for image in (a, b):
-            if image.key not in parent:
-                parent[image.key] = image.key
-                images[image.key] = image
-        ra, rb = root(a.key), root(b.key)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    members: dict[str, list[ImageHash]] = {}
-    for key in parent:
-        members.setdefault(root(key), []).append(images[key])
-    return sorted(sorted(group) for group in members.values())
+            images.setdefault(image.key, image)
+        neighbours.setdefault(a.key, set()).add(b.key)
+        neighbours.setdefault(b.key, set()).add(a.key)
+    linked = []
+    for component in _components(neighbours):
+        groups = []
+        left = sorted(component)
+        while len(left) > 1:
+            members = [left[0]]
+            for key in left[1:]:
+                if all(member in neighbours[key] for member in members):
+                    members.append(key)
+            if len(members) > 1:
+                groups.append([images[key] for key in members])
+            taken = set(members)
+            left = [key for key in left if key not in taken]
+        linked.append(Linked([images[key] for key in sorted(component)], groups))
+    return linked
 
 
-def describe_group(members: Sequence[ImageHash], split: str | None) -> Group:
+def _components(neighbours: Mapping[str, set[str]]) -> Iterator[set[str]]:
+    seen: set[str] = set()
+    for start in sorted(neighbours):
+        if start in seen:
+            continue
+        component, frontier = {start}, [start]
+        while frontier:
+            for other in neighbours[frontier.pop()]:
+                if other not in component:
+                    component.add(other)
+                    frontier.append(other)
+        seen |= component
+        yield component
+
+
+def describe_group(
+    members: Sequence[ImageHash],
+    split: str | list[str] | None,
+    stored: Mapping[str, str] | None = None,
+) -> Group:
     """The group's line: kind, largest distance, and whether exact copies disagree on masks."""
     exact = len({m.sha256 for m in members}) == 1
     largest = _largest_distance(np.array([m.phash for m in members], dtype=np.uint64))
@@ -304,7 +420,12 @@ def describe_group(members: Sequence[ImageHash], split: str | None) -> Group:
         masks_by_image.setdefault(member.sha256, set()).add(member.mask)
     conflict = any(len(masks) > 1 for masks in masks_by_image.values())
     return Group(
-        tuple(m.key for m in members), split, "exact" if exact else "near", largest, conflict
+        tuple(m.key for m in members),
+        split,
+        "exact" if exact else "near",
+        largest,
+        conflict,
+        dict(stored or {}),
     )
 
 

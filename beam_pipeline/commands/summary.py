@@ -61,7 +61,7 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         )
     if "classes" in metadata:
         lines.extend(classes_lines(metadata["classes"]))
-    lines.extend(duplicates_lines(metadata.get("duplicates")))
+    lines.extend(duplicates_lines(metadata.get("duplicates"), splits))
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
         lines.append(f"  {note}")
@@ -97,30 +97,95 @@ def side_files_line(count: int, kinds: tuple[tuple[str, int], ...]) -> str:
     return f"side files: {count:,} in the mask folder (not masks: {shown}{more}; not read)"
 
 
-def duplicates_lines(section: dict[str, Any] | None) -> list[str]:
-    """One line on duplicate groups (docs/duplicates.md), one more on leakage if checked."""
+def duplicates_lines(
+    section: dict[str, Any] | None, splits: dict[str, Any] | None = None
+) -> list[str]:
+    """The duplicate groups (docs/duplicates.md): how many, how splits were kept or moved,
+    the groups crossing official splits (a leakage warning), and leakage if checked."""
     if not section or section.get("mode") == "off":
         return []
     groups = section["groups"]
     if section["mode"] == "drop":
         kept = f"{section['dropped']:,} dropped as duplicate_image, one kept per group"
+        if section.get("official_splits"):
+            kept += " and split (train copies of validation/test images go)"
+    elif section.get("official_splits"):
+        kept = "each entry kept in its listed split"
     else:
         kept = "each kept in one split"
     line = (
         f"  duplicates: {groups:,} {'group' if groups == 1 else 'groups'} of "
         f"{section['keys_in_groups']:,} entries ({section['exact_groups']:,} exact), {kept}"
     )
-    if groups:
-        line += f"; by key alone {section['cross_split_groups_by_key_alone']:,} would span splits"
     if section.get("conflicting_mask_groups"):
         line += f"; {section['conflicting_mask_groups']:,} with conflicting masks"
+    matches = section.get("in_output_matches")
+    if matches:
+        line += f"; {matches:,} near copies of images already in the output"
     lines = [line + f" (distance <= {section['threshold']}; {DUPLICATES_FILE})"]
+    moved = section.get("moved")
+    if moved and splits is not None:
+        lines.append("  " + _moved_line(moved, splits))
+    crossing = section.get("cross_split_groups", 0)
+    if section.get("official_splits") and crossing:
+        lines.append("  " + _crossing_line(section))
+    if isinstance(section.get("latest_append"), dict):
+        lines.append("  " + _append_line(section["latest_append"]))
     if section.get("leakage_checked"):
         lines.append(
             f"  leakage: {section['leaks']:,} entries near-duplicate an image of "
             f"{', '.join(section['leakage_checked'])}: rejected as leaks_into"
         )
     return lines
+
+
+def _append_line(found: dict[str, Any]) -> str:
+    """What an append's search found: its new images' near copies of stored images."""
+    matches = found.get("in_output_matches", 0)
+    if found.get("mode") == "drop":
+        done = f"{found.get('dropped', 0):,} new entries dropped as duplicate_image"
+    elif found.get("official_splits"):
+        done = "each entry kept in its listed split"
+    else:
+        done = "each joined the split of the image it copies"
+    copies = "entry is a near copy" if matches == 1 else "entries are near copies"
+    line = (
+        f"this append: {matches:,} new {copies} "
+        f"of images already in the output, {done}; {found.get('groups', 0):,} groups among "
+        "the new and stored images"
+    )
+    if found.get("official_splits") and found.get("cross_split_groups"):
+        line += f"; {_crossing_line(found)}"
+    return line
+
+
+def _moved_line(moved: dict[str, int], splits: dict[str, Any]) -> str:
+    """`grouping moved 12 entries: train 180 -> 183, validation 20 -> 17` (sizes now, and
+    what they would be had every entry kept its key's split)."""
+    entries = sum(change for change in moved.values() if change > 0)
+    sizes = []
+    for name, change in moved.items():
+        now = splits.get(name, {}).get("num_examples", 0)
+        sizes.append(f"{name} {now - change:,} -> {now:,}")
+    noun = "entry" if entries == 1 else "entries"
+    return f"grouping moved {entries:,} {noun}: {', '.join(sizes)}"
+
+
+def _crossing_line(section: dict[str, Any]) -> str:
+    """The leakage warning: groups holding near copies on both sides of official splits."""
+    crossing = section["cross_split_groups"]
+    held = " and ".join(section.get("cross_split_held_in") or ["another split"])
+    train = section.get("cross_split_train_keys", 0)
+    what = (
+        f"{held} {'holds' if len(section.get('cross_split_held_in') or []) < 2 else 'hold'} "
+        f"near copies of {train:,} train {'image' if train == 1 else 'images'}"
+        if train
+        else f"near copies sit in {held}"
+    )
+    groups = "group crosses" if crossing == 1 else "groups cross"
+    if section["mode"] == "drop" and train:
+        return f"{crossing:,} {groups} your splits: {what}, dropped from train ({DUPLICATES_FILE})"
+    return f"{crossing:,} {groups} your splits: {what} ({DUPLICATES_FILE})"
 
 
 def classes_lines(classes: dict[str, Any]) -> list[str]:

@@ -188,6 +188,9 @@ def commit(
         duplicate_files = []
         if "duplicates" in previous.extra:
             info["duplicates"] = previous.extra["duplicates"]
+        if duplicates is not None and isinstance(info.get("duplicates"), dict):
+            # what this append's search found among its new images (docs/duplicates.md)
+            info["duplicates"] = {**info["duplicates"], "latest_append": duplicates}
     info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
     if settings.classes.is_classes:
         _add_classes(info, shards, settings, previous)

@@ -2,11 +2,15 @@
 
 Hash every image (in the run's writer pool on local runs) -> key each hash by its D + 1
 band values (gathered into lists per bundle) -> compare inside each band bucket
-(transforms/duplicates.py: pigeonhole, every pair within D shares a band) -> collect the
-pairs found, only those, in one place for the connected components -> each group's members
-follow its smallest key into one split, or (drop) all but that key become rejects. Hashes
-of other outputs (--leakage_check) join the same buckets; this run's images close to one of
-them become rejects.
+(transforms/duplicates.py: pigeonhole, every pair within D shares a band), keeping the pairs
+whose colour signatures confirm them -> collect those pairs in one place for the
+complete-linkage groups -> without official splits, the groups a chain of pairs links all
+follow one split (the smallest key's, or the split an appended output already stores a
+member in); under --split_file / --split_by_folder nobody moves and groups that cross splits
+are reported; drop keeps one member per group (per split under official splits, train's
+copies of validation/test images going). Hashes of other outputs (--leakage_check) join the
+same buckets (this run's images close to one of them become rejects), and so do, on an
+append, the hashes the output stores.
 
 No step holds every hash: buckets hold the images sharing one band value, and the side
 inputs hold what concerns duplicates only (group members, rejected keys).
@@ -76,19 +80,19 @@ class _HashImages(beam.DoFn):
             ) from error
 
 
-# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest):
-# Beam encodes tuples of str and int with its fast coder, dataclasses only by pickling, and
-# each image is keyed D + 1 times.
+# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest,
+# signature): Beam encodes tuples of str, int and bytes with its fast coder, dataclasses only
+# by pickling, and each image is keyed D + 1 times.
 
 
 def _as_tuple(tagged: dups.Tagged) -> tuple:
     image = tagged.image
-    return tagged.source, image.key, image.phash, image.sha256, image.mask
+    return tagged.source, image.key, image.phash, image.sha256, image.mask, image.signature
 
 
 def _from_tuple(value: tuple) -> dups.Tagged:
-    source, key, phash, sha256, mask = value
-    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask))
+    source, key, phash, sha256, mask, signature = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -126,11 +130,15 @@ class _OwnBuckets(beam.DoFn):
         self.start_bundle()
 
 
-def _bucket_pairs(element, distance: int):
+def _bucket_pairs(element, distance: int, min_similarity: float):
+    """The verified near copies in one bucket: leaks (another output's image) apart, pairs
+    with this run's or the appended output's images (dups.EXISTING sources) go on."""
     (band, _), lists = element
     tagged = [_from_tuple(value) for values in lists for value in values]
     for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
-        if b.source:
+        if not dups.verified(a.image, b.image, min_similarity):
+            continue
+        if b.source and not dups.is_existing(b.source):
             yield beam.pvalue.TaggedOutput(
                 "leaks", (a.image.key, (distance_ab, b.source, b.image.key))
             )
@@ -147,15 +155,31 @@ def _other_hashes(pbegin, number: int, check, distance: int):
     )
 
 
-class _OtherBuckets(beam.DoFn):
-    """One hash table of another output (--leakage_check) -> ((band, value), hashes) lists,
-    read a bounded line at a time through side_tables (name, link, kind and size checked
-    here; the sha256 in the launcher before the job, and again here as the lines go by), at
-    most _OTHER_BUCKETED hashes held: one element per bucket and batch, not D + 1 per hash."""
+def _existing_hashes(pbegin, settings: DuplicateSettings):
+    """--append: the bucket lists of the hashes the output stores, each tagged with the
+    split that holds it (read as another output's are, sha256 kept: exact copies)."""
+    return [
+        pbegin
+        | f"ExistingHashTable{split}" >> beam.Create([ref])
+        | f"ExistingBuckets{split}"
+        >> beam.ParDo(
+            _OtherBuckets(settings.existing_dir, settings.distance, dups.existing_source(split))
+        )
+        for split, ref in settings.existing
+    ]
 
-    def __init__(self, output_dir: str, distance: int) -> None:
+
+class _OtherBuckets(beam.DoFn):
+    """One hash table of another output (--leakage_check) or of the appended output ->
+    ((band, value), hashes) lists, read a bounded line at a time through side_tables (name,
+    link, kind and size checked here; the sha256 in the launcher before the job, and again
+    here as the lines go by), at most _OTHER_BUCKETED hashes held: one element per bucket
+    and batch, not D + 1 per hash. `source` tags the hashes (default: the folder)."""
+
+    def __init__(self, output_dir: str, distance: int, source: str | None = None) -> None:
         self._output_dir = output_dir
         self._distance = distance
+        self._source = output_dir if source is None else source
 
     def process(self, ref):
         buckets: dict[tuple[int, int], list[tuple]] = {}
@@ -164,7 +188,7 @@ class _OtherBuckets(beam.DoFn):
         with side_tables.open_table(self._output_dir, ref, check_sha256=False) as table:
             for number, line in enumerate(table.lines(), start=1):
                 digest.update(line)
-                tagged = _tagged_row(line, self._output_dir, ref.file, number)
+                tagged = _tagged_row(line, self._source, f"{self._output_dir}{ref.file}", number)
                 for key, value in _band_keys(tagged, self._distance):
                     buckets.setdefault(key, []).append(value)
                 held += 1
@@ -179,38 +203,100 @@ class _OtherBuckets(beam.DoFn):
         yield from buckets.items()
 
 
-def _tagged_row(line: bytes, source: str, name: str, number: int) -> dups.Tagged:
-    """A stored row as a hash of `source`. A leak is found by perceptual distance alone, so
-    the other image's sha256 is left out: it would travel the shuffle D + 1 times (about
-    half of what a stored hash costs there)."""
+def _tagged_row(line: bytes, source: str, path: str, number: int) -> dups.Tagged:
+    """A stored row as a hash of `source`, with its signature (the check confirms a leak as
+    it does a duplicate). Another output's sha256 is left out: a leak needs no exact-copy
+    test, and it would travel the shuffle D + 1 times; the appended output's is kept."""
     try:
         stored = dups.ImageHash.from_row(json.loads(line))
     except (ValueError, KeyError, TypeError) as error:
-        raise side_tables.SideTableError(f"{source}{name} line {number}: {error}") from None
-    return dups.Tagged(source, dups.ImageHash(stored.key, "", stored.phash))
+        raise side_tables.SideTableError(f"{path} line {number}: {error}") from None
+    sha256 = stored.sha256 if dups.is_existing(source) else ""
+    return dups.Tagged(
+        source, dups.ImageHash(stored.key, sha256, stored.phash, None, stored.signature)
+    )
 
 
-def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
-    """Connected components of every pair found, each a duplicates.jsonl line."""
-    pairs = ((_from_tuple(a).image, _from_tuple(b).image) for a, b in pairs)
-    return [
-        dups.describe_group(members, settings.fractions.split_of(members[0].key))
-        for members in dups.connected_groups(pairs)
-    ]
+def _groups(_, pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[tuple]]:
+    """Complete-linkage groups of every verified pair (each a duplicates.jsonl line), and
+    (key, split) for this run's images that follow a split other than their own key's:
+    without official splits, every image a chain of pairs links (grouped or not) follows
+    one split."""
+    tagged = [(_from_tuple(a), _from_tuple(b)) for a, b in pairs]
+    stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
+    stored = {key: split for key, split in stored.items() if split}
+    groups, placed = [], []
+    for linked in dups.linked_groups((a.image, b.image) for a, b in tagged):
+        split = _linked_split(linked, stored, settings)
+        for members in linked.groups:
+            old = {m.key: stored[m.key] for m in members if m.key in stored}
+            named = _listed_splits(members, old, settings) if settings.official else split
+            groups.append(dups.describe_group(members, named, old))
+        if not settings.official and settings.mode == "group":
+            placed += [
+                (image.key, split)
+                for image in linked.images
+                if image.key not in stored and settings.fractions.split_of(image.key) != split
+            ]
+    return sorted(groups, key=lambda group: group.keys), placed
 
 
-def _anchors(groups: list[dups.Group]):
-    """(member, the group's smallest key) for every member but that key."""
+def _listed_splits(members, old: dict[str, str], settings: DuplicateSettings) -> list[str]:
+    """Under official splits, a group's `split`: every split its members are listed in."""
+    splits = {old.get(m.key) or settings.fractions.split_of(m.key) for m in members}
+    return sorted(split for split in splits if split is not None)
+
+
+def _linked_split(linked, stored: dict[str, str], settings: DuplicateSettings) -> str | None:
+    """The one split linked images follow without official splits: the output's, when it
+    already stores one of them (the smallest such key), else the smallest key's."""
+    old = [image.key for image in linked.images if image.key in stored]
+    return stored[old[0]] if old else settings.fractions.split_of(linked.images[0].key)
+
+
+def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> str | None:
+    """Where a member is by itself: the split the output stores it in (an append's earlier
+    images), else the split its key gets (the official lists', or the key rule's)."""
+    return group.stored.get(key) or settings.fractions.split_of(key)
+
+
+def _anchors(found):
+    """(image, the split it follows) for this run's images placed apart from their key's
+    split; none under official splits, where every entry stays in its listed split."""
+    _, placed = found
+    yield from placed
+
+
+def _dropped(found, settings: DuplicateSettings):
+    """(key, verdict) for the members --duplicates drop rejects: in each split a group
+    touches, all but one member (the output's own image if it stores one, else the smallest
+    key); under official splits also every train member when the group reaches validation
+    or test, so the copies leave train and never the other way. Images the output already
+    stores are never dropped."""
+    groups, _ = found
     for group in groups:
-        for key in group.keys[1:]:
-            yield key, group.keys[0]
-
-
-def _dropped(groups: list[dups.Group]):
-    for group in groups:
-        for key in group.keys[1:]:
-            detail = f"{group.kind} duplicate of {group.keys[0]} (kept)"
-            yield key, (0, Reason.DUPLICATE_IMAGE.value, detail)
+        by_split: dict[str | None, list[str]] = {}
+        for key in group.keys:
+            split = _member_split(key, group, settings) if settings.official else None
+            by_split.setdefault(split, []).append(key)
+        kept = {
+            split: next((k for k in keys if k in group.stored), keys[0])
+            for split, keys in by_split.items()
+        }
+        held = sorted(split for split in kept if split not in (None, "train"))
+        for split, keys in by_split.items():
+            if split == "train" and held:
+                keeper = kept[held[0]]
+                where = f", {held[0]}"
+            else:
+                keeper, where = kept[split], ""
+            if keeper in group.stored:
+                where += ", already in the output"
+            for key in keys:
+                if key == keeper or key in group.stored:
+                    continue
+                detail = f"{group.kind} duplicate of {keeper} (kept{where})"
+                yield key, (0, Reason.DUPLICATE_IMAGE.value, detail)
 
 
 def _leak_verdict(element):
@@ -242,33 +328,58 @@ class _Verdict(beam.DoFn):
         )
 
 
-def _report(groups: list[dups.Group], leaks: int, settings: DuplicateSettings) -> dict:
+def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
     """Stage duplicates.jsonl; metadata.json's `duplicates` section (without the files)."""
+    groups, placed = found
     data = b"".join(group.line() for group in groups)
     storage.write_bytes(storage.join(settings.staging_dir, DUPLICATES_FILE), data)
     straddling = sum(
-        len({settings.fractions.split_of(key) for key in group.keys}) > 1 for group in groups
+        len({_member_split(key, group, settings) for key in group.keys}) > 1 for group in groups
     )
+    crossing = [group for group in groups if settings.official and len(group.split) > 1]
+    dropped = sum(1 for _ in _dropped(found, settings)) if settings.mode == "drop" else 0
     return {
         "mode": settings.mode,
         "threshold": settings.distance,
+        "min_similarity": settings.min_similarity,
+        "official_splits": settings.official,
         "groups": len(groups),
         "keys_in_groups": sum(len(group.keys) for group in groups),
         "exact_groups": sum(group.kind == "exact" for group in groups),
         "conflicting_mask_groups": sum(group.conflicting_masks for group in groups),
-        # Every member follows its group's smallest key: no group spans two splits.
-        "cross_split_groups": 0,
+        # Without official splits every member follows its group: no group spans two splits.
+        "cross_split_groups": len(crossing),
+        "cross_split_train_keys": sum(
+            sum(_member_split(k, g, settings) == "train" for k in g.keys) for g in crossing
+        ),
+        "cross_split_held_in": sorted(
+            {split for group in crossing for split in group.split if split != "train"}
+        ),
         "cross_split_groups_by_key_alone": straddling,
-        "dropped": sum(len(g.keys) - 1 for g in groups) if settings.mode == "drop" else 0,
+        "moved": _moved(placed, settings),
+        "in_output_matches": sum(
+            len(group.keys) - len(group.stored) for group in groups if group.stored
+        ),
+        "dropped": dropped,
         "leakage_checked": [check.output_dir for check in settings.leakage],
         "leaks": leaks,
     }
 
 
+def _moved(placed: list[tuple], settings: DuplicateSettings) -> dict[str, int]:
+    """Per split, the entries grouping brought in minus those it took out."""
+    change: dict[str, int] = {}
+    for key, split in placed:
+        for name, step in ((settings.fractions.split_of(key), -1), (split, 1)):
+            if name is not None:
+                change[name] = change.get(name, 0) + step
+    return dict(sorted(change.items()))
+
+
 class FindDuplicates(beam.PTransform):
     """pairs -> {"pairs": pairs carrying their hashes, minus rejects; "rejects" (None when
     nothing can be rejected: group mode without --leakage_check);
-    "anchors": (member, smallest key of its group); "report": the metadata section}."""
+    "anchors": (member, the split it follows); "report": the metadata section}."""
 
     def __init__(self, settings: DuplicateSettings) -> None:
         super().__init__()
@@ -281,12 +392,15 @@ class FindDuplicates(beam.PTransform):
         keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
         for number, check in enumerate(settings.leakage):
             keyed.append(_other_hashes(pairs.pipeline, number, check, distance))
+        keyed += _existing_hashes(pairs.pipeline, settings)
         found = (
             keyed
             | "AllBandKeys" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
             | "CompareInBucket"
-            >> beam.FlatMap(_bucket_pairs, distance).with_outputs("leaks", main="pairs")
+            >> beam.FlatMap(_bucket_pairs, distance, settings.min_similarity).with_outputs(
+                "leaks", main="pairs"
+            )
         )
         seed = pairs.pipeline | "GroupsSeed" >> beam.Create([None])
         groups = seed | "Groups" >> beam.Map(
@@ -305,7 +419,7 @@ class FindDuplicates(beam.PTransform):
         leak_count = leaks | "CountLeaks" >> beam.combiners.Count.Globally()
         verdicts = [leaks]
         if settings.mode == "drop":
-            verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped))
+            verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped, settings))
         verdict = (
             verdicts
             | "AllVerdicts" >> beam.Flatten()

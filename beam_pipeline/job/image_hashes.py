@@ -6,11 +6,21 @@ Imports no Beam: the writer processes import this module when their first chunk 
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Sequence
+
+from PIL import Image
 
 from beam_pipeline.job.settings import DuplicateSettings
 from beam_pipeline.job.shard_work import read_source
-from transforms.duplicates import ImageHash, UnhashableImage, digest, perceptual_hash
+from transforms.duplicates import (
+    THUMB_SIDE,
+    ImageHash,
+    UnhashableImage,
+    digest,
+    fingerprint,
+    thumbnail,
+)
 from transforms.pairing import Pair, SourceFile
 from transforms.rejects import Reason, RejectError
 
@@ -30,15 +40,31 @@ def hash_pair(settings: DuplicateSettings, pair: Pair) -> Pair:
     hashes = None
     try:
         data = read_source(image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
-        phash = perceptual_hash(data, limits.pixels)
+        thumb = _thumbnail(data, limits.pixels)
         mask = None
         if settings.mask_digests and isinstance(pair.mask, SourceFile):
             mask = digest(read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE))
-        hashes = ImageHash(pair.key, digest(data), phash, mask)
+        hashes = fingerprint(pair.key, data, thumb, mask)
     except (RejectError, UnhashableImage):
         pass  # the writer reads the entry again and rejects it with the precise reason
     hashed = HashedFile(image.path, image.size, image.regular, hashes)
     return dataclasses.replace(pair, image=hashed)
+
+
+def _thumbnail(data: bytes, max_pixels: int | None):
+    """The image's hashing thumbnail; JPEGs decoded DCT-scaled (Pillow's draft) to the
+    smallest size above twice the thumbnail's side, about 1/64 of the pixels."""
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            width, height = opened.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise UnhashableImage(f"{width}x{height} is over the pixel limit")
+            opened.draft("RGB", (2 * THUMB_SIDE, 2 * THUMB_SIDE))
+            return thumbnail(opened)
+    except UnhashableImage:
+        raise
+    except Exception as error:  # noqa: BLE001 - decoders raise many undocumented types
+        raise UnhashableImage(f"{type(error).__name__}: {error}") from None
 
 
 def hash_pairs(settings: DuplicateSettings, pairs: Sequence[Pair]) -> list[Pair]:

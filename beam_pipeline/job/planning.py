@@ -30,9 +30,12 @@ class _AssignSplit(beam.DoFn):
         self._left_out = Metrics.counter("segprep", f"rejected_{Reason.NOT_IN_SPLIT.value}")
 
     def process(self, pair: Pair, anchors=None):
-        # A member of a duplicate group follows its group's smallest key (job/duplicates.py).
-        anchor = anchors.get(pair.key, pair.key) if anchors else pair.key
-        split = self._fractions.split_of(anchor)
+        # A member of a duplicate group follows its group's split (job/duplicates.py); under
+        # official splits no entry has one, so every entry stays where its list puts it.
+        if anchors and pair.key in anchors:
+            split = anchors[pair.key]
+        else:
+            split = self._fractions.split_of(pair.key)
         if split is None:
             self._left_out.inc()
             detail = self._fractions.left_out_detail(pair.key)
@@ -93,7 +96,7 @@ class PlanShards(beam.PTransform):
     def __init__(self, settings: PlanningSettings, anchors=None) -> None:
         super().__init__()
         self._settings = settings
-        self._anchors = anchors  # (member, its duplicate group's smallest key), or None
+        self._anchors = anchors  # (member, the split its duplicate group follows), or None
 
     def _plan(self, _, sizes: dict) -> dict[str, int]:
         split_sizes = {split: SplitSize(*value) for split, value in sizes.items()}

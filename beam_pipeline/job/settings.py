@@ -129,12 +129,23 @@ class DuplicateSettings:
 
     mode: str  # "group" or "drop"
     distance: int  # Hamming distance of near-duplicates
-    fractions: SplitFractions
+    fractions: SplitFractions | SplitLists | FolderSplits
     staging_dir: str
     pool: str | None = None  # key of the run's writer pool (hashing runs there too)
     limits: InputLimits = DEFAULT_LIMITS
     mask_digests: bool = True  # mask files exist: exact copies with other masks are conflicts
     leakage: tuple[LeakageCheck, ...] = ()
+    # --append: (split, hashes table) of the images the output already stores, in
+    # existing_dir (the output, normalised)
+    existing: tuple[tuple[str, FileRef], ...] = ()
+    existing_dir: str = ""
+    # signature correlation confirming a candidate pair (benchmarks/duplicates.py chose it)
+    min_similarity: float = 0.95
+
+    @property
+    def official(self) -> bool:
+        """--split_file or --split_by_folder: no entry may leave its listed split."""
+        return not isinstance(self.fractions, SplitFractions)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,28 +13,22 @@ from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
 from beam_pipeline.launch import credentials
 from beam_pipeline.runtime import storage
 from transforms.format import dataset_info, side_tables
-from transforms.splits import SplitFractions
+from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
 def plan_duplicates(
     args: argparse.Namespace,
-    fractions: SplitFractions,
+    fractions: SplitFractions | SplitLists | FolderSplits,
     staging_dir: str,
     pool: str | None,
     mask_digests: bool,
 ) -> DuplicateSettings | None:
     """The job's duplicate settings; None for --duplicates off (no hashing at all).
 
-    An append searches none: its new keys are not yet compared with the output's images,
-    and the output's duplicates.jsonl and hash tables stay exactly as they were.
+    An append compares its new images with the hashes the output stores, as well as with
+    each other (docs/duplicates.md); the output's duplicates.jsonl and hash tables stay as
+    they were.
     """
-    if getattr(args, "append", False):
-        if args.leakage_check or args.duplicates == "drop":
-            raise UsageError(
-                "--append does not search duplicates yet: run --leakage_check or "
-                "--duplicates drop on a full prepare (docs/duplicates.md)"
-            )
-        return None
     output = storage.normalize_dir(args.output_dir)
     for folder in args.leakage_check or ():
         if storage.normalize_dir(folder) == output:
@@ -50,6 +44,7 @@ def plan_duplicates(
                 "compute: use --duplicates group (the default) or drop"
             )
         return None
+    existing = stored_hash_tables(output) if getattr(args, "append", False) else ()
     return DuplicateSettings(
         mode=args.duplicates,
         distance=args.duplicate_distance,
@@ -58,7 +53,33 @@ def plan_duplicates(
         pool=pool,
         mask_digests=mask_digests,
         leakage=checks,
+        existing=existing,
+        existing_dir=output if existing else "",
     )
+
+
+def stored_hash_tables(output: str) -> tuple[tuple[str, dataset_info.FileRef], ...]:
+    """--append: (split, hashes table) for each split of the output that stored its image
+    hashes, each checked as --leakage_check's are (none when it was prepared with
+    --duplicates off: nothing to compare with)."""
+    try:
+        info = dataset_info.load(output)
+    except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
+        raise UsageError(f"--append {output}: {error}") from None
+    tables = []
+    for name, split in sorted(info.splits.items()):
+        try:
+            ref = side_tables.hash_table_ref(split)
+            if ref is not None:
+                side_tables.open_table(output, ref).close()
+        except (side_tables.SideTableError, OSError) as error:
+            raise UsageError(
+                f"--append {output}: {error}: the output's hash table is not the one it "
+                f"lists; run `segprep verify {output}`"
+            ) from None
+        if ref is not None:
+            tables.append((name, ref))
+    return tuple(tables)
 
 
 def _leakage_check(folder: str) -> LeakageCheck:

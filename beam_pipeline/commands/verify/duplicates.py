@@ -1,8 +1,10 @@
 """`segprep verify`'s check of duplicates.jsonl and the stored image hashes.
 
 Against the output's own key tables and rejects.jsonl: every key of a group is a record or
-a reject; a group's records are all in the split the file names (one split per group); under
---duplicates drop only the kept key (the smallest) is a record; each split's hashes file
+a reject; a group's records are all in the split the file names (one split per group; under
+official splits, the list of splits its members are listed in); under --duplicates drop only
+the kept key (the smallest; under official splits one per split, none in train beside
+validation/test) is a record; each split's hashes file
 lists the split's keys in key-table order. Reads files only (local or gs://), no TensorFlow.
 """
 
@@ -70,9 +72,9 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
         if missing:
             unknown.append(f"line {number} ({missing[0]})")
         placed = {split_of[key] for key in keys if key in split_of}
-        if len(placed) > 1 or (placed and placed != {group["split"]}):
+        if _misplaced(placed, group["split"]):
             straddling.append(f"line {number} ({', '.join(sorted(placed))})")
-        if section.get("mode") == "drop" and any(key in split_of for key in keys[1:]):
+        if section.get("mode") == "drop" and _kept_too_many(keys, group["split"], split_of):
             kept_wrong.append(f"line {number}")
     for found, noun, text in (
         (unknown, "key", "in neither a shard nor rejects.jsonl"),
@@ -86,6 +88,24 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
         said = section.get("groups")
         problems.append(f"{where}: {plural(len(groups), 'group')}, metadata.json says {said}")
     return problems
+
+
+def _misplaced(placed: set[str], named: Any) -> bool:
+    """A group's records outside the split its line names: one split (the group follows
+    it), or under official splits the list of splits its members are listed in."""
+    if isinstance(named, list):
+        return not placed <= set(named)
+    return len(placed) > 1 or bool(placed and placed != {named})
+
+
+def _kept_too_many(keys: list[str], named: Any, split_of: dict[str, str]) -> bool:
+    """--duplicates drop kept more than it should: besides the smallest key; under official
+    splits, more than one record per split, or a train record beside a validation/test one."""
+    if not isinstance(named, list):
+        return any(key in split_of for key in keys[1:])
+    placed = [split_of[key] for key in keys if key in split_of]
+    beside_train = "train" in placed and any(split != "train" for split in placed)
+    return len(placed) != len(set(placed)) or beside_train
 
 
 def _check_hashes(base, splits, records, problems) -> None:
