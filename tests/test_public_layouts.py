@@ -519,7 +519,7 @@ def test_a_map_leaving_ids_out_of_range_rejects_those_masks(tmp_path):
         ("[1, 2]", "expected a JSON object"),
         ('{"1_0": 1}', "key '1_0' is not an integer id"),  # int() would read 10
         ('{"\u0663": 1}', "is not an integer id"),  # ARABIC-INDIC DIGIT THREE
-        ('{"1": ' + "9" * 5000 + "}", "more digits than any id"),
+        ('{"1": ' + "9" * 5000 + "}", "a number or literal of more than 100 characters"),
         (b'{"1": 1, "\xff": 2}', "map.json: not UTF-8 text"),
     ],
 )
