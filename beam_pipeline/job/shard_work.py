@@ -226,6 +226,12 @@ def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
         return error
 
 
+def build_record(settings: ShardWriterSettings, pair: Pair) -> tuple[Record, str] | RejectError:
+    """One pair's record and content digest, or why it is rejected: what the writer does per
+    entry (the dry run's estimate times this, launch/estimate.py)."""
+    return _record_or_reject(settings, pair)
+
+
 def _record_or_reject(
     settings: ShardWriterSettings, pair: Pair
 ) -> tuple[Record, str] | RejectError:

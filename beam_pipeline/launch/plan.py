@@ -77,6 +77,8 @@ class RunPlan:
     progress: bool
     job: JobSettings
     masks: masks.MaskPlan
+    # --price_*: the user's per-unit prices for the dry run's cost (launch/estimate.py)
+    prices: tuple[tuple[str, float], ...] = ()
 
     def pipeline_options(self):
         """A fresh PipelineOptions of this plan (Beam mutates the ones it is given)."""
@@ -294,7 +296,14 @@ def make_plan(argv: list[str]) -> RunPlan:
             duplicates,
         ),
         masks=mask_plan,
+        prices=_prices(args),
     )
+
+
+def _prices(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    from beam_pipeline.launch.estimate import PRICE_FIELDS
+
+    return tuple((name, getattr(args, name)) for name in PRICE_FIELDS if getattr(args, name))
 
 
 def _split_parameters(fractions: SplitFractions | SplitLists | FolderSplits) -> dict[str, Any]:
