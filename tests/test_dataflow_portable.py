@@ -138,3 +138,5 @@ def test_dataflow_graph_on_portable_workers_equals_the_in_process_run(
             assert theirs[name] == data, name
     assert json.loads(theirs[METADATA_FILE]) == remote.metadata
     assert not [name for name in theirs if name.startswith(".segprep/runs/")]
+    # The workers wrote each gs:// shard through a file in their own TMPDIR, and left none.
+    assert list(worker_venv.tmpdir.iterdir()) == []
