@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import pytest
 
+from beam_pipeline.job.attempts import attempt_name
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
@@ -65,7 +67,9 @@ def test_failed_shard_publishes_nothing_and_rerun_matches_clean_run(
         assert (out / shard.name).read_bytes() == shard.read_bytes()
 
 
-def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_path):
+def test_retried_shard_is_staged_per_attempt_with_the_same_bytes(sample_dataset, tmp_path):
+    """Each attempt stages its own files (job/attempts.py; the commit settles one): the
+    retry's bytes equal the first attempt's, and no partial file is left behind."""
     staging = tmp_path / "staging"
     (staging / "index").mkdir(parents=True)  # what make_staging_dir makes
     settings = ShardWriterSettings(storage.normalize_dir(str(staging)))
@@ -79,14 +83,17 @@ def test_retried_shard_is_staged_once_with_the_same_bytes(sample_dataset, tmp_pa
         for key in ("00001", "00002", "00004")
     ]
     first, _ = write_shard(settings, spec, pairs)
-    data = (staging / spec.name).read_bytes()
     second, _ = write_shard(settings, spec, pairs)  # the retry
-    assert first == second and first.num_examples == 3
-    assert (staging / spec.name).read_bytes() == data
-    # No stray partial files: the shard, and its index, key rows and content digests.
-    assert sorted(p.name for p in staging.iterdir()) == ["index", spec.name]
-    assert sorted(p.name for p in (staging / "index").iterdir()) == [
-        f"{spec.name}.digests.jsonl",
-        f"{spec.name}.idx",
-        f"{spec.name}.keys.jsonl",
-    ]
+    assert first.attempt != second.attempt and first.num_examples == 3
+    assert dataclasses.replace(first, attempt="") == dataclasses.replace(second, attempt="")
+    data = [(staging / attempt_name(spec.name, s.attempt)).read_bytes() for s in (first, second)]
+    assert data[0] == data[1]
+    # No stray partial files: per attempt, the shard, and its index, key rows and digests.
+    assert sorted(p.name for p in staging.iterdir()) == sorted(
+        ["index", *(attempt_name(spec.name, s.attempt) for s in (first, second))]
+    )
+    assert sorted(p.name for p in (staging / "index").iterdir()) == sorted(
+        attempt_name(name, s.attempt)
+        for s in (first, second)
+        for name in (f"{spec.name}.digests.jsonl", f"{spec.name}.idx", f"{spec.name}.keys.jsonl")
+    )

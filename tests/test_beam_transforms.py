@@ -155,14 +155,17 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
         assert_that(reasons, equal_to([("bad", "image_unreadable")]), label="rejects")
-    # Staged under their final names, with their indexes; no partial files left behind.
-    assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == [
+    # Staged under their attempt's names (job/attempts.py), with their indexes; no partial
+    # files left behind.
+    staged = sorted(path.name for path in (tmp_path / "staging").iterdir())
+    assert [name.split(".attempt-")[0] for name in staged] == [
         "index",
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
+    assert all(".attempt-" in name for name in staged[1:])
     assert len(list((tmp_path / "staging" / "index").iterdir())) == 6  # .idx, key and digest rows
-    assert (tmp_path / "staging" / "train-00001-of-00002.tfrecord").stat().st_size == 0
+    assert (tmp_path / "staging" / staged[2]).stat().st_size == 0
 
 
 def _result(name: str, n: int) -> WrittenShard:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from beam_pipeline.launch.estimate import PRICE_FIELDS
 from beam_pipeline.launch.options import add_prepare_arguments
 from tests.helpers.gcs_server import gcs  # noqa: F401 - the fixture
 
@@ -70,8 +71,10 @@ def test_flex_template_parameters_are_the_prepare_flags():
         if action.option_strings and action.dest != "help"
     }
     parameters = {parameter["name"]: parameter for parameter in metadata["parameters"]}
-    # Launch-time switches of the CLI, not job parameters: a template launch never waits.
-    assert set(parameters) == set(flags) - {"dry_run", "no_wait", "writer_processes"}
+    # Launch-time switches of the CLI, not job parameters: a template launch never waits,
+    # and the prices only price a --dry_run's estimate.
+    launch_only = {"dry_run", "no_wait", "writer_processes"} | set(PRICE_FIELDS)
+    assert set(parameters) == set(flags) - launch_only
     for name, parameter in parameters.items():
         assert parameter["label"] and parameter["helpText"], name
         assert parameter["paramType"] in PARAM_TYPES, name

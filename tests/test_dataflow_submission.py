@@ -112,7 +112,8 @@ def test_every_dataflow_problem_is_named_in_one_message(gcs, tmp_path):  # noqa:
 
 
 def test_dry_run_builds_the_dataflow_job_without_touching_storage(gcs):  # noqa: F811
-    """The bucket does not exist on the server: any read or upload would fail the dry run."""
+    """The bucket does not exist on the server: any upload would fail the dry run, and the
+    estimate's listing finds nothing to read."""
     result = launcher.run(
         [
             *_paths("gs://segprep-nowhere"),
@@ -136,6 +137,7 @@ def test_dry_run_builds_the_dataflow_job_without_touching_storage(gcs):  # noqa:
     assert _in_order(job["steps"], STAGES)
     assert job["parameters"]["output_dir"] == "gs://segprep-nowhere/out/"
     assert "segprep-nowhere" not in {bucket.name for bucket in gcs.client().list_buckets()}
+    assert job["estimate"]["entries"] == 0 and job["estimate"]["wall_hours"] == 0
 
 
 def test_cli_dry_run_prints_the_job_as_json(gcs):  # noqa: F811

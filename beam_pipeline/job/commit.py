@@ -16,8 +16,8 @@ from typing import Any
 import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
-from beam_pipeline.job import versions
-from beam_pipeline.job.hash_tables import add_duplicates
+from beam_pipeline.job import attempts, versions
+from beam_pipeline.job.hash_tables import add_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol, storage
@@ -106,6 +106,7 @@ def commit(
     """Check the accounting and the reject limit, then publish the staged run.
 
     `skipped`: an append's keys already in the output with the same content."""
+    shards, rejects = _one_attempt_per_shard(shards, rejects, settings, duplicates is not None)
     accepted = sum(shard.num_examples for shard in shards)
     keys = [reject.key for reject in rejects]
     if accepted + len(rejects) + skipped != discovered or len(set(keys)) != len(keys):
@@ -270,6 +271,26 @@ def commit(
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
     return info
+
+
+def _one_attempt_per_shard(
+    shards: list[WrittenShard], rejects: list[Reject], settings: CommitSettings, hashes: bool
+) -> tuple[list[WrittenShard], list[Reject]]:
+    """Settle one attempt per shard (job/attempts.py). A shard that reached the commit twice
+    (a runner delivered both attempts) brought its rejects twice: identical rows are one."""
+    chosen = attempts.one_per_shard(shards)
+    if len(chosen) < len(shards):
+        rejects = list(dict.fromkeys(rejects))
+
+    def names_of(shard: WrittenShard) -> list[str]:
+        name = shard.spec.name
+        names = [name, staged_key_rows(name), staged_digest_rows(name)]
+        if record_formats.get(shard.spec.record_format).offset_index:
+            names.append(index_name(name))
+        return [*names, staged_hash_rows(name)] if hashes else names
+
+    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    return attempts.settle(staged, chosen, names_of), rejects
 
 
 def percent(fraction: float, limit: float) -> str:

@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from beam_pipeline.job.attempts import attempt_name
 from beam_pipeline.job.image_hashes import hashes_of
 from beam_pipeline.runtime import storage
 from transforms.duplicates import hash_rows_bytes
@@ -25,9 +26,14 @@ def staged_hash_rows(shard_name: str) -> str:
 
 
 def stage_shard_hashes(
-    staging_dir: str, shard_name: str, pairs: Sequence[Pair], rejects: Sequence[Reject]
+    staging_dir: str,
+    shard_name: str,
+    pairs: Sequence[Pair],
+    rejects: Sequence[Reject],
+    attempt: str = "",
 ) -> None:
-    """Stage the hash rows of a written shard's records (in key order, as the shard)."""
+    """Stage the hash rows of a written shard's records (in key order, as the shard), under
+    the name of the attempt that wrote the shard (job/attempts.py)."""
     rejected = {reject.key for reject in rejects}
     rows = sorted(
         hashes_of(pair)
@@ -35,7 +41,8 @@ def stage_shard_hashes(
         if pair.key not in rejected and hashes_of(pair) is not None
     )
     storage.write_bytes(
-        storage.join(staging_dir, staged_hash_rows(shard_name)), hash_rows_bytes(rows)
+        storage.join(staging_dir, attempt_name(staged_hash_rows(shard_name), attempt)),
+        hash_rows_bytes(rows),
     )
 
 

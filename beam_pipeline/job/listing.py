@@ -86,6 +86,9 @@ class _KeyCocoRecords(beam.DoFn):
         self._coco = coco
         self._image_dir = image_dir
 
+    def setup(self) -> None:
+        settle_worker_credentials()  # it reads gs:// through Beam's file system
+
     def process(self, path: str):
         for payload in _records(path, self._coco.record_limit):
             line = payload.decode("utf-8")
@@ -139,6 +142,45 @@ class _ResolvePairs(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTS, outcome)
 
 
+def settle_worker_credentials() -> None:
+    """Beam's gs:// credentials in this worker process, as the launcher settled its own."""
+    from beam_pipeline.launch.credentials import use_storage_emulator_if_set
+
+    use_storage_emulator_if_set()
+
+
+class _UseEmulatorCredentials(beam.DoFn):
+    """Passes patterns through; first settles this worker's gs:// credentials for an emulator.
+
+    The launcher settles Beam's credential cache for an emulator (launch/credentials.py),
+    but SDK workers in other processes (portable runners, Dataflow) start without it, and
+    Beam's match would retry a credential search for tens of seconds before going
+    anonymous. Fused with the match, so it runs in the process that matches.
+    """
+
+    def setup(self) -> None:
+        settle_worker_credentials()
+
+    def process(self, pattern: str):
+        yield pattern
+
+
+class _MatchFiles(beam.PTransform):
+    """fileio.MatchFiles, with the worker's credentials settled before the match."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self._pattern = pattern
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Pattern" >> beam.Create([self._pattern])
+            | "Credentials" >> beam.ParDo(_UseEmulatorCredentials())
+            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW_IF_WILDCARD)
+        )
+
+
 class ListAndPair(beam.PTransform):
     """List the folder(s) of a layout (any Beam file system) and pair the files by key; the
     image records of a COCO file are the masks."""
@@ -154,7 +196,7 @@ class ListAndPair(beam.PTransform):
             label = role.value.capitalize() if role else "Data"
             listed = (
                 pbegin
-                | f"Match{label}Files" >> fileio.MatchFiles(root + "**")
+                | f"Match{label}Files" >> _MatchFiles(root + "**")
                 | f"Key{label}Files"
                 >> beam.ParDo(_KeyFiles(self._layout, root, role)).with_outputs(
                     REJECTS, main="keyed"

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from beam_pipeline.job.attempts import attempt_name, new_attempt
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
@@ -54,12 +55,17 @@ class WrittenShard:
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
     exif_ignored_images: int = 0  # accepted images whose EXIF orientation was not applied
+    # The attempt that wrote the shard's files (job/attempts.py): they wait under
+    # `<staged name>.attempt-<id>` until the commit settles one attempt per shard.
+    attempt: str = ""
 
 
 def write_shard(
     settings: ShardWriterSettings, spec: ShardSpec, pairs: Sequence[Pair]
 ) -> tuple[WrittenShard, tuple[Reject, ...]]:
-    """Write the shard's records in key order into the staging folder; its rejects."""
+    """Write the shard's records in key order into the staging folder, under this attempt's
+    names (job/attempts.py); its rejects."""
+    attempt = new_attempt()
     local = storage.is_local(settings.staging_dir)
     folder = settings.staging_dir if local else tempfile.gettempdir() + "/"
     partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
@@ -95,15 +101,16 @@ def write_shard(
                 if stats is not None:
                     stats.add(record.class_stats)
         progress.flush()
-        size, digest = _stage(partial, storage.join(settings.staging_dir, spec.name), local)
+        staged = storage.join(settings.staging_dir, attempt_name(spec.name, attempt))
+        size, digest = _stage(partial, staged, local)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
     index_bytes, index_sha256 = stage_index(
-        settings.staging_dir, spec, written, adapter.offset_index
+        settings.staging_dir, spec, written, adapter.offset_index, attempt
     )
     storage.write_bytes(
-        storage.join(settings.staging_dir, staged_digest_rows(spec.name)),
+        storage.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
         digest_table.row_bytes(digests),
     )
     shard = WrittenShard(
@@ -117,24 +124,30 @@ def write_shard(
         index_sha256,
         None if stats is None else stats.result().to_json(),
         exif_ignored,
+        attempt,
     )
     return shard, tuple(rejects)
 
 
 def stage_index(
-    staging_dir: str, spec: ShardSpec, written: list[tuple[str, int]], offsets: bool = True
+    staging_dir: str,
+    spec: ShardSpec,
+    written: list[tuple[str, int]],
+    offsets: bool = True,
+    attempt: str = "",
 ):
-    """Stage the shard's key rows, and its offset index when `offsets`; (index bytes, sha256),
-    (0, "") without one.
+    """Stage the shard's key rows, and its offset index when `offsets`, under `attempt`'s
+    names; (index bytes, sha256), (0, "") without one.
 
     The commit renames the index with its shard and joins the key rows into the split's key
     table, renumbered if shards emptied by rejects were dropped.
     """
     indexed = record_index.index_shard(spec.name, written)
     if offsets:
-        storage.write_bytes(storage.join(staging_dir, indexed.index_file), indexed.index_bytes)
+        index_file = attempt_name(indexed.index_file, attempt)
+        storage.write_bytes(storage.join(staging_dir, index_file), indexed.index_bytes)
     storage.write_bytes(
-        storage.join(staging_dir, staged_key_rows(spec.name)),
+        storage.join(staging_dir, attempt_name(staged_key_rows(spec.name), attempt)),
         record_index.key_table_bytes(indexed.key_rows),
     )
     if not offsets:
@@ -155,8 +168,8 @@ def staged_digest_rows(shard_name: str) -> str:
 def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
     """Give the finished file its staged name; (bytes, sha256).
 
-    A retried shard (Dataflow retries failed work) stages the same bytes under the same name,
-    so a retry never leaves a second copy.
+    The name is the attempt's own (job/attempts.py): a retried or doubled shard never
+    overwrites another attempt's file.
     """
     digest = hashlib.sha256()
     size = 0
@@ -211,6 +224,12 @@ def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
         return _read_pair(settings, pair)[2]
     except RejectError as error:
         return error
+
+
+def build_record(settings: ShardWriterSettings, pair: Pair) -> tuple[Record, str] | RejectError:
+    """One pair's record and content digest, or why it is rejected: what the writer does per
+    entry (the dry run's estimate times this, launch/estimate.py)."""
+    return _record_or_reject(settings, pair)
 
 
 def _record_or_reject(

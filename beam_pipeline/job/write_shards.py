@@ -71,7 +71,9 @@ class _WriteShard(beam.DoFn):
 
     def _emit(self, pairs, shard: WrittenShard, rejects: tuple[Reject, ...]):
         if self._settings.store_hashes:
-            stage_shard_hashes(self._settings.staging_dir, shard.spec.name, pairs, rejects)
+            stage_shard_hashes(
+                self._settings.staging_dir, shard.spec.name, pairs, rejects, shard.attempt
+            )
         for reject in rejects:
             Metrics.counter("segprep", f"rejected_{reject.reason.value}").inc()
             yield beam.pvalue.TaggedOutput(REJECTS, reject)

@@ -411,3 +411,12 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan the run and print it as JSON (for Dataflow: the job Beam would submit, "
         "steps, packaging, project, region, locations); reads inputs, writes nothing",
     )
+    prices = parser.add_argument_group(
+        "cost of a --dry_run estimate (docs/estimate.md): your own per-unit prices"
+    )
+    for flag, unit in (
+        ("--price_vcpu_hour", "one vCPU for an hour"),
+        ("--price_gb_hour", "one GB of worker memory for an hour"),
+        ("--price_shuffle_gb", "one GB shuffled"),
+    ):
+        prices.add_argument(flag, type=positive_float, metavar="PRICE", help=f"price of {unit}")

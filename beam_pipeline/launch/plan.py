@@ -81,6 +81,8 @@ class RunPlan:
     progress: bool
     job: JobSettings
     masks: masks.MaskPlan
+    # --price_*: the user's per-unit prices for the dry run's cost (launch/estimate.py)
+    prices: tuple[tuple[str, float], ...] = ()
 
     def pipeline_options(self):
         """A fresh PipelineOptions of this plan (Beam mutates the ones it is given)."""
@@ -296,6 +298,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             duplicates,
         ),
         masks=mask_plan,
+        prices=_prices(args),
     )
 
 
@@ -307,6 +310,12 @@ def record_spec(args: argparse.Namespace, mask_plan: masks.MaskPlan) -> RecordSp
         return RecordSpec.from_flags(args, mask_plan.classes, mask_plan.mask_format)
     except SettingError as error:
         raise usage_error(error) from None
+
+
+def _prices(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    from beam_pipeline.launch.estimate import PRICE_FIELDS
+
+    return tuple((name, getattr(args, name)) for name in PRICE_FIELDS if getattr(args, name))
 
 
 def _split_parameters(fractions: SplitFractions | SplitLists | FolderSplits) -> dict[str, Any]:

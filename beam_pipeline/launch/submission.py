@@ -1,6 +1,6 @@
 """What a run submits, described: the record `--dry_run` prints and the one printed after a
 template is written or a Dataflow job submitted (runner, steps, packaging, workers, and the
-resolved run plan).
+resolved run plan); the dry run's adds the estimate of what the run will take.
 
 The dry run builds the same job the real run would, from the same plan, and stops before
 running it; for Dataflow it goes through Beam's own dry run.
@@ -32,7 +32,19 @@ def dry_run(plan: RunPlan) -> dict[str, Any]:
     build_pipeline(pipeline, plan.job)
     if plan.runner.dataflow:
         pipeline.run()
-    return describe_job(pipeline, plan)
+    return with_estimate(describe_job(pipeline, plan), plan)
+
+
+def with_estimate(description: dict[str, Any], plan: RunPlan) -> dict[str, Any]:
+    """The dry run's record with what the run will take (launch/estimate.py), and its cost
+    when the user gave prices."""
+    from beam_pipeline.launch import estimate
+
+    description["estimate"] = estimate.estimate(plan)
+    priced = estimate.cost(description["estimate"], dict(plan.prices))
+    if priced is not None:
+        description["estimated_cost"] = priced
+    return description
 
 
 def _steps(proto: beam_runner_api_pb2.Pipeline) -> list[str]:
