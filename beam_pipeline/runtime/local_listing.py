@@ -60,8 +60,8 @@ class LocalListing:
     first_mat_mask: str | None  # a paired .mat mask, for the --mask_key check
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
     ignored: int = 0  # files matching --ignore_files: counted, never read
-    missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
     unlabeled: int = 0  # images without a mask under --images_without_mask skip
+    missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
     side_files: int = 0  # files of the mask folder that --mask_suffix says are no masks
     side_kinds: tuple[tuple[str, int], ...] = ()  # (ending, count), most common first
 
@@ -193,11 +193,11 @@ def list_local(
         files,
         first_mat,
         folder,
-        ignored,
-        unlabeled,
-        dict(missing_listed),
-        side.count,
-        side.described(),
+        ignored=ignored,
+        unlabeled=unlabeled,
+        missing_listed=dict(missing_listed),
+        side_files=side.count,
+        side_kinds=side.described(),
     )
 
 
