@@ -33,6 +33,8 @@ def _upload_cityscapes(gcs, root) -> dict[str, tuple[str, np.ndarray]]:  # noqa:
         ids = np.random.default_rng(seed).integers(0, 34, (8, 16)).astype(np.uint8)
         (gt / f"{stem}_gtFine_labelIds.png").write_bytes(encode(Image.fromarray(ids, "L"), "PNG"))
         (gt / f"{stem}_gtFine_polygons.json").write_text("{}")
+        # Not matched by --ignore_files: a side file of the mask folder, listed by the job.
+        (gt / f"{stem}_gtFine_color.png").write_bytes(encode(Image.fromarray(ids, "L"), "PNG"))
         expected[f"{folder}/{city}/{stem}"] = ({"val": "validation"}.get(folder, folder), ids)
     # An image with no annotation: unlabeled, not a reject.
     lone = root / "leftImg8bit" / "train" / "aachen" / "aachen_000001_000019_leftImg8bit.png"
