@@ -54,6 +54,7 @@ def _sample_data(args: argparse.Namespace) -> int:
         f"wrote {summary.count} entries to {summary.image_dir} and {summary.mask_dir}",
         f"broken on purpose: {broken}",
         *(f"  {kind:<20} {number}" for kind, number in summary.breakage_counts().items()),
+        *summary.planted_lines(),
     ]
     _print("\n".join(lines))
     return 0
@@ -327,6 +328,7 @@ def _dispatch(argv: list[str]) -> int:
         return 2
     if args.command == "sample-data":
         return _sample_data(args)
+    _probe_credentials(getattr(args, "dir", None))
     if args.command == "verify":
         return _verify(args)
     if args.command == "report":
@@ -334,6 +336,17 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "index":
         return _index(args)
     return _inspect(args)
+
+
+def _probe_credentials(path: str | None) -> None:
+    """A tool given gs:// asks for credentials once, in seconds, before its first read: the
+    one probe every gs:// entry point goes through (transforms.files.missing_credentials)."""
+    from transforms import files
+
+    if path and files.is_remote(path):
+        problem = files.missing_credentials()
+        if problem is not None:
+            raise UsageError(problem)
 
 
 def _flush_stdout(code: int) -> int:

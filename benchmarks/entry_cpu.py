@@ -79,6 +79,7 @@ def _worker(folder: Path, passes: int) -> None:
     from transforms.codecs.class_mask import class_mask_settings
     from transforms.pairing import Pair
     from transforms.record import make_class_record, make_record
+    from transforms.record_spec import RecordSpec
     from transforms.splits import ShardSpec
 
     classes = class_mask_settings("classes", num_classes=CLASSES)
@@ -90,17 +91,19 @@ def _worker(folder: Path, passes: int) -> None:
         image_suffix, mask_suffix, flags = _FILES[kind]
         names = [(f"{n}{image_suffix}", f"{n}{mask_suffix}") for n in numbers]
         entries = [((folder / i).read_bytes(), (folder / m).read_bytes(), m) for i, m in names]
-        options = {**flags, "classes": classes} if "classes" in flags else flags
+        spec = RecordSpec(
+            classes if "classes" in flags else RecordSpec().classes,
+            flags.get("mask_format", "jpeg"),
+        )
 
-        def records(entries=entries, options=options):
+        def records(entries=entries, spec=spec):
+            make = make_class_record if spec.classes.is_classes else make_record
             for image, mask, name in entries:
-                if "classes" in options:
-                    make_class_record("k", image, mask, name, options["classes"])
-                else:
-                    make_record("k", image, mask, name, **options)
+                make("k", image, mask, name, spec)
 
         pairs = [Pair(i[:3], _source(folder / i), _source(folder / m)) for i, m in names]
-        settings = ShardWriterSettings(str(staging) + "/", **options)
+        source = "class_files" if spec.classes.is_classes else "binary_files"
+        settings = ShardWriterSettings(str(staging) + "/", spec, mask_source=source)
 
         def shard(settings=settings, pairs=pairs):
             write_shard(settings, ShardSpec("train", 0, 1), pairs)

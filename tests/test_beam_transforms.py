@@ -185,7 +185,7 @@ def _staged_run(tmp_path, run_id: str = "run1") -> str:
 
 def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
     out = _staged_run(tmp_path)
-    settings = CommitSettings(out, "run1", "jpeg", {"train_size": 1.0})
+    settings = CommitSettings(out, "run1", {"train_size": 1.0})
     reject = Reject("k9", Reason.MISSING_MASK, "no mask", "/i/k9.jpg", None)
     with _pipeline() as p:
         shards = p | "Shards" >> beam.Create([_result("train", 5)])
@@ -230,7 +230,7 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
 
 def test_commit_refuses_to_publish_when_keys_are_lost(tmp_path):
     out = _staged_run(tmp_path)
-    settings = CommitSettings(out, "run1", "jpeg", {})
+    settings = CommitSettings(out, "run1", {})
     with pytest.raises(Exception, match="refusing to publish") as caught:
         with _pipeline() as p:
             shards = p | "Shards" >> beam.Create([_result("train", 5)])

@@ -26,6 +26,7 @@ from transforms.codecs.class_mask import (
     parse_class_names,
     parse_colormap,
 )
+from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
 from transforms.settings_error import SettingError, as_flag
 
@@ -455,7 +456,7 @@ def test_binary_mask_bytes_are_unchanged(fmt):
     encoded = encode_mask(binarize(mask), fmt)
     assert hashlib.sha256(encoded).hexdigest() == BINARY_DIGESTS[fmt]
     record = make_record(
-        "k", rgb_jpeg(160, 120), mat_bytes(mask=mask), "k_mask.mat", mask_format=fmt
+        "k", rgb_jpeg(160, 120), mat_bytes(mask=mask), "k_mask.mat", RecordSpec(mask_format=fmt)
     )
     assert hashlib.sha256(record.serialized).hexdigest() == BINARY_RECORD_DIGESTS[fmt]
 
@@ -494,12 +495,12 @@ def test_class_records_follow_the_exif_rotation_like_binary_ones(shape, rotated)
     from transforms.record import make_class_record
 
     ids = _ids(*shape, top=5).astype(np.uint8)
-    record = make_class_record("k", _rotated_jpeg(), _png(ids), "k.png", VOC)
+    record = make_class_record("k", _rotated_jpeg(), _png(ids), "k.png", RecordSpec(VOC))
     assert (record.height, record.width) == shape and record.image_transcoded == rotated
     assert record.class_stats == mask_stats(ids, 21, 255) and record.class_stats.ignored_pixels
     other = _png(_ids(20, 16, top=5).astype(np.uint8))
     with pytest.raises(RejectError) as caught:
-        make_class_record("k", _rotated_jpeg(), other, "k.png", VOC)
+        make_class_record("k", _rotated_jpeg(), other, "k.png", RecordSpec(VOC))
     assert caught.value.reason == Reason.SIZE_MISMATCH and "mask is 20x16" in caught.value.detail
 
 
@@ -512,7 +513,7 @@ def test_coco_records_follow_the_exif_rotation_and_count_their_pixels():
     settings = ClassMaskSettings("classes", 4)
     for height, width, rotated in ((24, 16, False), (16, 24, True)):
         image = CocoImage("k.jpg", 1, height, width, (annotation,))
-        record = make_coco_record("k", _rotated_jpeg(), image, settings, fill=0)
+        record = make_coco_record("k", _rotated_jpeg(), image, RecordSpec(settings), fill=0)
         assert (record.height, record.width, record.image_transcoded) == (height, width, rotated)
         stats = record.class_stats
         assert stats.pixels[3] > 0 and sum(stats.pixels) == height * width
@@ -523,5 +524,5 @@ def test_a_bad_image_is_its_reason_before_a_bad_mask():
     from transforms.record import make_class_record
 
     with pytest.raises(RejectError) as caught:
-        make_class_record("k", b"not a jpeg", b"", "k.png", VOC)
+        make_class_record("k", b"not a jpeg", b"", "k.png", RecordSpec(VOC))
     assert caught.value.reason == Reason.IMAGE_UNREADABLE

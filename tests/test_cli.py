@@ -25,6 +25,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "wrote 12 entries" in out and "broken on purpose: 6" in out
+    assert "planted 1 near copy (of " in out  # 2 % of 12, rounded up
     for kind in ("truncated_jpeg", "zero_byte_image", "unreadable_mat", "size_mismatch"):
         assert f"{kind}" in out
     assert len(list((tmp_path / "s" / "images").iterdir())) == 11  # one mask_without_image

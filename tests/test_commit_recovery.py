@@ -301,3 +301,48 @@ def test_a_full_disk_at_the_last_manifest_write_loses_nothing(
     (small_disk / "filler").unlink()
     assert main(["verify", "--repair", str(out)]) == 0
     _holds(out, references[1])
+
+
+# --- forged journals whose names are all valid ----------------------------------------------
+
+
+def _forge_journal(out: Path, how: str) -> None:
+    """A `committing` journal naming only published names, each aimed at the dataset."""
+    import hashlib
+
+    names = sorted(published(out) - {"metadata.json"})
+    shards = [name for name in names if name.endswith(".tfrecord")]
+    journal = {"state": "committing", "run_id": "x", "previous_run_id": "", "kept": []}
+    journal.update(previous=[], moves=[[name, name] for name in names], metadata_sha256="0" * 64)
+    staged = out / ".segprep" / "runs" / "x"
+    if how != "zero_sha":
+        staged.mkdir(parents=True)
+        forged = json.loads((out / "metadata.json").read_text())
+        forged["forged"] = True
+        data = json.dumps(forged).encode()
+        (staged / "metadata.json").write_bytes(data)
+        journal["metadata_sha256"] = hashlib.sha256(data).hexdigest()
+    if how == "duplicate_targets":
+        journal["moves"] = [[shards[0], shards[0]], [shards[1], shards[0]]]
+    elif how == "aside_copy_swapped":
+        (staged / "previous").mkdir()
+        (staged / "previous" / shards[0]).write_bytes(b"not the published shard")
+        journal.update(previous=[shards[0]], moves=[[shards[0], shards[0]]])
+    journal["files"] = sorted({*journal["previous"], *(final for _, final in journal["moves"])})
+    (out / ".segprep" / "manifest.json").write_text(json.dumps(journal))
+
+
+@pytest.mark.parametrize(
+    "how", ["zero_sha", "staged_metadata_forged", "duplicate_targets", "aside_copy_swapped"]
+)
+def test_a_forged_journal_moves_and_deletes_no_published_file(references, tmp_path, capsys, how):
+    """Issue #31: every published shard "moved" to itself with an all-zero metadata_sha256
+    had `verify --repair` move the whole dataset into staging and delete it."""
+    out = _earlier_output(references, tmp_path)
+    _forge_journal(out, how)
+    before = {name: (out / name).read_bytes() for name in published(out)}
+    assert main(["verify", "--repair", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nothing was changed" in err, err
+    assert {name: (out / name).read_bytes() for name in published(out)} == before
+    assert before.keys() == published(out)

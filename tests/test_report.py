@@ -279,3 +279,133 @@ def test_a_fifo_as_rejects_jsonl_is_one_line_not_a_hang(prepared, tmp_path, caps
     assert main(["report", str(out), "--out", str(tmp_path / "page.html")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "rejects.jsonl" in err, err
+
+
+def _group_lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+
+
+def _member_keys(dom: _Dom) -> list[str]:
+    return [text for _, attrs, text in dom.find("div", class_="key") if text]
+
+
+def test_the_largest_groups_are_shown_with_their_members(prepared, sample_dataset, tmp_path):
+    """The sample's planted copies form the groups; each is drawn with its members."""
+    out, _ = prepared
+    groups = _group_lines(out)
+    assert groups and len(groups) == len(sample_dataset.planted)
+    page = tmp_path / "groups.html"
+    _report(out, page)
+    dom, shot, urls = _browse(page, tmp_path)
+    figures = dom.find("figure", class_="group")
+    assert len(figures) == len(groups)
+    captions = [text for _, _, text in dom.find("figcaption") if "max distance" in text]
+    for group in groups:
+        caption = f"{len(group['keys'])} entries, {group['kind']}, max distance "
+        caption += f"{group['max_distance']}, split {group['split']}"
+        assert caption in captions
+    tiles = [text for _, _, text in dom.find("div", class_="tile member")]
+    for copy in sample_dataset.planted:
+        assert any(text.startswith(copy.key) for text in tiles)
+        assert any(text.startswith(copy.original) for text in tiles)
+    assert len(dom.find("img", alt="group member")) == sum(len(g["keys"]) for g in groups)
+    assert "No official splits were given" in dom.find(id="split-moves")[0][2]
+    _assert_not_blank(shot)
+    _only_local(urls)
+
+
+def test_list_splits_missing_members_and_hostile_keys_in_groups(prepared, tmp_path):
+    """Under official splits a group's split is a list; a member may be in no split; keys
+    are text, never markup."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    stored = _group_lines(out)[0]["keys"][0]
+    hostile = "<img src=x onerror=alert(1)>"
+    line = {"keys": [stored, hostile], "split": ["train", "validation"], "kind": "near"}
+    line |= {"max_distance": 4, "conflicting_masks": False}
+    (out / "duplicates.jsonl").write_text(json.dumps(line) + "\n")
+    page = tmp_path / "lists.html"
+    text = _report(out, page)
+    assert hostile not in text
+    dom, _, urls = _browse(page, tmp_path)
+    assert not dom.find("img", src="x")
+    caption = dom.find("figure", class_="group")[0][2]
+    assert "2 entries, near, max distance 4, splits train, validation" in caption
+    tiles = [text for _, _, text in dom.find("div", class_="tile member")]
+    assert tiles[0].startswith(stored) and tiles[1] == f"no image{hostile}in no split"
+    assert "train, validation" in [text for _, _, text in dom.find("td")]
+    _only_local(urls)
+
+
+def test_the_group_section_stays_bounded(prepared, tmp_path):
+    """Thousands of groups of dozens of members: a fixed number of groups and members."""
+    import shutil
+
+    from beam_pipeline.commands.report.gather import GALLERY_GROUPS, GALLERY_MEMBERS
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    keys = [f"{index:05d}" for index in range(1, 61)]
+    with (out / "duplicates.jsonl").open("w") as handle:
+        for number in range(3000):
+            members = keys[number % 20 : number % 20 + 5 + number % 30]
+            row = {"keys": members, "split": "train", "kind": "near", "max_distance": 9}
+            handle.write(json.dumps(row | {"conflicting_masks": False}) + "\n")
+    text = _report(out, tmp_path / "big.html")
+    assert text.count('<figure class="group"') == GALLERY_GROUPS
+    assert text.count('alt="group member"') <= GALLERY_GROUPS * GALLERY_MEMBERS
+    assert f'<figure class="group" data-size="{34}">' in text  # the largest come first
+    assert len(text) < 3_000_000
+
+
+def test_entries_kept_out_of_their_listed_split_are_listed(sample_dataset, tmp_path):
+    """--split_file with a planted copy listed in validation and its original in train:
+    the page lists exactly the group members stored outside their listed split (or says
+    that there are none), as the records themselves show."""
+    from shard_reader.source import RecordSource
+
+    copy = sample_dataset.planted[0]
+    keys = sorted(p.stem for p in sample_dataset.image_dir.glob("*.jpg"))
+    listed = {key: "validation" if key == copy.key or key > "00040" else "train" for key in keys}
+    listed[copy.original] = "train"
+    for split in ("train", "validation"):
+        names = [key for key, where in listed.items() if where == split]
+        (tmp_path / f"{split}.txt").write_text("\n".join(names) + "\n")
+    out = tmp_path / "out"
+    argv = ["prepare", "--image_dir", str(sample_dataset.image_dir), "--mask_dir"]
+    argv += [str(sample_dataset.mask_dir), "--output_dir", str(out), "--runner", "FnApiRunner"]
+    for split in ("train", "validation"):
+        argv += ["--split_file", f"{split}={tmp_path / f'{split}.txt'}"]
+    assert main(argv) == 0
+    stored = {}
+    for split, info in json.loads((out / "metadata.json").read_text())["splits"].items():
+        if info["num_examples"]:
+            source = RecordSource(out, split)
+            stored |= {source[index]["key"]: split for index in range(len(source))}
+    grouped = {key for group in _group_lines(out) for key in group["keys"]}
+    assert {copy.key, copy.original} <= grouped
+    moved = sorted(k for k in grouped if k in stored and stored[k] != listed[k])
+    page = tmp_path / "moves.html"
+    _report(out, page)
+    dom, _, _ = _browse(page, tmp_path)
+    note = dom.find(id="split-moves")[0][2]
+    rows = [text for _, _, text in dom.find("tr", class_="moved-entry")]
+    assert rows == [f"{key}{listed[key]}{stored[key]}" for key in moved]
+    if moved:
+        assert f"moved out of {'its' if len(moved) == 1 else 'their'} listed split" in note
+    else:
+        assert "No entry was moved out of its listed split (--split_file" in note
+
+
+def test_group_members_without_a_record_index_say_so(prepared, tmp_path):
+    """An output whose record index is gone: the members are not claimed to be in no split."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    shutil.rmtree(out / "index")
+    text = _report(out, tmp_path / "noindex.html")
+    assert text.count("record not looked up") == sum(len(g["keys"]) for g in _group_lines(out))
+    assert "in no split" not in text

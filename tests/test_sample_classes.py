@@ -56,6 +56,7 @@ def test_every_breakage_kind_is_there_and_gives_its_reason(sample):
         else:
             assert expected in (image_reason, mask_reason), (key, kind)
     assert sample.expected_rejects() == {k: CLASS_BREAKAGES[v] for k, v in sample.broken.items()}
+    assert sample.planted == () and sample.planted_lines() == []  # copies: portraits only
 
 
 def test_the_out_of_range_id_is_named_in_the_reject(sample):

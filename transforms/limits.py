@@ -9,6 +9,7 @@ well under a few hundred MB with them.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 MB = 1 << 20
 
@@ -26,6 +27,58 @@ class InputLimits:
     coco_image_points: int = 1_000_000  # polygon points of all of one image's annotations
     coco_rle_chars: int = 16_000_000  # one compressed RLE string (or uncompressed run count)
     coco_record_bytes: int = 64 * MB  # one image's staged record, all annotations
+    # Annotation files as they stream to a parser (transforms/bounded_text.py): parsers pay
+    # up to the square of a token's length. A COCO RLE string over coco_rle_chars is still
+    # its image's reject, and a labelme imageData of a 48 MB image fits; a CVAT mask RLE
+    # over coco_rle_chars is its image's reject too, and expat is the slower parser.
+    json_string_bytes: int = 64 * MB  # one JSON string
+    xml_token_bytes: int = 32 * MB  # one XML tag, attribute or text (a stretch without '<')
+    number_chars: int = 100  # one JSON number or literal (a float's repr takes 24)
+    entry_values: int = 2_500_000  # JSON values of one Label Studio task or labelme file
+    annotation_depth: int = 32  # nesting of an annotation file (the formats use under 10)
+    # Label Studio's brush stream is decoded run by run (a few us each): this bounds that to
+    # seconds; real brushes take tens of KB.
+    brush_rle_bytes: int = MB
+
+
+class TooLargeError(ValueError):
+    """An annotation over a cap of InputLimits, found before anything was allocated for it;
+    its entry is a mask_too_large reject with this message."""
+
+
+def check_pixels(height: int, width: int, limits: InputLimits, what: str) -> None:
+    """TooLargeError unless `what` (an image's stated size, a mask or a box) is positive and
+    at most `limits.pixels`: the one check before any annotation source allocates pixels."""
+    if height <= 0 or width <= 0:
+        raise ValueError(f"{what} of {height}x{width} pixels is empty")
+    if height * width > limits.pixels:
+        raise TooLargeError(
+            f"{what} of {height:,}x{width:,} pixels, more than the {limits.pixels:,} "
+            "one image may have"
+        )
+
+
+def annotation_int(value: object, what: str, *, truncate: bool = False) -> int:
+    """A whole number from an annotation (a JSON number, or the text of an XML attribute,
+    "12" or "12.0"; `truncate`: "12.7" too, as 12); ValueError naming `what` for anything
+    else, long digit strings (Python refuses over 4300 digits, with a hint about its own
+    settings) and infinities."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: not a number: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if len(value) > 32:
+            raise ValueError(f"{what}: a number of {len(value):,} characters")
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise ValueError(f"{what}: not a number: {value!r}") from None
+        if isinstance(value, int):
+            return value
+    if isinstance(value, float) and math.isfinite(value) and (truncate or value.is_integer()):
+        return int(value)
+    raise ValueError(f"{what}: not a whole number: {value!r}")
 
 
 DEFAULT_LIMITS = InputLimits()

@@ -7,16 +7,26 @@ Example) live here; each source in `transforms.sources` calls them.
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import numpy as np
+from PIL import Image
 
 from transforms.class_stats import ClassStats, mask_stats
-from transforms.codecs.class_mask import ClassMaskSettings, encode_class_mask, load_class_mask
-from transforms.codecs.image import ValidImage, apply_orientation, validate_image
+from transforms.codecs.class_mask import encode_class_mask, load_class_mask
+from transforms.codecs.image import (
+    ValidImage,
+    apply_orientation,
+    encode_rgb_jpeg,
+    validate_image,
+)
 from transforms.codecs.mask import binarize, encode_mask, load_mask
 from transforms.format.example import build_example
 from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
+
+BINARY = RecordSpec()  # the blog's records: binary masks stored as JPEG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +48,8 @@ def make_record(
     image_bytes: bytes,
     mask_bytes: bytes,
     mask_filename: str,
+    spec: RecordSpec = BINARY,
     *,
-    mask_format: str = "jpeg",
-    mask_key: str | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """Decode and check image and mask once each, then serialise; raises RejectError.
@@ -51,10 +60,10 @@ def make_record(
     """
     image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
     mask = binarize(
-        guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, mask_key, limits)
+        guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, spec.mask_key, limits)
     )
-    image = aligned(image, image_bytes, mask.shape)
-    return _record(key, image, encode_mask(mask, mask_format))
+    image, mask = as_specified(aligned(image, image_bytes, mask.shape), mask, spec)
+    return _record(key, image, encode_mask(mask, spec.mask_format))
 
 
 def make_class_record(
@@ -62,9 +71,8 @@ def make_class_record(
     image_bytes: bytes,
     mask_bytes: bytes,
     mask_filename: str,
-    settings: ClassMaskSettings,
+    spec: RecordSpec,
     *,
-    mask_key: str | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> Record:
     """A record with a class-id mask file (PNG, palette PNG, colour PNG, .mat) and its stats."""
@@ -74,11 +82,11 @@ def make_class_record(
         Reason.MASK_UNREADABLE,
         mask_bytes,
         mask_filename,
-        settings,
-        mask_key,
+        spec.classes,
+        spec.mask_key,
         limits,
     )
-    return class_record(key, aligned(image, image_bytes, ids.shape), ids, settings)
+    return class_record(key, aligned(image, image_bytes, ids.shape), ids, spec)
 
 
 def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
@@ -94,11 +102,30 @@ def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) 
     return image
 
 
-def class_record(
-    key: str, image: ValidImage, ids: np.ndarray, settings: ClassMaskSettings
-) -> Record:
-    stats = mask_stats(ids, settings.num_classes, settings.ignore_index)
-    return _record(key, image, encode_class_mask(ids, settings), stats)
+def class_record(key: str, image: ValidImage, ids: np.ndarray, spec: RecordSpec) -> Record:
+    image, ids = as_specified(image, ids, spec)
+    classes = spec.classes
+    stats = mask_stats(ids, classes.num_classes, classes.ignore_index)
+    return _record(key, image, encode_class_mask(ids, classes), stats)
+
+
+def as_specified(
+    image: ValidImage, mask: np.ndarray, spec: RecordSpec
+) -> tuple[ValidImage, np.ndarray]:
+    """The aligned image and mask as the spec stores them: downscaled to fit
+    `max_image_side` (the image antialiased and re-encoded, the mask nearest-neighbour, so
+    no id is ever interpolated), or as they are."""
+    side = spec.max_image_side
+    if side is None or max(image.height, image.width) <= side:
+        return image, mask
+    scale = side / max(image.height, image.width)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    with Image.open(io.BytesIO(image.jpeg)) as decoded:
+        decoded.draft("RGB", size)  # JPEG DCT scaling, never below the target size
+        small = decoded.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+    mask = np.asarray(Image.fromarray(mask).resize(size, Image.Resampling.NEAREST), mask.dtype)
+    resized = ValidImage(encode_rgb_jpeg(small), size[1], size[0], True, image.orientation)
+    return resized, mask
 
 
 def _record(

@@ -163,7 +163,7 @@ def commit(
         split: versions.stage_digest_table(staged, split, shards, published, version, new_keys)
         for split in splits
     }
-    adapter = record_formats.get(settings.record_format)
+    adapter = record_formats.get(settings.spec.record_format)
     written = [
         _shard_dict(shard, published[shard.spec.name], adapter.offset_index)
         for shard in shards
@@ -172,13 +172,14 @@ def commit(
     info = metadata.build_metadata(
         written,
         rejects,
-        mask_format=settings.mask_format,
+        mask_format=settings.spec.mask_format,
         parameters=settings.parameters,
         versions=package_versions(),
         key_tables=key_tables,
         record_format=adapter.name,
     )
     info["num_discovered"] = discovered
+    info["record_spec"] = settings.spec.stored()
     if unlabeled:
         info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
     if previous is None:

@@ -14,6 +14,7 @@ inputs hold what concerns duplicates only (group members, rejected keys).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from concurrent.futures.process import BrokenProcessPool
 
@@ -25,6 +26,7 @@ from beam_pipeline.job import image_hashes
 from beam_pipeline.job.settings import DuplicateSettings
 from beam_pipeline.runtime import storage, writer_pool
 from transforms import duplicates as dups
+from transforms.format import side_tables
 from transforms.format.naming import DUPLICATES_FILE
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject
@@ -33,6 +35,8 @@ REJECTS = "rejects"
 _CHUNK = 64  # pairs per pool task: large enough to amortise the round trip
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
+# Another output's hashes read before their bucket lists are passed on: a few MB held.
+_OTHER_BUCKETED = 4096
 
 
 class _HashImages(beam.DoFn):
@@ -134,18 +138,56 @@ def _bucket_pairs(element, distance: int):
             yield _as_tuple(a), _as_tuple(b)
 
 
-def _other_hashes(pbegin, number: int, check):
-    """The hashes another output stored, tagged with its folder."""
+def _other_hashes(pbegin, number: int, check, distance: int):
+    """The bucket lists, as _OwnBuckets makes them, of the hashes another output stored."""
     return (
         pbegin
-        | f"OtherHashFiles{number}" >> beam.Create(list(check.hash_files))
-        | f"ReadOtherHashes{number}" >> beam.io.ReadAllFromText()
-        | f"ParseOtherHashes{number}" >> beam.Map(_tagged_row, check.output_dir)
+        | f"OtherHashTables{number}" >> beam.Create(list(check.hash_tables))
+        | f"OtherBuckets{number}" >> beam.ParDo(_OtherBuckets(check.output_dir, distance))
     )
 
 
-def _tagged_row(line: str, source: str) -> dups.Tagged:
-    return dups.Tagged(source, dups.ImageHash.from_row(json.loads(line)))
+class _OtherBuckets(beam.DoFn):
+    """One hash table of another output (--leakage_check) -> ((band, value), hashes) lists,
+    read a bounded line at a time through side_tables (name, link, kind and size checked
+    here; the sha256 in the launcher before the job, and again here as the lines go by), at
+    most _OTHER_BUCKETED hashes held: one element per bucket and batch, not D + 1 per hash."""
+
+    def __init__(self, output_dir: str, distance: int) -> None:
+        self._output_dir = output_dir
+        self._distance = distance
+
+    def process(self, ref):
+        buckets: dict[tuple[int, int], list[tuple]] = {}
+        held = 0
+        digest = hashlib.sha256()
+        with side_tables.open_table(self._output_dir, ref, check_sha256=False) as table:
+            for number, line in enumerate(table.lines(), start=1):
+                digest.update(line)
+                tagged = _tagged_row(line, self._output_dir, ref.file, number)
+                for key, value in _band_keys(tagged, self._distance):
+                    buckets.setdefault(key, []).append(value)
+                held += 1
+                if held >= _OTHER_BUCKETED:
+                    yield from buckets.items()
+                    buckets, held = {}, 0
+        if digest.hexdigest() != ref.sha256:
+            raise side_tables.SideTableError(
+                f"{self._output_dir}{ref.file} changed while it was read: run `segprep verify "
+                f"{self._output_dir}`"
+            )
+        yield from buckets.items()
+
+
+def _tagged_row(line: bytes, source: str, name: str, number: int) -> dups.Tagged:
+    """A stored row as a hash of `source`. A leak is found by perceptual distance alone, so
+    the other image's sha256 is left out: it would travel the shuffle D + 1 times (about
+    half of what a stored hash costs there)."""
+    try:
+        stored = dups.ImageHash.from_row(json.loads(line))
+    except (ValueError, KeyError, TypeError) as error:
+        raise side_tables.SideTableError(f"{source}{name} line {number}: {error}") from None
+    return dups.Tagged(source, dups.ImageHash(stored.key, "", stored.phash))
 
 
 def _groups(_, pairs, settings: DuplicateSettings) -> list[dups.Group]:
@@ -238,12 +280,7 @@ class FindDuplicates(beam.PTransform):
         hashed = pairs | "HashImages" >> beam.ParDo(_HashImages(settings))
         keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
         for number, check in enumerate(settings.leakage):
-            others = _other_hashes(pairs.pipeline, number, check)
-            keyed.append(
-                others
-                | f"OtherBandKeys{number}" >> beam.FlatMap(_band_keys, distance)
-                | f"OtherAsLists{number}" >> beam.MapTuple(lambda key, value: (key, [value]))
-            )
+            keyed.append(_other_hashes(pairs.pipeline, number, check, distance))
         found = (
             keyed
             | "AllBandKeys" >> beam.Flatten()

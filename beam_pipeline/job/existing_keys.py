@@ -1,11 +1,12 @@
 """An append's first check: which discovered keys the output already holds.
 
 Each pair's key is looked up in the digest tables of the output's versions
-(transforms/format/digest_table.py: bisected on disk, nothing loaded), in the split its key
-hashes to (the fractions equal the output's, so an earlier key is there or nowhere); with
-official lists or folders, in every split's. A new
-key goes on to planning; a key present with the same image and mask bytes is skipped and
-counted; a key present with other bytes is a `key_exists` reject.
+(transforms/format/digest_table.py: bisected on disk, nothing loaded), in every split's: the
+split its key hashes to first, then the others, since a duplicate group or an official list
+may have stored it elsewhere. A new key goes on to planning; a key present with the same
+image and mask bytes is skipped and counted; a key present with other bytes is a
+`key_exists` reject. The tables are opened through transforms/format/side_tables.py (name,
+link, kind and size checked; the launcher checked their sha256 before the job started).
 """
 
 from __future__ import annotations
@@ -15,23 +16,13 @@ from apache_beam.metrics import Metrics
 
 from beam_pipeline.job.settings import AppendSettings, ShardWriterSettings
 from beam_pipeline.job.shard_work import pair_digest
-from beam_pipeline.runtime import storage
-from transforms import files
-from transforms.format import digest_table
+from transforms.format import digest_table, side_tables
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject, RejectError
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 REJECTS = "rejects"
 SKIPPED = "skipped"
-
-
-def open_table(path: str) -> digest_table.SortedTable:
-    """A SortedTable over a local file or a gs:// object (ranged reads)."""
-    if storage.is_local(path):
-        return digest_table.local_table(path)
-    reader = files.RangeReader(path)
-    return digest_table.SortedTable(reader.read_at, reader.size)
 
 
 class _CheckExisting(beam.DoFn):
@@ -52,18 +43,22 @@ class _CheckExisting(beam.DoFn):
 
     def _tables_of(self, split: str) -> list[tuple[int, digest_table.SortedTable]]:
         if split not in self._tables:
-            names = self._append.digest_tables.get(split, ())
+            refs = self._append.digest_tables.get(split, ())
             self._tables[split] = [
-                (number, open_table(storage.join(self._output_dir, name))) for number, name in names
+                (number, side_tables.open_digest_table(self._output_dir, ref, check_sha256=False))
+                for number, ref in refs
             ]
         return self._tables[split]
 
     def _splits_to_search(self, key: str) -> tuple[str, ...]:
+        """Every split that has tables, the one the key's hash gives first: a duplicate
+        group, a list or a folder may have stored the key in another."""
+        splits = tuple(self._append.digest_tables)
         if isinstance(self._fractions, SplitFractions):
-            split = self._fractions.split_of(key)
-            return () if split is None else (split,)
-        # Lists and folders may place a key elsewhere than an earlier run did.
-        return tuple(self._append.digest_tables)
+            own = self._fractions.split_of(key)
+            if own in splits:
+                return (own, *(split for split in splits if split != own))
+        return splits
 
     def process(self, pair: Pair):
         found = None

@@ -18,13 +18,15 @@ from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
+    from transforms.format.dataset_info import FileRef
+    from transforms.record_spec import RecordSpec
     from transforms.sources.base import SourceSettings
 
 
-def _binary_masks() -> ClassMaskSettings:
-    from transforms.codecs.class_mask import ClassMaskSettings
+def _binary_spec() -> RecordSpec:
+    from transforms.record_spec import RecordSpec
 
-    return ClassMaskSettings()
+    return RecordSpec()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,24 +64,24 @@ class ShardWriterSettings:
     """What writing a shard needs; resolved by the run plan, nothing left to guess here."""
 
     staging_dir: str  # the run's staging folder (local or gs://), ending in '/'
-    mask_format: str = "jpeg"
-    mask_key: str | None = None
+    spec: RecordSpec = dataclasses.field(default_factory=_binary_spec)  # what records are
     threads: int = 1  # threads that read and decode one shard's pairs
     pool: str | None = None  # key of this run's local writer pool; None: write in this process
     progress_dir: str | None = None  # local folder for progress count files; None: no progress
     limits: InputLimits = DEFAULT_LIMITS
-    classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
     mask_source: str = "binary_files"  # a name in transforms.sources.registry
     store_hashes: bool = False  # pairs carry image hashes: stage them per shard (job/hash_tables)
 
     @property
+    def classes(self) -> ClassMaskSettings:
+        return self.spec.classes
+
+    @property
     def source_settings(self) -> SourceSettings:
         from transforms.sources.base import SourceSettings
 
-        return SourceSettings(
-            self.classes, self.mask_format, self.mask_key, self.coco_fill, self.limits
-        )
+        return SourceSettings(self.spec, self.coco_fill, self.limits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +90,9 @@ class AppendSettings:
 
     version: int  # the new version's number: the output's latest + 1
     previous_sha256: str  # of the output's metadata.json when planned; the commit rechecks it
-    # split -> (version, its digest table) for the earlier versions that have the split
-    # (names relative to the output)
-    digest_tables: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(
+    # split -> (version, its digest table as metadata.json lists it: name relative to the
+    # output, size, sha256) for the earlier versions that have the split
+    digest_tables: Mapping[str, tuple[tuple[int, FileRef], ...]] = dataclasses.field(
         default_factory=dict
     )
 
@@ -99,23 +101,26 @@ class AppendSettings:
 class CommitSettings:
     output_dir: str
     run_id: str
-    mask_format: str
     parameters: Mapping[str, Any]
+    spec: RecordSpec = dataclasses.field(default_factory=_binary_spec)  # what records are
     max_reject_fraction: float = 1.0
     started_at: float | None = None  # epoch seconds when the run was planned
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
-    classes: ClassMaskSettings = dataclasses.field(default_factory=_binary_masks)
     coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
-    record_format: str = record_formats.DEFAULT  # metadata.json's record_format
     append: AppendSettings | None = None  # `--append`: a new version of the output
+
+    @property
+    def classes(self) -> ClassMaskSettings:
+        return self.spec.classes
 
 
 @dataclasses.dataclass(frozen=True)
 class LeakageCheck:
-    """--leakage_check: another output folder and its image-hash files (index/*.hashes.jsonl)."""
+    """--leakage_check: another output folder (normalised, ending in '/') and its image-hash
+    tables (index/*.hashes.jsonl) as its metadata.json lists them, checked by the launcher."""
 
     output_dir: str
-    hash_files: tuple[str, ...]
+    hash_tables: tuple[FileRef, ...]
 
 
 @dataclasses.dataclass(frozen=True)

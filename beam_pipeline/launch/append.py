@@ -1,9 +1,9 @@
 """`prepare --append`: check that a run may add a version to the output, and plan it.
 
 An append extends a finished segprep output that keeps versions and content digests, and
-only with the parameters that shape its records (mask type and format, classes, ignore
-index, record format, how entries find their split and the split fractions): records of one
-dataset must read the same way. Any difference is a usage error (exit 2) naming each one.
+only with the same record spec (transforms/record_spec.py: everything that shapes a record)
+and the same way of finding splits (method and fractions): records of one dataset must read
+the same way. Any difference is a usage error (exit 2) naming each one.
 With --split_file or --split_by_folder the new keys go where this run's lists or folders say.
 """
 
@@ -18,10 +18,11 @@ from typing import Any
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
-from transforms import files, json_shape
-from transforms.format import digest_table, record_formats
-from transforms.format.dataset_info import DatasetInfo, MetadataError
+from transforms import json_shape
+from transforms.format import side_tables
+from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
+from transforms.record_spec import RecordSpec, differences_from_stored
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
@@ -29,7 +30,7 @@ def plan_append(
     args: argparse.Namespace,
     output_dir: str,
     output: output_protocol.OutputState | None,
-    mask_plan: Any,
+    spec: RecordSpec,
     fractions: Any,
 ) -> AppendSettings:
     if args.overwrite:
@@ -47,10 +48,10 @@ def plan_append(
         info = DatasetInfo.from_json(raw)
     except (OSError, ValueError, MetadataError) as error:
         raise UsageError(f"--append: cannot read {path}: {error}") from None
-    tables: dict[str, list[tuple[int, str]]] = {split: [] for split in SPLITS}
+    tables: dict[str, list[tuple[int, FileRef]]] = {split: [] for split in SPLITS}
     for number, version in enumerate(info.dataset_versions, start=1):
         for split, ref in version.digest_tables.items():
-            tables.setdefault(split, []).append((number, ref.file))
+            tables.setdefault(split, []).append((number, ref))
     if not info.dataset_versions or any(
         len(tables[split]) != len(info.dataset_versions) for split in SPLITS
     ):
@@ -58,17 +59,32 @@ def plan_append(
             f"--append: {output_dir} was prepared by a segprep that kept no versions and "
             "content digests: prepare it once more (without --append) to append to it"
         )
-    differences = parameter_differences(raw, info, args, mask_plan, fractions)
+    differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
     if differences:
         raise UsageError(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
             + "; ".join(differences)
         )
+    for refs in tables.values():
+        for _, ref in refs:
+            check_digest_table(output_dir, ref)
     return AppendSettings(
         version=info.latest_version + 1,
         previous_sha256=hashlib.sha256(data).hexdigest(),
         digest_tables={split: tuple(names) for split, names in tables.items()},
     )
+
+
+def check_digest_table(output_dir: str, ref: FileRef) -> None:
+    """The digest table is the one metadata.json lists (side_tables.open_table), else a usage
+    error: a damaged table would make the append store keys a second time."""
+    try:
+        side_tables.open_table(output_dir, ref).close()
+    except (side_tables.SideTableError, OSError) as error:
+        raise UsageError(
+            f"--append: {error}: the output is damaged, nothing was appended; run "
+            f"`segprep verify {output_dir}`"
+        ) from None
 
 
 def _require_readable_manifest(output_dir: str) -> None:
@@ -98,64 +114,25 @@ def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
     for version in info.dataset_versions:
         for ref in version.digest_tables.values():
             try:
-                table = _open_table(storage.join(output_dir, ref.file))
+                table = side_tables.open_digest_table(output_dir, ref, check_sha256=False)
                 held.update(key for key in wanted - held if table.get(key) is not None)
             except (OSError, ValueError):
-                continue  # the append's own check of the tables reports them
+                continue  # plan_append refuses the output, naming the table
     return held
 
 
-def _open_table(path: str) -> digest_table.SortedTable:
-    if storage.is_local(path):
-        return digest_table.local_table(path)
-    reader = files.RangeReader(path)
-    return digest_table.SortedTable(reader.read_at, reader.size)
-
-
-def parameter_differences(
-    raw: dict[str, Any], info: DatasetInfo, args: argparse.Namespace, mask_plan: Any, fractions: Any
-) -> list[str]:
-    """'name: output X, this run Y' for each record-shaping parameter that differs."""
+def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
+    """How entries find their split is not part of a record, but an append must keep it:
+    'name: output X, this run Y' for each difference."""
     used = raw.get("parameters") or {}
-    classes = mask_plan.classes
-    stored_classes = info.classes
-    pairs = {
-        "mask_type": (used.get("mask_type", "binary"), classes.mask_type),
-        "mask_format": (info.mask_format, mask_plan.mask_format),
-        "mask_key": (used.get("mask_key"), args.mask_key),
-        "record_format": (
-            raw.get("record_format", record_formats.DEFAULT),
-            getattr(args, "record_format", None) or record_formats.DEFAULT,
-        ),
-    }
     stored_method, method = _split_method(used), _split_method_of(fractions)
+    pairs = {}
     if stored_method != method:
         pairs["split"] = (stored_method, method)
     elif isinstance(fractions, SplitFractions):
         pairs.update(
             train_size=(used.get("train_size"), fractions.train),
             validation_size=(used.get("validation_size"), fractions.validation),
-        )
-    if classes.is_classes or stored_classes is not None:
-        pairs.update(
-            num_classes=(
-                stored_classes.num_classes if stored_classes else None,
-                classes.num_classes if classes.is_classes else None,
-            ),
-            ignore_index=(
-                stored_classes.ignore_index if stored_classes else None,
-                classes.ignore_index if classes.is_classes else None,
-            ),
-            class_names=(
-                list(stored_classes.names) if stored_classes and stored_classes.names else None,
-                list(classes.class_names) if classes.class_names else None,
-            ),
-            colormap=(
-                [list(c) for c in stored_classes.colormap]
-                if stored_classes and stored_classes.colormap
-                else None,
-                [list(c) for c in classes.colormap] if classes.colormap else None,
-            ),
         )
     return [
         f"{name}: output {_show(old)}, this run {_show(new)}"

@@ -10,8 +10,9 @@ import argparse
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
+from beam_pipeline.launch import credentials
 from beam_pipeline.runtime import storage
-from transforms.format import dataset_info
+from transforms.format import dataset_info, side_tables
 from transforms.splits import SplitFractions
 
 
@@ -61,22 +62,33 @@ def plan_duplicates(
 
 
 def _leakage_check(folder: str) -> LeakageCheck:
+    """The other output's hash tables, each checked (side_tables.open_table: name, link,
+    kind, size and sha256 as its metadata.json lists them) before the job starts."""
     directory = storage.normalize_dir(folder)
+    if not storage.is_local(directory):
+        credentials.check_credentials()
     try:
-        info = dataset_info.read_metadata_json(directory)
+        info = dataset_info.load(directory)
     except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
         raise UsageError(f"--leakage_check {folder}: {error}") from None
-    splits = info.get("splits") if isinstance(info, dict) else None
-    files = []
-    for name, split in sorted((splits or {}).items()):
-        ref = split.get("hashes") if isinstance(split, dict) else None
-        if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+    tables = []
+    for name, split in sorted(info.splits.items()):
+        try:
+            ref = side_tables.hash_table_ref(split)
+            if ref is not None:
+                side_tables.open_table(directory, ref).close()
+        except (side_tables.SideTableError, OSError) as error:
+            raise UsageError(
+                f"--leakage_check {folder}: {error}: the test set's hash table is not the "
+                f"one it lists, so leaks would go unseen; run `segprep verify {folder}`"
+            ) from None
+        if ref is None:
             raise UsageError(
                 f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
                 "with --duplicates off, or by a segprep before image hashes): prepare it "
                 "again with --duplicates group"
             )
-        files.append(storage.join(directory, ref["file"]))
-    if not files:
+        tables.append(ref)
+    if not tables:
         raise UsageError(f"--leakage_check {folder}: its metadata.json lists no splits")
-    return LeakageCheck(directory, tuple(files))
+    return LeakageCheck(directory, tuple(tables))

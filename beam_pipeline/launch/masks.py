@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from beam_pipeline.runtime import storage
-from transforms import spill
+from transforms import files, spill
 from transforms.format.features import DEFAULT_COCO_UNLABELED
 from transforms.pairing import CocoEntry, coco_entry
 from transforms.rejects import Reject
@@ -222,9 +222,16 @@ def _tool_path(args: argparse.Namespace) -> str:
         if not os.path.isdir(args.tool_annotations):
             raise UsageError(f"--annotations {args.tool_annotations}: labelme needs a folder")
         return storage.normalize_dir(args.tool_annotations)
-    if not os.path.isfile(args.tool_annotations):
-        raise UsageError(f"--annotations {args.tool_annotations}: no such file")
+    _check_regular(f"--annotations {args.tool_annotations}", args.tool_annotations)
     return normalize_file(args.tool_annotations)
+
+
+def _check_regular(source: str, path: str) -> None:
+    """A one-line UsageError unless `path` is a regular file: a FIFO would block the read."""
+    if not os.path.exists(path):
+        raise UsageError(f"{source}: no such file")
+    if not os.path.isfile(path):
+        raise UsageError(f"{source}: not a regular file (FIFO, device, socket or folder)")
 
 
 def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str, ...] | None):
@@ -280,8 +287,7 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
 
     source = f"--coco_annotations {path}"
     if storage.is_local(path):
-        if not os.path.isfile(path):
-            raise UsageError(f"{source}: no such file")
+        _check_regular(source, path)
         return _read(read_coco, path, source, unlabeled)
     with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
@@ -294,7 +300,7 @@ def read_annotations(path: str, unlabeled: str) -> CocoDataset:
 
 def _read(read_coco, path: str, source: str, unlabeled: str) -> CocoDataset:
     try:
-        return read_coco(lambda: open(path, "rb"), source, unlabeled=unlabeled)
+        return read_coco(lambda: files.open_regular(path), source, unlabeled=unlabeled)
     except OSError as error:
         raise UsageError(f"{source}: {error.strerror or error}") from None
 

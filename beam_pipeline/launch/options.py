@@ -303,6 +303,12 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="variable name in .mat masks; without it: 'mask', else the only 2-D variable",
     )
     parser.add_argument(
+        "--max_image_side",
+        type=positive_int,
+        help="downscale images whose longer side exceeds N pixels (antialiased, JPEG re-encoded; "
+        "masks nearest-neighbour, ids never interpolated); images within N are stored as they are",
+    )
+    parser.add_argument(
         "--threads_per_shard",
         type=count_or_auto,
         default=DEFAULT_THREADS_PER_SHARD,

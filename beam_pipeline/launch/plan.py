@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
@@ -40,7 +40,11 @@ from beam_pipeline.runtime import output_protocol, storage, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
+from transforms.settings_error import SettingError
 from transforms.splits import MIN_SHARDS, FolderSplits, SplitFractions, SplitLists
+
+if TYPE_CHECKING:
+    from transforms.record_spec import RecordSpec
 
 # Beam's multi-worker local mode (multi_threading) asks for this many shards per worker, on
 # top of transforms.splits.MIN_SHARDS.
@@ -186,13 +190,14 @@ def make_plan(argv: list[str]) -> RunPlan:
             "found before the job); use --split_by_folder or copy the data"
         )
     mask_plan = masks.plan_masks(args)
+    spec = record_spec(args, mask_plan)
     listing = _inputs(args, layout, mask_plan, fractions)
     output = _output(args, output_dir)
     append = None
     if args.append:
         from beam_pipeline.launch.append import plan_append
 
-        append = plan_append(args, output_dir, output, mask_plan, fractions)
+        append = plan_append(args, output_dir, output, spec, fractions)
 
     processes = _writer_processes(args, runner, paths)
     threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
@@ -207,7 +212,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         num_shards=args.num_shards,
         shard_size_mb=shard_size,
         min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
-        record_format=args.record_format,
+        record_format=spec.record_format,
     )
     duplicates = plan_duplicates(
         args,
@@ -218,12 +223,10 @@ def make_plan(argv: list[str]) -> RunPlan:
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
-        mask_format=mask_plan.mask_format,
-        mask_key=args.mask_key,
+        spec=spec,
         threads=threads,
         pool=run_id if processes > 1 else None,
         progress_dir=os.path.join(staging, "progress") if progress else None,
-        classes=mask_plan.classes,
         coco_fill=mask_plan.coco_fill,
         mask_source=mask_plan.source,
         store_hashes=duplicates is not None,
@@ -255,14 +258,12 @@ def make_plan(argv: list[str]) -> RunPlan:
     commit = CommitSettings(
         output_dir,
         run_id,
-        mask_plan.mask_format,
         parameters,
+        spec,
         args.max_reject_fraction,
         started_at,
         release_lock=not runner.local and not runner.template,
-        classes=mask_plan.classes,
         coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
-        record_format=args.record_format,
         append=append,
     )
     coco = None
@@ -295,6 +296,16 @@ def make_plan(argv: list[str]) -> RunPlan:
         ),
         masks=mask_plan,
     )
+
+
+def record_spec(args: argparse.Namespace, mask_plan: masks.MaskPlan) -> RecordSpec:
+    """The one spec of what this run's records are; a bad value is a usage error."""
+    from transforms.record_spec import RecordSpec
+
+    try:
+        return RecordSpec.from_flags(args, mask_plan.classes, mask_plan.mask_format)
+    except SettingError as error:
+        raise usage_error(error) from None
 
 
 def _split_parameters(fractions: SplitFractions | SplitLists | FolderSplits) -> dict[str, Any]:

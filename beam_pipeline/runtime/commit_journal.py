@@ -37,7 +37,8 @@ from collections.abc import Iterable, Iterator
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import storage
-from transforms import json_shape
+from transforms import files, json_shape
+from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
 from transforms.format.naming import (
     INDEX_DIR,
     INDEX_SUFFIX,
@@ -49,6 +50,7 @@ from transforms.format.naming import (
     parse_shard_name,
     run_dir,
 )
+from transforms.format.side_tables import listed_refs
 
 COMMITTING = "committing"
 COMMITTED = "committed"
@@ -285,11 +287,13 @@ def _journal_on_disk(output_dir: str) -> Journal | None:
 
 
 def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> str:
-    """Finish a commit cut short: forward or back by how far it got; what was done."""
+    """Finish a commit cut short: forward or back by how far it got; what was done. A journal
+    whose moves recovery cannot prove are its own run's is refused first (`_witnessed`)."""
     where = _Where(output_dir, journal)
     forward = where.metadata_in_place() or (
         not prefer_back and where.publishing_began() and where.all_at_hand()
     )
+    _witnessed(output_dir, journal, where, forward)
     if forward:
         _forward(output_dir, journal, where)
         return (
@@ -301,6 +305,53 @@ def recover(output_dir: str, journal: Journal, *, prefer_back: bool = False) -> 
     else:
         restored = "there was no earlier output"
     return f"the interrupted commit of run {journal.run_id} was rolled back: {restored}"
+
+
+def _witnessed(output_dir: str, journal: Journal, where: _Where, forward: bool) -> None:
+    """Refuse, changing nothing, a journal that would let recovery move, replace or delete a
+    published file it cannot prove its own run replaced.
+
+    A real journal moves each final name once, never one it keeps or metadata.json (moved
+    last, apart); its new metadata.json (the sha256 it lists) is staged or in place until the
+    commit ends, and the earlier one was moved aside before anything was published. The
+    earlier metadata.json (aside, or in place while the new one is not) is the witness of
+    the published files: a file whose bytes are those it lists for its name is the published
+    file, so recovery never moves it into staging or writes over it."""
+    finals = [final for _, final in journal.moves]
+    staged = [name for name, _ in journal.moves]
+    if len(set(finals)) != len(finals) or len(set(staged)) != len(staged):
+        _refuse(output_dir, "moves two files to one name (or one file twice)")
+    if METADATA_FILE in (*finals, *staged, *journal.kept):
+        _refuse(output_dir, "moves metadata.json as one of its files")
+    if set(finals) & set(journal.kept) or set(journal.previous) & set(journal.kept):
+        _refuse(output_dir, "both keeps and replaces a file")
+    if len(set(journal.previous)) != len(journal.previous):
+        _refuse(output_dir, "moves an earlier file aside twice")
+    in_place = where.metadata_in_place()
+    if not (in_place or where.staged_metadata_matches()):
+        _refuse(
+            output_dir,
+            "lists a metadata_sha256 that matches no metadata.json, staged or in place: it "
+            "cannot tell its run's files from the published ones",
+        )
+    if forward and not in_place and where.exists(METADATA_FILE):
+        _refuse(output_dir, "would write its metadata.json over the published one")
+    published = where.earlier_listing()
+    earlier = set(journal.previous)
+    for name, final in journal.moves:
+        entry = published.get(final)
+        if entry is None or not where.exists(final):
+            continue
+        if forward:  # the staged file would be renamed over it
+            touched = where.staged(name)
+        elif final in earlier:  # moved to staging, the aside copy put back in its place
+            aside = _aside(journal.run_id, final)
+            touched = not where.staged(name) and where.aside(final)
+            touched = touched and not where.holds(aside, entry)
+        else:  # moved to staging, then removed with it
+            touched = not where.staged(name)
+        if touched and where.holds(final, entry):
+            _refuse(output_dir, f"would move or replace the published {final} as its run's own")
 
 
 def metadata_in_place(output_dir: str, journal: Journal) -> bool:
@@ -329,12 +380,47 @@ class _Where:
     def aside(self, name: str) -> bool:
         return self.exists(_aside(self.journal.run_id, name))
 
-    def metadata_in_place(self) -> bool:
+    def _metadata(self, name: str) -> bytes | None:
         try:
-            data = storage.read_bounded(storage.join(self.out, METADATA_FILE), 64 << 20)
+            return storage.read_bounded(storage.join(self.out, name), 64 << 20)
+        except OSError:
+            return None
+
+    def _is_new_metadata(self, data: bytes | None) -> bool:
+        return data is not None and hashlib.sha256(data).hexdigest() == self.journal.metadata_sha256
+
+    def metadata_in_place(self) -> bool:
+        return self._is_new_metadata(self._metadata(METADATA_FILE))
+
+    def staged_metadata_matches(self) -> bool:
+        return self._is_new_metadata(
+            self._metadata(_staged_name(self.journal.run_id, METADATA_FILE))
+        )
+
+    def earlier_listing(self) -> dict[str, tuple[int, str]]:
+        """{name: (bytes, sha256)} of every file the earlier metadata.json lists: the one
+        aside, else the one in place when it is not the new one; {} when there is none.
+        An earlier metadata.json that cannot be read is refused: no witness, no recovery."""
+        data = self._metadata(_aside(self.journal.run_id, METADATA_FILE))
+        if data is None:
+            data = self._metadata(METADATA_FILE)
+            if data is None or self._is_new_metadata(data):
+                return {}
+        try:
+            info = DatasetInfo.from_json(parse_json(data))
+        except (MetadataError, ValueError) as error:
+            _refuse(self.out, f"cannot be checked against the earlier metadata.json ({error})")
+        return listed_refs(info)
+
+    def holds(self, name: str, entry: tuple[int, str]) -> bool:
+        """The file at `name` has exactly the listed size and sha256 (the size first)."""
+        path = storage.join(self.out, name)
+        try:
+            if files.stat(path).size != entry[0]:
+                return False
+            return files.sha256(path) == entry[1]
         except OSError:
             return False
-        return hashlib.sha256(data).hexdigest() == self.journal.metadata_sha256
 
     def publishing_began(self) -> bool:
         """Every earlier file is aside and at least one new file has left staging."""

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
-from beam_pipeline.commands.sample_data import jpeg_bytes, palette_png, portrait, scene
+from beam_pipeline.commands.sample_data import jpeg_bytes, palette_png, scene
 
 HEIGHT, WIDTH = 96, 72
 CLASSES = 5
@@ -33,6 +33,39 @@ def _mat(mask: np.ndarray) -> bytes:
     out = io.BytesIO()
     scipy.io.savemat(out, {"mask": mask}, format="5", do_compression=True)
     return out.getvalue()
+
+
+def _smooth_noise(rng: np.random.Generator, cells: int) -> np.ndarray:
+    coarse = rng.random((cells, max(2, cells * WIDTH // HEIGHT)), dtype=np.float32)
+    image = Image.fromarray((coarse * 255).astype(np.uint8)).resize((WIDTH, HEIGHT), Image.BILINEAR)
+    return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def _portrait(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The pinned portraits: a fixed drawing of their own, so the pins hold whatever
+    `segprep sample-data` draws."""
+    rows = np.arange(HEIGHT, dtype=np.float32)[:, None]
+    cols = np.arange(WIDTH, dtype=np.float32)[None, :]
+    base = rng.uniform(40, 220, size=3).astype(np.float32)
+    gradient = (rows / HEIGHT)[..., None] * rng.uniform(-60, 60, size=3).astype(np.float32)
+    texture = (_smooth_noise(rng, 12)[..., None] - 0.5) * 90
+    stripes = 12 * np.sin(cols / rng.uniform(6, 20))[..., None]
+    background = base + gradient + texture + stripes
+    cx = WIDTH * rng.uniform(0.4, 0.6)
+    head_y, head_ry, head_rx = HEIGHT * rng.uniform(0.28, 0.36), HEIGHT * 0.13, WIDTH * 0.16
+    head = ((cols - cx) / head_rx) ** 2 + ((rows - head_y) / head_ry) ** 2 <= 1.0
+    neck = (np.abs(cols - cx) < WIDTH * 0.06) & (rows > head_y) & (rows < head_y + head_ry * 1.6)
+    shoulder_y = head_y + head_ry * 1.5
+    body_rx, body_ry = WIDTH * 0.42, HEIGHT * 1.05 - shoulder_y
+    body = ((cols - cx) / body_rx) ** 2 + ((rows - HEIGHT * 1.05) / body_ry) ** 2 <= 1.0
+    mask = (head | neck | body).astype(np.uint8)
+    skin = rng.uniform([150, 100, 80], [240, 190, 160]).astype(np.float32)
+    cloth = rng.uniform(20, 200, size=3).astype(np.float32)
+    shading = (_smooth_noise(rng, 6)[..., None] - 0.5) * 40
+    person = np.where((head | neck)[..., None], skin, cloth) + shading
+    image = np.where(mask[..., None].astype(bool), person, background)
+    image += rng.standard_normal(size=image.shape, dtype=np.float32) * 4
+    return np.clip(image, 0, 255).astype(np.uint8), mask
 
 
 def _rotated_jpeg(image: np.ndarray) -> bytes:
@@ -61,7 +94,7 @@ def _images(rng_seed: int) -> dict[str, tuple[bytes, np.ndarray]]:
             "truncated",
         )
     ):
-        image, mask = portrait(np.random.default_rng([rng_seed, number]), HEIGHT, WIDTH)
+        image, mask = _portrait(np.random.default_rng([rng_seed, number]))
         pil = Image.fromarray(image)
         if kind in ("rgb", "rgb2"):
             data = jpeg_bytes(image)

@@ -38,7 +38,7 @@ from pycocotools import mask as mask_utils
 from transforms import spill
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.format.features import MAX_CLASS_ID
-from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
+from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, check_pixels
 from transforms.sources.coco import BACKGROUND_NAME, CocoAnnotation, CocoImage, image_payload
 from transforms.spill import RecordFiles, read_records
 
@@ -59,7 +59,8 @@ class ToolImage:
     width: int
     shapes: tuple[ToolShape, ...] = ()  # in draw order: later on top
     problem: str | None = None  # the image is a reject with this reason
-    too_large: bool = False
+    too_large: bool = False  # the reason: a cap of transforms/limits.py
+    not_a_file: bool = False  # the reason: the annotation file is a FIFO or device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +142,8 @@ def class_ids(
         order, how = list(dict.fromkeys(tool_order)), f"{source}'s label list"
     else:
         order, how = sorted(set(labels)), "label names sorted"
+    if not order:
+        raise ValueError(f"{source}: no labels: no shape names one (or give --class_names)")
     if unlabeled == "background":
         if BACKGROUND_NAME in order:
             raise ValueError(
@@ -148,8 +151,6 @@ def class_ids(
                 "give --unlabeled ignore or a --class_names file"
             )
         order = [BACKGROUND_NAME, *order]
-    if not order:
-        raise ValueError(f"{source}: no labels")
     if len(order) > MAX_CLASS_ID:
         raise ValueError(f"{source}: more than {MAX_CLASS_ID:,} labels")
     return tuple(order), (0 if unlabeled == "background" else None), how
@@ -237,6 +238,7 @@ def _coco_image(image: ToolImage, image_id: int, id_of: dict[str, int]) -> CocoI
         problem,
         image.too_large and problem == image.problem,
         ordered=True,
+        not_a_file=image.not_a_file and problem == image.problem,
     )
 
 
@@ -307,8 +309,17 @@ def clip_polygon(polygon: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.asarray([c for p in points for c in p], dtype=np.float64)
 
 
-def rle_of_bitmap(bitmap: np.ndarray, top: int, left: int, height: int, width: int) -> dict:
-    """A full-image compressed COCO RLE of a boolean bitmap placed at (top, left), clipped."""
+def rle_of_bitmap(
+    bitmap: np.ndarray,
+    top: int,
+    left: int,
+    height: int,
+    width: int,
+    limits: InputLimits = DEFAULT_LIMITS,
+) -> dict:
+    """A full-image compressed COCO RLE of a boolean bitmap placed at (top, left), clipped;
+    TooLargeError before allocating an image larger than `limits` allows."""
+    check_pixels(height, width, limits, "image size")
     full = np.zeros((height, width), dtype=np.uint8, order="F")
     y0, x0 = max(top, 0), max(left, 0)
     y1 = min(top + bitmap.shape[0], height)

@@ -18,17 +18,20 @@ from transforms.limits import DEFAULT_LIMITS, InputLimits
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
     from transforms.record import Record
+    from transforms.record_spec import RecordSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceSettings:
     """What every source may need, resolved once by the run plan."""
 
-    classes: ClassMaskSettings
-    mask_format: str = "jpeg"  # binary masks: how they are stored (class masks: PNG)
-    mask_key: str | None = None  # .mat masks: the variable's name
+    spec: RecordSpec  # what every record of the run is (classes, formats, sizes)
     fill: int | None = None  # annotation sources: the value of pixels nothing covers
     limits: InputLimits = DEFAULT_LIMITS
+
+    @property
+    def classes(self) -> ClassMaskSettings:
+        return self.spec.classes
 
 
 class MaskSource(Protocol):

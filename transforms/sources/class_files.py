@@ -25,7 +25,6 @@ class ClassMaskFiles:
             image_bytes,
             mask_bytes or b"",
             mask.path,
-            settings.classes,
-            mask_key=settings.mask_key,
+            settings.spec,
             limits=settings.limits,
         )

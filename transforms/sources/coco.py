@@ -7,8 +7,10 @@ external sort-merge join (transforms/spill.py) in a temporary folder, so memory 
 for a million images; the joined per-image records wait there, in image id order, and travel
 with the image paths; a worker turns one into a mask with `rasterize`.
 
-Before ijson sees the file, one cheap pass checks it is UTF-8 and nested no deeper than
-COCO needs (transforms/json_shape.py): ijson's cost grows with the square of the depth. Each
+Before ijson sees the file, one cheap pass of the bounded reader (transforms/bounded_text.py)
+checks it is UTF-8, nested no deeper than COCO needs and holds no token over its cap:
+ijson's cost grows with the square of the depth and of a token's length. The three passes
+then read the same local bytes in the reader's 1 MB chunks. Each
 image record is capped (transforms/limits.py: points per polygon and per image, RLE length,
 record bytes); an image over a cap is a reject with the reason, not a stalled job.
 
@@ -37,12 +39,13 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from transforms import spill
+from transforms.bounded_text import CHUNK_BYTES, JsonReader
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.codecs.image import validate_image
 from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, MAX_CLASS_ID
-from transforms.json_shape import CHUNK_BYTES, check_shape
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
 from transforms.record import Record, aligned, class_record, guarded
+from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
 from transforms.sources.base import SourceSettings
 from transforms.spill import ExternalSort, RecordFiles, read_records
@@ -86,6 +89,7 @@ class CocoImage:
     problem: str | None = None  # set when an annotation was unusable: the image is a reject
     too_large: bool = False  # the problem is a cap of transforms/limits.py
     ordered: bool = False  # paint in the given order (annotation tools), not largest first
+    not_a_file: bool = False  # the problem: the annotation file is a FIFO or device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +174,7 @@ def read_coco(
     if unlabeled not in COCO_UNLABELED:
         raise ValueError(f"unlabeled must be one of {', '.join(COCO_UNLABELED)}")
     with open_file() as stream:
-        check_shape(iter(lambda: stream.read(CHUNK_BYTES), b""), source, MAX_DEPTH)
+        JsonReader(stream, source, MAX_DEPTH, limits).drain()
     categories = _read_categories(_items(open_file, source, "categories"), source, unlabeled)
     class_of = {category.coco_id: category.class_id for category in categories}
     folder = spill.temporary_folder("coco")
@@ -296,7 +300,7 @@ def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Ite
     """The elements of the top-level list `section`, parsed by ijson's C backend."""
     try:
         with open_file() as stream:
-            yield from ijson.items(stream, f"{section}.item", use_float=True)
+            yield from ijson.items(stream, f"{section}.item", use_float=True, buf_size=CHUNK_BYTES)
     except ijson.JSONError as error:
         first_line = (str(error).strip().splitlines() or [""])[0]
         raise ValueError(f"{source}: not valid JSON ({first_line})") from error
@@ -459,6 +463,7 @@ def image_payload(image: CocoImage) -> str:
             "problem": image.problem,
             "too_large": image.too_large,
             **({"ordered": True} if image.ordered else {}),
+            **({"not_a_file": True} if image.not_a_file else {}),
             "annotations": [
                 {
                     "id": a.annotation_id,
@@ -506,6 +511,7 @@ def image_from_payload(payload: str) -> CocoImage:
             data["problem"],
             data["too_large"],
             data.get("ordered", False) is True,
+            data.get("not_a_file", False) is True,
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"not a staged COCO image record: {error!r}") from error
@@ -524,6 +530,7 @@ def rasterize(
     """
     if image.problem is not None:
         reason = Reason.MASK_TOO_LARGE if image.too_large else Reason.MASK_UNREADABLE
+        reason = Reason.NOT_A_FILE if image.not_a_file else reason
         raise RejectError(reason, image.problem)
     if (height, width) != (image.height, image.width):
         raise RejectError(
@@ -636,7 +643,7 @@ def make_coco_record(
     key: str,
     image_bytes: bytes,
     coco_image: CocoImage,
-    settings: ClassMaskSettings,
+    spec: RecordSpec,
     *,
     fill: int,
     limits: InputLimits = DEFAULT_LIMITS,
@@ -652,9 +659,9 @@ def make_coco_record(
         coco_image = dataclasses.replace(coco_image, height=image.height, width=image.width)
     image = aligned(image, image_bytes, (coco_image.height, coco_image.width))
     ids = guarded(
-        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, settings, fill
+        rasterize, Reason.MASK_UNREADABLE, coco_image, image.height, image.width, spec.classes, fill
     )
-    return class_record(key, image, ids, settings)
+    return class_record(key, image, ids, spec)
 
 
 class CocoSource:
@@ -681,7 +688,7 @@ class CocoSource:
             key,
             image_bytes,
             image_from_payload(mask.payload),
-            settings.classes,
+            settings.spec,
             fill=settings.fill,
             limits=settings.limits,
         )

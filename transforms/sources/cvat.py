@@ -2,7 +2,10 @@
 
 The XML is parsed by defusedxml's iterparse: streamed (each `<image>` is dropped once read,
 so a 500 MB export never sits in memory), and an entity declaration (the billion-laughs
-bomb) or an external entity stops the read with one line, never expands.
+bomb) or an external entity stops the read with one line, never expands. The bytes reach
+it through the bounded reader (transforms/bounded_text.py: no tag, attribute or text over
+`InputLimits.xml_token_bytes`), nesting is capped, and an image's stated size and a mask's box
+are checked against `InputLimits.pixels` before a pixel is allocated (mask_too_large).
 
 Shapes drawn: `<polygon points="x,y;x,y;...">`, `<box xtl ytl xbr ybr rotation>` (rotation in
 degrees clockwise about the box centre, as CVAT draws it) and `<mask rle left top width
@@ -23,7 +26,15 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
-from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.bounded_text import XmlReader
+from transforms.files import open_regular
+from transforms.limits import (
+    DEFAULT_LIMITS,
+    InputLimits,
+    TooLargeError,
+    annotation_int,
+    check_pixels,
+)
 from transforms.sources.annotated import (
     ToolDataset,
     ToolImage,
@@ -48,11 +59,11 @@ def read_cvat(
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> ToolDataset:
     """Stage a CVAT for images 1.1 file; ValueError (one line) for a file that is not one."""
-    reader = _Reader(origin, limits)
-    with open(path, "rb") as stream:
+    reader = _Reader(origin, limits, needs_labels=class_names is None)
+    with open_regular(path) as stream:
         return build_dataset(
             "cvat",
-            reader.images(stream),
+            reader.images(XmlReader(stream, origin, limits)),
             reader.stats,
             origin=origin,
             class_names=class_names,
@@ -62,14 +73,22 @@ def read_cvat(
 
 
 class _Reader:
-    def __init__(self, origin: str, limits: InputLimits) -> None:
+    def __init__(self, origin: str, limits: InputLimits, *, needs_labels: bool = True) -> None:
         self.origin = origin
         self.limits = limits
+        self.needs_labels = needs_labels
         self.labels: list[str] = []
+        self.shape_labels = False  # some drawn shape names a label
         self.ignored: collections.Counter[str] = collections.Counter()
 
     def stats(self) -> ToolStats:
-        return ToolStats(dict(self.ignored), labels=tuple(self.labels))
+        """What was counted; without <meta> labels, the labels are the shapes' (sorted)."""
+        if not self.labels and not self.shape_labels and self.needs_labels:
+            raise ValueError(
+                f"{self.origin}: no labels: the file has no <meta> <labels> list and no shape "
+                "names a label (or give --class_names)"
+            )
+        return ToolStats(dict(self.ignored), labels=tuple(self.labels) or None)
 
     def images(self, stream: IO[bytes]) -> Iterator[ToolImage]:
         try:
@@ -83,6 +102,11 @@ class _Reader:
                         if element.tag != "annotations":
                             raise ValueError(f"{self.origin}: not a CVAT for images XML file")
                     path.append(element.tag)
+                    if len(path) > self.limits.annotation_depth:
+                        raise ValueError(
+                            f"{self.origin}: nested deeper than "
+                            f"{self.limits.annotation_depth} levels, more than CVAT has"
+                        )
                     continue
                 path.pop()
                 if element.tag == "label" and "meta" in path and "labels" in path:
@@ -103,11 +127,17 @@ class _Reader:
     def _image(self, element: Any) -> ToolImage:
         name = element.get("name") or ""
         try:
-            height, width = int(element.get("height")), int(element.get("width"))
-        except (TypeError, ValueError):
+            height = annotation_int(element.get("height"), "height")
+            width = annotation_int(element.get("width"), "width")
+        except ValueError:
             height = width = 0
         if height <= 0 or width <= 0:
             return ToolImage(name, 1, 1, problem="CVAT <image> without a positive width/height")
+        try:
+            check_pixels(height, width, self.limits, "CVAT <image> size")
+        except TooLargeError as error:
+            # size 0: the image's own (make_coco_record), so the reject names this problem
+            return ToolImage(name, 0, 0, problem=str(error), too_large=True)
         shapes = []
         points = 0
         for position, child in enumerate(element):
@@ -116,8 +146,9 @@ class _Reader:
                 self.ignored[kind] += 1
                 continue
             label = child.get("label") or ""
+            self.shape_labels = self.shape_labels or bool(label)
             try:
-                z = int(child.get("z_order") or 0)
+                z = annotation_int(child.get("z_order") or 0, "z_order")
                 if kind == "polygon":
                     text = child.get("points") or ""
                     points += text.count(";") + 1
@@ -138,6 +169,9 @@ class _Reader:
                     shape = ToolShape(label, (box_polygon(xtl, ytl, xbr, ybr, rotation, centre),))
                 else:
                     shape = ToolShape(label, rle=self._mask(child, height, width))
+            except TooLargeError as error:
+                problem = f"CVAT <{kind}> {position}: {error}"
+                return ToolImage(name, height, width, problem=problem, too_large=True)
             except (TypeError, ValueError) as error:
                 return ToolImage(name, height, width, problem=f"CVAT <{kind}> {position}: {error}")
             shapes.append((z, position, shape))
@@ -146,15 +180,17 @@ class _Reader:
 
     def _mask(self, child: Any, height: int, width: int) -> dict[str, Any]:
         left, top, box_width, box_height = (
-            int(float(child.get(k))) for k in ("left", "top", "width", "height")
+            annotation_int(child.get(k), k, truncate=True)
+            for k in ("left", "top", "width", "height")
         )
         text = child.get("rle") or ""
         if len(text) > self.limits.coco_rle_chars:
-            raise ValueError(f"an RLE of more than {self.limits.coco_rle_chars:,} characters")
+            raise TooLargeError(f"an RLE of more than {self.limits.coco_rle_chars:,} characters")
         if box_width <= 0 or box_height <= 0 or box_width * box_height > 4 * height * width:
             raise ValueError(f"mask box {box_width}x{box_height} does not fit the image")
-        counts = np.array([int(v) for v in text.split(",")] if text.strip() else [], np.int64)
-        if (counts < 0).any() or int(counts.sum()) != box_width * box_height:
+        check_pixels(box_height, box_width, self.limits, "mask box")
+        counts = _runs(text)
+        if int(counts.sum()) != box_width * box_height:
             raise ValueError(
                 f"mask RLE covers {int(counts.sum())} pixels, not its box's "
                 f"{box_width * box_height}"
@@ -162,7 +198,18 @@ class _Reader:
         values = np.zeros(len(counts), dtype=bool)
         values[1::2] = True
         bitmap = np.repeat(values, counts).reshape(box_height, box_width)
-        return rle_of_bitmap(bitmap, top, left, height, width)
+        return rle_of_bitmap(bitmap, top, left, height, width, self.limits)
+
+
+def _runs(text: str) -> np.ndarray:
+    """CVAT's "3, 5, 2" run lengths; ValueError for a negative, long or non-integer run."""
+    parts = text.split(",") if text.strip() else []
+    if any(len(part) > 20 for part in parts):  # 10^19 pixels is no image's run
+        raise ValueError("mask RLE has a run of more than 20 digits")
+    counts = np.array([int(part) for part in parts], np.int64)
+    if (counts < 0).any():
+        raise ValueError(f"mask RLE has a negative run ({int(counts.min())})")
+    return counts
 
 
 def _points(text: str) -> np.ndarray:

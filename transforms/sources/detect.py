@@ -1,7 +1,9 @@
 """Which annotation tool wrote a file or folder, from its content alone.
 
-A folder is labelme's (its .json files). A file is read no further than its first 64 KB
-(and its top-level JSON keys, streamed): `<annotations` is CVAT for images; a JSON list is
+A folder is labelme's (its .json files). Anything else that is not a regular file (a FIFO,
+a device) is refused before it is opened: a FIFO would block the read. A file is read no
+further than its first 64 KB (and its top-level JSON keys, streamed through the bounded
+reader, whose caps are a ValueError too): `<annotations` is CVAT for images; a JSON list is
 a Label Studio export; an object with `images` or `categories` is COCO; an object with
 `shapes` is one labelme file (labelme wants the folder). Anything else, or an object with
 the keys of two formats, is a ValueError saying so.
@@ -10,16 +12,24 @@ the keys of two formats, is a ValueError saying so.
 from __future__ import annotations
 
 import os
+import stat
 
 import ijson
 
+from transforms.bounded_text import CHUNK_BYTES, JsonReader
+from transforms.files import open_regular
+
 HEAD_BYTES = 64 << 10
+TOP_KEYS_DEPTH = 32  # deeper than any format nests: the format's reader refuses it
 
 
 def detect_format(path: str) -> str:
-    if os.path.isdir(path):
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
         return "labelme"
-    with open(path, "rb") as stream:
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file (FIFO, device or socket)")
+    with open_regular(path) as stream:
         head = stream.read(HEAD_BYTES)
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"<"):
@@ -53,12 +63,13 @@ def detect_format(path: str) -> str:
 def _top_keys(path: str) -> set[str]:
     keys: set[str] = set()
     try:
-        with open(path, "rb") as stream:
-            for prefix, event, value in ijson.parse(stream):
+        with open_regular(path) as stream:
+            reader = JsonReader(stream, path, depth=TOP_KEYS_DEPTH)
+            for prefix, event, value in ijson.parse(reader, buf_size=CHUNK_BYTES):
                 if prefix == "" and event == "map_key":
                     keys.add(value)
                 elif prefix == "" and event == "end_map":
                     break
     except ijson.JSONError:
-        pass
+        pass  # the keys so far tell the format; its reader names the syntax error
     return keys

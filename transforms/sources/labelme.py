@@ -12,6 +12,13 @@ hidden ones skipped), which may be the image folder itself: labelme saves `a.jso
   point (rounded down), as labelme places it.
 `line`, `linestrip`, `point` and other types are counted and not drawn. `imageData` is
 never decoded. Labels get ids sorted by name (labelme keeps no order).
+
+Every file is that image's entry: one that is not a regular file (a FIFO would block the
+read) is a not_a_file reject, never opened as one; its bytes reach ijson through the
+bounded reader (transforms/bounded_text.py: UTF-8, depth and token caps), its fields are
+built with a budget of values, and its stated size and each mask PNG's are checked against
+`InputLimits.pixels` before a pixel is allocated. Whatever is wrong with one file is its
+image's reject naming the file, never the run's end.
 """
 
 from __future__ import annotations
@@ -23,13 +30,16 @@ import io
 import math
 import os
 import posixpath
+import warnings
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import ijson
 import numpy as np
 
-from transforms.limits import DEFAULT_LIMITS, InputLimits
+from transforms.bounded_text import JsonReader, Oversized, TextLimitError, bounded_entries
+from transforms.files import NotAFileError, open_regular
+from transforms.limits import DEFAULT_LIMITS, InputLimits, TooLargeError, check_pixels
 from transforms.sources.annotated import (
     ToolDataset,
     ToolImage,
@@ -43,6 +53,7 @@ from transforms.sources.coco import CocoSource
 
 CIRCLE_POINTS = 64
 JSON_FILE_LIMIT = 256 << 20  # one labelme file, imageData included
+FIELDS = frozenset({"shapes", "imagePath", "imageHeight", "imageWidth"})  # imageData: never
 
 
 def labelme_files(folder: str) -> list[str]:
@@ -99,19 +110,21 @@ class _Reader:
             yield self._file(relative)
 
     def _file(self, relative: str) -> ToolImage:
-        path = os.path.join(self.folder, relative)
         fallback = posixpath.splitext(relative)[0] + ".jpg"
         try:
-            if os.path.getsize(path) > JSON_FILE_LIMIT:
-                return ToolImage(fallback, 0, 0, problem=f"{relative}: larger than 256 MB")
-            with open(path, "rb") as stream:
-                fields = {
-                    key: value
-                    for key, value in ijson.kvitems(stream, "", use_float=True)
-                    if key in ("shapes", "imagePath", "imageHeight", "imageWidth")
-                }
+            fields = self._fields(relative)
+        except NotAFileError:
+            problem = f"{relative}: not a regular file (FIFO, device or socket)"
+            return ToolImage(fallback, 0, 0, problem=problem, not_a_file=True)
+        except TextLimitError as error:
+            return ToolImage(fallback, 0, 0, problem=str(error), too_large=error.too_large)
         except (OSError, ijson.JSONError) as error:
             return ToolImage(fallback, 0, 0, problem=f"{relative}: not readable JSON ({error})")
+        if isinstance(fields, Oversized):
+            problem = f"{relative}: more than {self.limits.entry_values:,} JSON values"
+            return ToolImage(fallback, 0, 0, problem=problem, too_large=True)
+        if not isinstance(fields, dict):
+            return ToolImage(fallback, 0, 0, problem=f"{relative}: not a labelme JSON object")
         image_path = fields.get("imagePath")
         if not isinstance(image_path, str) or not image_path:
             return ToolImage(fallback, 0, 0, problem=f"{relative}: no imagePath")
@@ -120,11 +133,22 @@ class _Reader:
         if not (type(height) is int and type(width) is int and height > 0 and width > 0):
             return ToolImage(name, 0, 0, problem=f"{relative}: no positive imageHeight/Width")
         try:
-            return ToolImage(
-                name, height, width, self._shapes(fields.get("shapes") or [], height, width)
-            )
-        except (TypeError, ValueError, KeyError, IndexError) as error:
+            check_pixels(height, width, self.limits, "imageHeight x imageWidth")
+            shapes = self._shapes(fields.get("shapes") or [], height, width)
+        except TooLargeError as error:
+            return ToolImage(name, 0, 0, problem=f"{relative}: {error}", too_large=True)
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
             return ToolImage(name, height, width, problem=f"{relative}: shape: {error}")
+        return ToolImage(name, height, width, shapes)
+
+    def _fields(self, relative: str) -> Any:
+        """The file's drawn fields (FIELDS), or Oversized; NotAFileError for a FIFO or device."""
+        with open_regular(os.path.join(self.folder, relative)) as stream:
+            if os.fstat(stream.fileno()).st_size > JSON_FILE_LIMIT:
+                raise TextLimitError(f"{relative}: larger than {JSON_FILE_LIMIT >> 20} MB")
+            reader = JsonReader(stream, relative, self.limits.annotation_depth, self.limits)
+            entries = bounded_entries(reader, "", self.limits.entry_values, keys=FIELDS)
+            return next(entries, None)
 
     def _image_name(self, relative: str, image_path: str) -> str:
         """imagePath (relative to the JSON file) as a path under the image folder; a name that
@@ -135,8 +159,12 @@ class _Reader:
         return inside.replace(os.sep, "/")
 
     def _shapes(self, shapes: list[Any], height: int, width: int) -> tuple[ToolShape, ...]:
+        if not isinstance(shapes, list):
+            raise ValueError("shapes is not a list")
         drawn = []
-        for shape in shapes:
+        for index, shape in enumerate(shapes):
+            if not isinstance(shape, dict):
+                raise ValueError(f"shape {index} is not an object: {str(shape)[:40]!r}")
             kind = shape.get("shape_type") or "polygon"
             label = shape["label"]
             if not isinstance(label, str):
@@ -158,15 +186,18 @@ class _Reader:
                 ring = np.stack([cx + radius * np.cos(angles), cy + radius * np.sin(angles)], 1)
                 drawn.append(ToolShape(label, (ring.reshape(-1),)))
             elif kind == "mask":
-                bitmap = _png_mask(shape.get("mask"))
+                bitmap = _png_mask(shape.get("mask"), self.limits)
                 x0, y0 = (math.floor(v) for v in xy[0])
-                drawn.append(ToolShape(label, rle=rle_of_bitmap(bitmap, y0, x0, height, width)))
+                rle = rle_of_bitmap(bitmap, y0, x0, height, width, self.limits)
+                drawn.append(ToolShape(label, rle=rle))
             else:
                 self.ignored[str(kind)] += 1
         return tuple(drawn)
 
 
-def _png_mask(data: Any) -> np.ndarray:
+def _png_mask(data: Any, limits: InputLimits) -> np.ndarray:
+    """The nonzero pixels of a mask shape's base64 PNG; its size is checked before decoding,
+    and a bomb, a truncated or a garbage PNG is a ValueError (the image's reject)."""
     from PIL import Image
 
     if not isinstance(data, str):
@@ -175,10 +206,18 @@ def _png_mask(data: Any) -> np.ndarray:
         raw = base64.b64decode(data, validate=True)
     except binascii.Error as error:
         raise ValueError(f"mask is not base64: {error}") from None
-    with Image.open(io.BytesIO(raw)) as image:
-        if image.format != "PNG" or image.width * image.height > 1 << 28:
-            raise ValueError("mask is not a PNG of a sane size")
-        return np.asarray(image.convert("L")) > 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below
+            with Image.open(io.BytesIO(raw)) as image:
+                if image.format != "PNG":
+                    raise ValueError(f"mask is not a PNG but {image.format}")
+                check_pixels(image.height, image.width, limits, "mask PNG")
+                return np.asarray(image.convert("L")) > 0
+    except Image.DecompressionBombError as error:
+        raise TooLargeError(f"mask PNG: {error}") from None
+    except (OSError, SyntaxError, EOFError) as error:  # PIL's errors for broken files
+        raise ValueError(f"mask PNG unreadable: {error}") from None
 
 
 class LabelmeSource(CocoSource):

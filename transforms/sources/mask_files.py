@@ -25,7 +25,6 @@ class BinaryMaskFiles:
             image_bytes,
             mask_bytes or b"",
             mask.path,
-            mask_format=settings.mask_format,
-            mask_key=settings.mask_key,
+            settings.spec,
             limits=settings.limits,
         )

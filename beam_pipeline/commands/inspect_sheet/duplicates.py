@@ -61,8 +61,6 @@ def duplicates_sheet(directory: str, count: int) -> Sheet:
 
 def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int]:
     """Up to `count` entries, whole groups first; (entries, groups shown, groups)."""
-    from shard_reader.source import RecordSource
-
     metadata = load_metadata(directory)
     section = metadata.get("duplicates") or {"mode": "off"}
     if section.get("mode") == "off":
@@ -74,11 +72,7 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
         raise UsageError(f"{base}/{DUPLICATES_FILE}: {error}: run `segprep verify`") from None
     if not groups:
         raise NoRejects(f"{directory} has no duplicate groups ({DUPLICATES_FILE} is empty)")
-    sources = {
-        name: RecordSource(base, name, verify_index=False)
-        for name, split in metadata["splits"].items()
-        if split.get("num_examples")
-    }
+    sources = record_sources(base, metadata["splits"])
     rejects = _rejects(base, {key for group in groups[:count] for key in group["keys"]})
     entries: list[Entry] = []
     shown = 0
@@ -94,12 +88,32 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
     return entries[: max(count, 2)], shown, len(groups)
 
 
-def _entry(key: str, about: str, sources, rejects) -> Entry:
+def record_sources(base: str, splits: dict, version: int | None = None) -> dict:
+    """split -> RecordSource of every split with records (a group member is looked up in
+    each; `report` shows members' thumbnails the same way)."""
+    from shard_reader.source import RecordSource
+
+    return {
+        name: RecordSource(base, name, verify_index=False, version=version)
+        for name, split in splits.items()
+        if split.get("num_examples")
+    }
+
+
+def stored_item(key: str, sources: dict) -> tuple[str, dict] | None:
+    """(split, decoded record) of the split that stores `key`; None when none does."""
     for split, source in sources.items():
         try:
-            item = source[source.index_of(key)]
+            return split, source[source.index_of(key)]
         except KeyError:
             continue
+    return None
+
+
+def _entry(key: str, about: str, sources, rejects) -> Entry:
+    stored = stored_item(key, sources)
+    if stored is not None:
+        split, item = stored
         mask = (item["mask"][..., 0] > 0).astype(np.uint8) * 255
         return Entry(key, item["image"], mask, (key, f"{about}; {split}"))
     reject = rejects.get(key)

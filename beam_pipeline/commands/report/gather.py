@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import io
 import json
 import math
@@ -22,7 +23,7 @@ from transforms import files
 from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo
 from transforms.format.example import ExampleError, parse_example
-from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
+from transforms.format.naming import DUPLICATES_FILE, METADATA_FILE, REJECTS_FILE, RUNS_DIR
 
 SAMPLE_RECORDS = 400  # per split, for the size and foreground distributions
 SAMPLE_TILES = 24  # per split, shown as thumbnails
@@ -33,6 +34,10 @@ MAX_SHARD_ROWS = 2000  # per split; the rest are counted
 MAX_DUPLICATE_GROUPS = 60
 MAX_CLASS_ROWS = 256  # per split, the classes with most pixels; the rest are counted
 MAX_ABSENT_NAMES = 50  # absent classes named per split; the rest are counted
+GALLERY_GROUPS = 6  # the largest groups, shown with thumbnails
+GALLERY_MEMBERS = 6  # per group
+SPLIT_CHECKS = 400  # group members whose stored split is compared with their listed one
+MOVED_ROWS = 50
 MAX_LINE = 1 << 20  # a rejects or duplicates line longer than this is skipped, not read
 METADATA_LIMIT = 256 << 20
 SOURCE_IMAGE_LIMIT = 64 << 20
@@ -79,6 +84,37 @@ class RejectReason:
 
 
 @dataclasses.dataclass
+class MemberTile:
+    key: str
+    where: str  # the split that stores it, "rejected <reason>", or "in no split"
+    image: str | None  # data: URIs; None when neither its record nor its file is readable
+    overlay: str | None
+
+
+@dataclasses.dataclass
+class GroupView:
+    """One of the largest duplicate groups, with thumbnails of its first members."""
+
+    size: int
+    kind: str
+    max_distance: Any
+    splits: list[str]  # a group's `split`: one split, or every split it touches
+    members: list[MemberTile]
+
+
+@dataclasses.dataclass
+class SplitMoves:
+    """Group members stored outside the split their official list or folder names."""
+
+    official: str  # "--split_file" or "--split_by_folder"
+    checked: int  # group members compared
+    unchecked: int  # members past SPLIT_CHECKS, not compared
+    moved: list[tuple[str, str, str]]  # (key, listed split, stored split), the first few
+    moved_total: int
+    problem: str | None = None  # why the listed splits could not be read
+
+
+@dataclasses.dataclass
 class Report:
     output_dir: str
     published: bool  # False: a refused or failed run; only its staged rejects exist
@@ -103,6 +139,8 @@ class Report:
     duplicates: list[dict[str, Any]] | None  # None: duplicates.jsonl absent
     duplicate_groups: int
     total_bytes: int
+    largest_groups: list[GroupView] = dataclasses.field(default_factory=list)
+    split_moves: SplitMoves | None = None  # None: no official splits (or no groups file)
 
 
 def gather(output_dir: str, version: int | None = None) -> Report:
@@ -168,6 +206,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         top = _top_classes(classes.split_stats("train").pixels)
         weights = [(names[index], float(every[index])) for index in top]
     duplicates, groups = _duplicates(f"{base}/duplicates.jsonl")
+    largest, moves = _group_views(base, raw, version, classes, palette)
     accepted = sum(split.num_examples for split in info.splits.values())
     return Report(
         output_dir=base,
@@ -193,6 +232,8 @@ def _finished(base: str, version: int | None = None) -> Report:
         duplicates=duplicates,
         duplicate_groups=groups,
         total_bytes=sum(s.bytes for split in info.splits.values() for s in split.shards),
+        largest_groups=largest,
+        split_moves=moves,
     )
 
 
@@ -379,6 +420,168 @@ def _duplicates(path: str) -> tuple[list[dict[str, Any]] | None, int]:
         if len(groups) < MAX_DUPLICATE_GROUPS:
             groups.append(row)
     return groups, total
+
+
+def _group_views(base: str, raw: Mapping[str, Any], version, classes, palette):
+    """(the largest groups with their members' thumbnails, the group members kept out of
+    their listed split); both bounded, whatever the number of groups."""
+    path = f"{base}/{DUPLICATES_FILE}"
+    if not _exists(path):
+        return [], None
+    from beam_pipeline.commands.inspect_sheet.duplicates import record_sources
+
+    largest, member_keys, members = _scan_groups(path)
+    unreadable = None
+    try:
+        sources = record_sources(base, raw.get("splits") or {}, version)
+    except Exception as error:  # noqa: BLE001 - e.g. no record index (segprep index adds it)
+        sources, unreadable = {}, f"the records cannot be looked up: {error}"
+    shown = {key for row in largest for key in _keys_of(row)[:GALLERY_MEMBERS]}
+    rejects = _rejects_of(f"{base}/{REJECTS_FILE}", shown)
+    absent = "in no split" if unreadable is None else "record not looked up"
+    views = [_group_view(row, sources, rejects, absent, classes, palette) for row in largest]
+    moves = _split_moves(raw.get("parameters") or {}, member_keys, members, sources, unreadable)
+    return views, moves
+
+
+def _scan_groups(path: str) -> tuple[list[dict[str, Any]], list[str], int]:
+    """(the GALLERY_GROUPS largest groups, first in file order on ties; the first
+    SPLIT_CHECKS member keys; the number of members), in one streamed pass."""
+    heap: list[tuple[int, int, dict[str, Any]]] = []
+    member_keys: list[str] = []
+    members = 0
+    for number, row in enumerate(_json_lines(path)):
+        keys = _keys_of(row)
+        members += len(keys)
+        member_keys.extend(keys[: max(0, SPLIT_CHECKS - len(member_keys))])
+        item = (len(keys), -number, row)
+        if len(heap) < GALLERY_GROUPS:
+            heapq.heappush(heap, item)
+        elif item[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, item)
+    largest = [row for _, _, row in sorted(heap, key=lambda item: item[:2], reverse=True)]
+    return largest, member_keys, members
+
+
+def _keys_of(row: Mapping[str, Any]) -> list[str]:
+    keys = row.get("keys")
+    return [str(key) for key in keys] if isinstance(keys, list) else []
+
+
+def splits_of(group: Mapping[str, Any]) -> list[str]:
+    """A group's `split` as a list: one split (a string), every split it touches (a list,
+    under official splits), or none recorded."""
+    split = group.get("split")
+    if isinstance(split, str):
+        return [split]
+    if isinstance(split, list):
+        return [str(name) for name in split]
+    return []
+
+
+def _group_view(row, sources, rejects, absent: str, classes, palette) -> GroupView:
+    keys = _keys_of(row)
+    return GroupView(
+        size=len(keys),
+        kind=str(row.get("kind", "")),
+        max_distance=row.get("max_distance", ""),
+        splits=splits_of(row),
+        members=[
+            _member_tile(key, sources, rejects, absent, classes, palette)
+            for key in keys[:GALLERY_MEMBERS]
+        ],
+    )
+
+
+def _member_tile(key: str, sources, rejects, absent: str, classes, palette) -> MemberTile:
+    """A member from its record, or from its original file when it was rejected; `absent`
+    says where it is when neither holds it."""
+    from beam_pipeline.commands.inspect_sheet.duplicates import stored_item
+
+    try:
+        stored = stored_item(key, sources)
+    except Exception:  # noqa: BLE001 - a damaged shard or key table: verify says what
+        stored = None
+    if stored is not None:
+        split, item = stored
+        image, overlay = thumbnails.array_tiles(item["image"], item["mask"], classes, palette)
+        return MemberTile(key, split, image, overlay)
+    reject = rejects.get(key)
+    if reject is None:
+        return MemberTile(key, absent, None, None)
+    source = reject.get("image")
+    image = _source_thumbnail(source) if isinstance(source, str) else None
+    return MemberTile(key, f"rejected {reject.get('reason', 'unknown')}", image, None)
+
+
+def _rejects_of(path: str, keys: set[str]) -> dict[str, dict[str, Any]]:
+    """The rejects.jsonl lines of `keys` (streamed: only theirs are kept)."""
+    if not keys or not _exists(path):
+        return {}
+    found = {}
+    try:
+        for row in _json_lines(path):
+            key = str(row.get("key", ""))
+            if key in keys:
+                found[key] = row
+    except OSError:
+        return found
+    return found
+
+
+def _split_moves(parameters: Mapping[str, Any], keys, members: int, sources, unreadable):
+    """Under official splits, the checked group members not stored in their listed split."""
+    official, listed, problem = _listed_splits(parameters)
+    if official is None:
+        return None
+    if unreadable is not None:
+        listed, problem = None, unreadable
+    unchecked = max(0, members - len(keys))
+    if listed is None:
+        return SplitMoves(official, 0, members, [], 0, problem)
+    moved = []
+    for key in keys:
+        wanted = listed(key)
+        stored = _stored_split(key, wanted, sources)
+        if wanted is not None and stored is not None and stored != wanted:
+            moved.append((key, wanted, stored))
+    return SplitMoves(official, len(keys), unchecked, moved[:MOVED_ROWS], len(moved))
+
+
+def _listed_splits(parameters: Mapping[str, Any]):
+    """("--split_file" / "--split_by_folder" / None, key -> listed split, why not readable)."""
+    from transforms.splits import FolderSplits
+
+    if parameters.get("split_by_folder"):
+        return "--split_by_folder", FolderSplits().split_of, None
+    lists = parameters.get("split_files")
+    if not isinstance(lists, dict) or not lists:
+        return None, None, None
+    from beam_pipeline.errors import UsageError
+    from beam_pipeline.launch.official_splits import read_split_files
+    from transforms.pairing import Layout
+
+    suffix = parameters.get("image_suffix")
+    layout = Layout("/", "/", image_suffix=suffix if isinstance(suffix, str) else None)
+    try:
+        found = read_split_files([f"{split}={path}" for split, path in lists.items()], layout)
+    except UsageError as error:
+        return "--split_file", None, f"the split lists cannot be read now: {error}"
+    return "--split_file", found.split_of, None
+
+
+def _stored_split(key: str, wanted: str | None, sources) -> str | None:
+    """The split whose record index holds `key`, its listed split looked in first."""
+    order = sorted(sources, key=lambda name: name != wanted)
+    for name in order:
+        try:
+            sources[name].index_of(key)
+        except KeyError:
+            continue
+        except Exception:  # noqa: BLE001 - a damaged key table: verify says what
+            return None
+        return name
+    return None
 
 
 def _json_lines(path: str) -> Iterator[dict[str, Any]]:

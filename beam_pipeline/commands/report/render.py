@@ -10,7 +10,7 @@ import jinja2
 
 from beam_pipeline import __version__
 from beam_pipeline.commands.report.charts import bar_chart
-from beam_pipeline.commands.report.gather import Report
+from beam_pipeline.commands.report.gather import Report, splits_of
 
 _ENVIRONMENT = jinja2.Environment(
     loader=jinja2.PackageLoader("beam_pipeline.commands.report", "."),
@@ -31,6 +31,7 @@ def _bytes(value: Any) -> str:
 
 
 _ENVIRONMENT.filters["bytes"] = _bytes
+_ENVIRONMENT.filters["splits"] = lambda group: ", ".join(splits_of(group))
 _ENVIRONMENT.filters["pct"] = lambda value: f"{100 * float(value):.1f} %"
 
 

@@ -91,7 +91,23 @@ def record_tiles(
     if image is None:
         blank = Image.new("RGB", (HEIGHT, HEIGHT), (150, 150, 150))
         return _uri(blank), _uri(blank)
-    thumb = _fit(image.convert("RGB"))
+    return _tiles(_fit(image.convert("RGB")), mask, classes, palette)
+
+
+def array_tiles(
+    image: np.ndarray, mask: np.ndarray | None, classes: Any, palette: np.ndarray | None
+) -> tuple[str, str]:
+    """(image thumbnail, mask-overlay thumbnail) of decoded pixels ([H, W, 3] uint8, mask
+    [H, W] or [H, W, 1]; binary masks 0/1 or 0/255), as a RecordSource gives them."""
+    thumb = _fit(Image.fromarray(np.ascontiguousarray(image[..., :3])).convert("RGB"))
+    if mask is not None and mask.ndim == 3:
+        mask = mask[..., 0]
+    if mask is not None and classes is None:
+        mask = (mask > 0).astype(np.uint8) * 255
+    return _tiles(thumb, mask, classes, palette)
+
+
+def _tiles(thumb: Image.Image, mask: np.ndarray | None, classes, palette) -> tuple[str, str]:
     if mask is None or mask.ndim != 2:
         return _uri(thumb), _uri(thumb)
     # Nearest-neighbour for masks: a class id is never blended with its neighbour's.

@@ -13,7 +13,8 @@ from typing import Any
 
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
-from transforms.format import dataset_info, record_index
+from transforms.format import dataset_info, record_index, side_tables
+from transforms.format.naming import DUPLICATES_FILE
 from transforms.limits import FILE_LIMITS
 
 _SHOWN = 3  # groups named per kind of problem
@@ -91,7 +92,7 @@ def _check_hashes(base, splits, records, problems) -> None:
         if ref is None:
             problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
             continue
-        data = _listed(base, ref, problems)
+        data = _hash_table(base, name, ref, problems)
         if data is None:
             continue
         try:
@@ -106,9 +107,27 @@ def _check_hashes(base, splits, records, problems) -> None:
             )
 
 
+def _hash_table(base: str, split: str, entry: Any, problems: list[str]) -> bytes | None:
+    """The split's hash table through side_tables (its name, no link, a regular file, the
+    listed size and sha256, bounded lines); a problem and None when it is not that."""
+    try:
+        ref = side_tables.hash_table_ref_of(split, entry)
+        with side_tables.open_table(base, ref) as table:
+            return b"".join(table.lines())
+    except side_tables.SideTableError as error:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        problems.append(f"{str(name)[:80]}: size or sha256 differs from metadata.json ({error})")
+        return None
+
+
 def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
     """A listed file's bytes; a problem when it is missing or (check) differs from its ref."""
     if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
+        return None
+    if not (ref["file"] == DUPLICATES_FILE or side_tables.is_side_table_name(ref["file"])):
+        problems.append(
+            f"{ref['file'][:80]!r}: not a name segprep writes (listed in metadata.json)"
+        )
         return None
     path = dataset_info.join(base, ref["file"])
     if not dataset_info.file_exists(path):

@@ -8,7 +8,7 @@ from typing import Any
 from beam_pipeline.commands.verify.duplicates import duplicate_files
 from beam_pipeline.commands.verify.state import Checked
 from transforms import files
-from transforms.format import digest_table, record_index, tfds_info
+from transforms.format import digest_table, record_index, side_tables, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import INDEX_DIR, shard_version
 from transforms.limits import FILE_LIMITS
@@ -130,9 +130,15 @@ def _check_key_table(
 
 
 def _check_digest_table(state: Checked, ref: FileRef, keys: list[str] | None) -> None:
-    """A version's content digests: sorted [key, sha256] rows of exactly its keys."""
-    data = _listed_file(state, ref, FILE_LIMITS.key_table_bytes)
-    if data is None or keys is None:
+    """A version's content digests: sorted [key, sha256] rows of exactly its keys, read as an
+    append reads them (side_tables: no link, a regular file, the listed size and sha256)."""
+    try:
+        with side_tables.open_table(state.base, ref, cap=FILE_LIMITS.key_table_bytes) as table:
+            data = b"".join(table.lines())
+    except side_tables.SideTableError as error:
+        state.problem(f"{ref.file}: not the file metadata.json lists ({error})")
+        return
+    if keys is None:
         return
     try:
         listed = [key for key, _ in digest_table.iter_rows(data.splitlines())]

@@ -17,6 +17,7 @@ from transforms import files
 from transforms.format import features
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.naming import shard_name, shard_version
+from transforms.record_spec import record_problems
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.
@@ -152,6 +153,8 @@ def _check_record(
     where = f"{where} (key {key})"
     height = int(parsed[features.HEIGHT])
     width = int(parsed[features.WIDTH])
+    for line in record_problems(state.spec, height, width):
+        state.problem(f"{where}: {line}")
     if image_shape is not None and (height, width) != image_shape:
         state.problem(
             f"{where}: {height}x{width} (HxW) but metadata.json image_shape is {list(image_shape)}"

@@ -10,6 +10,7 @@ from typing import Any
 from beam_pipeline.commands.verify.class_count import ClassCount
 from beam_pipeline.commands.verify.report import VerifyReport
 from transforms.format.dataset_info import ClassesInfo, MetadataError
+from transforms.record_spec import stored_spec
 
 
 @dataclasses.dataclass
@@ -28,6 +29,7 @@ class Checked:
 
     def __post_init__(self) -> None:
         self.mask_format = self.metadata.get("mask_format")
+        self.spec = stored_spec(self.metadata)  # what every record must be
         self.has_classes = self.metadata.get("classes") is not None
         if self.has_classes:
             try:

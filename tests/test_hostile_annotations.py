@@ -1,0 +1,331 @@
+"""Hostile CVAT, Label Studio, labelme and COCO files through the real CLI, with the
+launcher's address space capped and a timeout as a guard against a hang (never a speed
+check): every case ends as its entry's reject with a reason, or, when the file as a whole
+cannot be read, as a one-line usage error (exit 2). Never a traceback, a hang or an
+allocation the file's few bytes merely asked for.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.helpers.images import rgb_jpeg
+from tests.helpers.process_tree import SEGPREP
+
+ADDRESS_SPACE = 6 << 30  # Beam and numpy load in well under this; the blow-ups asked for more
+TIMEOUT = 600  # a guard against a hang, not a speed check
+H, W = 40, 50
+LONG_STRING = 65 << 20  # one JSON string over InputLimits.json_string_bytes (64 MB)
+LONG_XML = 33 << 20  # one XML attribute over InputLimits.xml_token_bytes (32 MB)
+DIGITS = "9" * 5000  # past Python's 4300-digit int conversion limit
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def _prepare(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    argv = ["prepare", "--image_dir", str(tmp_path / "images"), "--output_dir"]
+    return subprocess.run(
+        [*SEGPREP, *argv, str(tmp_path / "out"), "--mask_type", "classes", *flags]
+        + ["--max_reject_fraction", "1", "--runner", "FnApiRunner", "--writer_processes", "1"],
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        timeout=TIMEOUT,
+        preexec_fn=_capped,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+
+
+def _images(tmp_path: Path, *names: str) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, name in enumerate(names):
+        (folder / name).write_bytes(rgb_jpeg(H, W, seed=index))
+
+
+def _usage_error(done: subprocess.CompletedProcess, *words: str) -> str:
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and "int_max_str_digits" not in err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def _rejects(tmp_path: Path, done: subprocess.CompletedProcess) -> dict[str, dict]:
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out/rejects.jsonl").read_text()
+    assert "int_max_str_digits" not in text and "Traceback" not in done.stderr
+    return {entry["key"]: entry for entry in map(json.loads, text.splitlines())}
+
+
+def _stored(tmp_path: Path) -> int:
+    metadata = json.loads((tmp_path / "out/metadata.json").read_text())
+    return sum(split["num_examples"] for split in metadata["splits"].values())
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+# --- not regular files -------------------------------------------------------------------------
+
+
+def test_a_fifo_as_annotations_is_refused_before_detection_opens_it(tmp_path):
+    _images(tmp_path, "a.jpg")
+    fifo = _fifo(tmp_path / "export.json")
+    done = _prepare(tmp_path, "--annotations", str(fifo))
+    _usage_error(done, "--annotations", "not a regular file")
+
+
+@pytest.mark.parametrize("flags", [["--annotation_format", "cvat"], ["--coco_annotations"]])
+def test_a_fifo_with_its_format_says_it_is_not_a_regular_file(tmp_path, flags):
+    _images(tmp_path, "a.jpg")
+    fifo = str(_fifo(tmp_path / "export.json"))
+    given = [*flags, fifo] if flags == ["--coco_annotations"] else ["--annotations", fifo, *flags]
+    err = _usage_error(_prepare(tmp_path, *given), "not a regular file")
+    assert "no such file" not in err
+
+
+# --- tokens too long for a parser --------------------------------------------------------------
+
+
+def _coco(images: list[str], extra: str = "") -> str:
+    records = [{"id": i, "file_name": n, "height": H, "width": W} for i, n in enumerate(images)]
+    return (
+        '{"info": {"note": "' + extra + '"}, "images": ' + json.dumps(records)
+        + ', "annotations": [], "categories": [{"id": 1, "name": "thing"}]}'
+    )  # fmt: skip
+
+
+def test_a_coco_string_over_the_token_cap_is_one_line(tmp_path):
+    """A 64 MB string took ijson 107 s; over the cap it is refused before ijson reads it."""
+    _images(tmp_path, "a.jpg")
+    (tmp_path / "coco.json").write_text(_coco(["a.jpg"], "x" * LONG_STRING))
+    done = _prepare(tmp_path, "--coco_annotations", str(tmp_path / "coco.json"))
+    _usage_error(done, "coco.json", "a string of more than 67,108,864 bytes")
+
+
+def test_a_5000_digit_coco_number_is_one_line_without_pythons_hint(tmp_path):
+    _images(tmp_path, "a.jpg")
+    text = _coco(["a.jpg"]).replace('"height": 40', '"height": ' + DIGITS)
+    (tmp_path / "coco.json").write_text(text)
+    done = _prepare(tmp_path, "--coco_annotations", str(tmp_path / "coco.json"))
+    _usage_error(done, "coco.json", "a number or literal of more than 100 characters")
+
+
+def test_a_label_studio_string_over_the_token_cap_is_one_line(tmp_path):
+    _images(tmp_path, "a.jpg")
+    tasks = [{"id": 1, "data": {"image": "a.jpg", "note": "x" * LONG_STRING}, "annotations": []}]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json"))
+    _usage_error(done, "tasks.json", "a string of more than 67,108,864 bytes")
+
+
+def test_a_cvat_attribute_over_the_token_cap_is_one_line(tmp_path):
+    """An 8 MB attribute took expat 7 s (quadratic); 33 MB is refused before expat sees it."""
+    _images(tmp_path, "a.jpg")
+    note = "x" * LONG_XML
+    xml = _cvat([f'<image id="0" name="a.jpg" width="{W}" height="{H}" note="{note}"/>'])
+    (tmp_path / "cvat.xml").write_text(xml)
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "more than 33,554,432 bytes")
+
+
+# --- CVAT --------------------------------------------------------------------------------------
+
+
+def _cvat(images: list[str], labels: tuple[str, ...] = ("cat",)) -> str:
+    meta = "".join(f"<label><name>{name}</name></label>" for name in labels)
+    meta = f"<meta><task><labels>{meta}</labels></task></meta>" if labels else ""
+    body = f"<version>1.1</version>{meta}{''.join(images)}"
+    return f'<?xml version="1.0"?><annotations>{body}</annotations>'
+
+
+def _cvat_image(name: str, inner: str, height: int | str = H, width: int | str = W) -> str:
+    return f'<image id="0" name="{name}" width="{width}" height="{height}">{inner}</image>'
+
+
+def test_cvat_hostile_images_are_each_their_own_reject(tmp_path):
+    _images(tmp_path, "ok.jpg", "box.jpg", "huge.jpg", "negative.jpg", "digits.jpg")
+    square = '<polygon label="cat" points="5,5;30,5;30,30;5,30" z_order="0"/>'
+    box = '<mask label="cat" rle="3000000000" left="0" top="0" width="60000" height="50000"/>'
+    images = [
+        _cvat_image("ok.jpg", square),
+        # a few hundred bytes that asked for 60000x50000 pixels (MemoryError, or 6 GB)
+        _cvat_image("box.jpg", box, 60000, 50000),
+        # a stated size of 10^9 x 10^9 asked numpy for 888 PiB
+        _cvat_image("huge.jpg", box.replace("60000", "2"), 10**9, 10**9),
+        _cvat_image("negative.jpg", '<mask label="cat" rle="-10,50" left="0" top="0" '
+                    'width="5" height="8"/>'),
+        _cvat_image("digits.jpg", square.replace('z_order="0"', f'z_order="{DIGITS}"')),
+    ]  # fmt: skip
+    (tmp_path / "cvat.xml").write_text(_cvat(images))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml")))
+    reasons = {key: entry["reason"] for key, entry in rejects.items()}
+    assert reasons == {
+        "box": "mask_too_large",
+        "huge": "mask_too_large",
+        "negative": "mask_unreadable",
+        "digits": "mask_unreadable",
+    }
+    assert "40,000,000" in rejects["box"]["detail"]
+    assert "negative run" in rejects["negative"]["detail"]
+    assert _stored(tmp_path) == 1
+
+
+def test_cvat_without_meta_labels_says_what_the_file_lacks(tmp_path):
+    """It said `--num_classes must be an integer from 2 to 65535, got 1`, a flag never given."""
+    _images(tmp_path, "a.jpg")
+    (tmp_path / "cvat.xml").write_text(_cvat([_cvat_image("a.jpg", "")], labels=()))
+    err = _usage_error(_prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml")), "<meta>")
+    assert "--num_classes" not in err
+
+
+def test_cvat_nested_deeper_than_the_format_is_one_line(tmp_path):
+    _images(tmp_path, "a.jpg")
+    nested = "<a>" * 100_000 + "</a>" * 100_000
+    (tmp_path / "cvat.xml").write_text(_cvat([_cvat_image("a.jpg", nested)]))
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "nested deeper than 32 levels")
+
+
+# --- Label Studio ------------------------------------------------------------------------------
+
+
+def _brush_header(height: int, width: int) -> list[int]:
+    """A brush stream's header (value count, word size, run sizes) and one repeat run."""
+    bits = f"{height * width * 4:032b}" + f"{7:05b}" + f"{15:04b}" * 4 + "1" + "11" + "0" * 24
+    bits += "0" * (-len(bits) % 8)
+    return [int(bits[k : k + 8], 2) for k in range(0, len(bits), 8)]
+
+
+def _task(image: str, results: list) -> dict:
+    return {"id": image, "data": {"image": image}, "annotations": [{"result": results}]}
+
+
+def _polygon_result(width: object = W, height: object = H) -> dict:
+    points = [[10, 10], [60, 10], [60, 60]]
+    return {
+        "type": "polygonlabels",
+        "original_width": width,
+        "original_height": height,
+        "value": {"points": points, "polygonlabels": ["cat"]},
+    }
+
+
+def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
+    _images(tmp_path, "ok.jpg", "brush.jpg", "long.jpg", "many.jpg", "digits.jpg")
+    side = 16384  # a brush for 16384^2 took 1.7 GB before its runs were read
+    brush = {
+        "type": "brushlabels",
+        "original_width": side,
+        "original_height": side,
+        "value": {"format": "rle", "rle": _brush_header(side, side), "brushlabels": ["cat"]},
+    }
+    # a brush stream of 1.1 MB of one-value runs: decoded run by run in Python
+    long_brush = {**brush, "original_width": W, "original_height": H}
+    long_brush["value"] = {**brush["value"], "rle": _brush_header(H, W) + [0] * 1_100_000}
+    tasks = [
+        _task("ok.jpg", [_polygon_result()]),
+        _task("brush.jpg", [brush]),
+        _task("long.jpg", [long_brush]),
+        _task("many.jpg", [{"type": "choices"}] * 1_000_000),  # took 2.0 GB
+        _task("digits.jpg", [_polygon_result(DIGITS)]),
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json")))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "brush": "mask_too_large",
+        "long": "mask_too_large",
+        "many": "mask_too_large",
+        "digits": "mask_unreadable",
+    }
+    assert "2,500,000 JSON values" in rejects["many"]["detail"]
+    assert "1,048,576 one brush may have" in rejects["long"]["detail"]
+    assert _stored(tmp_path) == 1
+
+
+# --- labelme -----------------------------------------------------------------------------------
+
+
+def _png(array: np.ndarray, keep: float = 1.0) -> str:
+    """A base64 PNG of `array`, cut to `keep` of its bytes."""
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    raw = buffer.getvalue()
+    return base64.b64encode(raw[: int(len(raw) * keep)]).decode()
+
+
+def _bomb_png(side: int) -> str:
+    """A 1-bit PNG of side x side zeros: a few KB that decode to side^2 bytes."""
+    buffer = io.BytesIO()
+    Image.new("1", (side, side)).save(buffer, format="PNG", optimize=True)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _labelme(name: str, shapes: object, height: object = H, width: object = W, **more) -> str:
+    fields = {
+        "imagePath": f"../images/{name}",
+        "imageHeight": height,
+        "imageWidth": width,
+        "shapes": shapes,
+    }
+    return json.dumps({**more, **fields})
+
+
+def _mask_shape(data: str) -> dict:
+    return {"label": "cat", "shape_type": "mask", "points": [[0, 0], [9, 9]], "mask": data}
+
+
+def test_labelme_hostile_files_are_each_their_own_reject(tmp_path):
+    names = ["ok", "fifo", "deep", "wide", "declared", "bomb", "truncated", "odd", "data"]
+    _images(tmp_path, *(f"{name}.jpg" for name in names))
+    folder = tmp_path / "labelme"
+    folder.mkdir()
+    square = {"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}
+    good_png = _png(np.full((10, 10), 255, np.uint8))
+    truncated_png = _png(np.arange(100, dtype=np.uint8).reshape(10, 10), keep=0.6)
+    files = {
+        "ok": _labelme("ok.jpg", [square]),
+        # 100,000 levels took 2.8 GB: no depth pre-scan
+        "deep": '{"imagePath": "../images/deep.jpg", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "wide": _labelme("wide.jpg", [_mask_shape(good_png)], 40000, 40000),  # SIGSEGV
+        "declared": _labelme("declared.jpg", [square], 10**6, 10**6),  # MemoryError 888 PiB
+        "bomb": _labelme("bomb.jpg", [_mask_shape(_bomb_png(20000))]),  # DecompressionBombError
+        "truncated": _labelme("truncated.jpg", [_mask_shape(truncated_png)]),
+        "odd": _labelme("odd.jpg", [1, "x"]),  # AttributeError
+        "data": _labelme("data.jpg", [square], imageData="A" * LONG_STRING),  # 60 MB took 28 s
+    }
+    for name, text in files.items():
+        (folder / f"{name}.json").write_text(text)
+    _fifo(folder / "fifo.json")  # opening it hung the run
+    done = _prepare(tmp_path, "--annotations", str(folder))
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "fifo": "not_a_file",
+        "deep": "mask_too_large",
+        "wide": "mask_too_large",
+        "declared": "mask_too_large",
+        "bomb": "mask_too_large",
+        "truncated": "mask_unreadable",
+        "odd": "mask_unreadable",
+        "data": "mask_too_large",
+    }
+    for name in ("fifo", "deep", "truncated", "odd", "data"):
+        assert f"{name}.json" in rejects[name]["detail"], rejects[name]
+    assert _stored(tmp_path) == 1
