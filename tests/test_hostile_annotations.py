@@ -329,3 +329,32 @@ def test_labelme_hostile_files_are_each_their_own_reject(tmp_path):
     for name in ("fifo", "deep", "truncated", "odd", "data"):
         assert f"{name}.json" in rejects[name]["detail"], rejects[name]
     assert _stored(tmp_path) == 1
+
+
+# --- the bounded reader itself -----------------------------------------------------------------
+
+
+class _Pieces:
+    """A stream that returns `data` in pieces cut at `cut`, so a token spans the edge."""
+
+    def __init__(self, data: bytes, cut: int) -> None:
+        self.pieces = [data[:cut], data[cut:]]
+
+    def read(self, size: int = -1) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+@pytest.mark.parametrize("cut", range(1, 30))
+def test_the_json_reader_measures_escaped_strings_and_numbers_across_chunk_edges(cut):
+    from transforms.bounded_text import JsonReader, TextLimitError
+    from transforms.limits import InputLimits
+
+    limits = InputLimits(json_string_bytes=10, number_chars=5)
+    fits = b'{"k": "a\\"b\\\\c\\"d", "n": 12345}'  # a 10-byte string, a 5-digit number
+    JsonReader(_Pieces(fits, cut), "s", 4, limits).drain()
+    for over, words in (
+        (fits.replace(b'a\\"b', b'a\\"bb'), "a string of more than 10 bytes"),
+        (fits.replace(b"12345", b"123456"), "a number or literal of more than 5"),
+    ):
+        with pytest.raises(TextLimitError, match=words):
+            JsonReader(_Pieces(over, cut), "s", 4, limits).drain()

@@ -7,9 +7,10 @@ the token still open at the last one ends (so a token's re-scans add up to a few
 length: 64 MB cost ijson 0.9 s, 32 MB expat 0.7 s), and, before the parser sees a chunk,
 checks it in one pass at C speed (a regex, a lookup table and numpy; no loop per byte):
 
-- JSON (`JsonReader`): UTF-8, nesting depth, the length of every string and of every bare
-  token (a number or literal; a 5000-digit integer would otherwise reach Python's int
-  conversion limit);
+- JSON (`JsonReader`): UTF-8; nesting depth (ijson's prefix tracking costs the square of
+  the depth: 60,000 brackets in 123 KB took it 23 GB); the length of every string and of
+  every bare token (a number or literal: a 5000-digit integer would otherwise reach
+  Python's int conversion limit);
 - XML (`XmlReader`): the distance between consecutive `<`, which bounds every tag,
   attribute value and text run (none may hold an unescaped `<`; a `<` inside a comment or
   CDATA section only shortens the stretch it is in).
@@ -257,6 +258,8 @@ def bounded_entries(
     """
     builder, depth, count, seen = None, 0, 0, {}
     head = f"{prefix}." if prefix else ""
+    wanted = {head + field: field for field in fields}
+    build = None
     for path, event, value in ijson.parse(reader, use_float=True, buf_size=CHUNK_BYTES):
         if depth == 0:
             if path != prefix or event in ("map_key", *_ENDS):
@@ -265,24 +268,26 @@ def bounded_entries(
                 yield value
                 continue
             builder, count, seen = ijson.ObjectBuilder(), 0, {}
-        depth += (event in _STARTS) - (event in _ENDS)
-        relative = path[len(head) :] if path.startswith(head) else ""
-        if relative in fields and event not in (*_STARTS, *_ENDS, "map_key"):
-            seen[relative] = value
-        if builder is not None and _wanted(keys, path == prefix, relative, event, value):
+            build = builder.event
+        if event in _STARTS:
+            depth += 1
+        elif event in _ENDS:
+            depth -= 1
+        elif path in wanted and event != "map_key":
+            seen[wanted[path]] = value
+        if build is not None and (keys is None or _wanted(keys, prefix, path, event, value)):
             count += 1
-            builder.event(event, value)
+            build(event, value)
             if count > budget:
-                builder = None
+                build = None
         if depth == 0:
-            yield builder.value if builder is not None else Oversized(count, seen)
-            builder = None
+            yield builder.value if build is not None else Oversized(count, seen)
+            builder = build = None
 
 
-def _wanted(keys: frozenset[str] | None, top: bool, relative: str, event: str, value: Any) -> bool:
-    """Whether an entry's event is built: with `keys`, only those keys' values are."""
-    if keys is None:
-        return True
-    if top:
+def _wanted(keys: frozenset[str], prefix: str, path: str, event: str, value: Any) -> bool:
+    """Whether an entry's event is built: only the values of `keys` (and the entry itself)."""
+    if path == prefix:
         return event != "map_key" or value in keys
+    relative = path[len(prefix) + 1 :] if prefix else path
     return relative.split(".", 1)[0] in keys

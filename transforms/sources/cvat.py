@@ -131,12 +131,13 @@ class _Reader:
             width = annotation_int(element.get("width"), "width")
         except ValueError:
             height = width = 0
+        # A problem image states size 0: the image's own (make_coco_record), so its reject
+        # names the problem, not a size mismatch.
         if height <= 0 or width <= 0:
-            return ToolImage(name, 1, 1, problem="CVAT <image> without a positive width/height")
+            return ToolImage(name, 0, 0, problem="CVAT <image> without a positive width/height")
         try:
             check_pixels(height, width, self.limits, "CVAT <image> size")
         except TooLargeError as error:
-            # size 0: the image's own (make_coco_record), so the reject names this problem
             return ToolImage(name, 0, 0, problem=str(error), too_large=True)
         shapes = []
         points = 0

@@ -171,7 +171,10 @@ class _Reader:
                 raise ValueError(f"label {label!r} is not a string")
             points = shape.get("points") or []
             if len(points) > self.limits.coco_polygon_points:
-                raise ValueError(f"a shape of {len(points):,} points")
+                raise TooLargeError(
+                    f"a shape of {len(points):,} points, more than the "
+                    f"{self.limits.coco_polygon_points:,} one polygon may have"
+                )
             xy = np.asarray(points, dtype=np.float64).reshape(-1, 2) if points else None
             if kind == "polygon":
                 drawn.append(ToolShape(label, (xy.reshape(-1),)))
