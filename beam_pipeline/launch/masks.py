@@ -101,59 +101,69 @@ class MaskPlan:
         return described
 
 
-def resolve_annotation_flags(args: argparse.Namespace) -> None:
-    """--annotations with its format (given, or told from the content) into the flags the
-    rest reads: COCO as --coco_annotations (its shorthand), any other tool as
-    `args.tool_annotations`. A format that cannot be told is a one-line UsageError."""
+@dataclasses.dataclass(frozen=True)
+class Annotations:
+    """--annotations (or its COCO shorthand --coco_annotations), resolved once: the export's
+    path as given and the tool that wrote it (given, or told from the content)."""
+
+    path: str
+    tool: str  # "coco", "cvat", "labelstudio" or "labelme"
+
+    @property
+    def flag(self) -> str:
+        """How messages name it: COCO by its shorthand, as the flags' help does."""
+        return "--coco_annotations" if self.tool == "coco" else "--annotations"
+
+
+def resolve_annotations(args: argparse.Namespace) -> Annotations | None:
+    """--annotations with its format, or --coco_annotations; None without either. A format
+    that cannot be told is a one-line UsageError. The flags themselves stay as given."""
     from transforms.sources.detect import detect_format
 
-    args.tool_annotations = None
+    path, tool = args.annotations, args.annotation_format
     if args.coco_annotations is not None:
-        if args.annotations is not None:
+        if path is not None:
             raise UsageError("give --annotations or --coco_annotations, not both")
-        if args.annotation_format not in (None, "coco"):
+        if tool not in (None, "coco"):
             raise UsageError("--coco_annotations is COCO: it takes no other --annotation_format")
-        args.annotations, args.annotation_format = args.coco_annotations, "coco"
-    if args.annotations is None:
-        if args.annotation_format is not None or args.unlabeled_pixels is not None:
-            flag = "--annotation_format" if args.annotation_format else "--unlabeled_pixels"
+        path, tool = args.coco_annotations, "coco"
+    if path is None:
+        if tool is not None or args.unlabeled_pixels is not None:
+            flag = "--annotation_format" if tool else "--unlabeled_pixels"
             raise UsageError(f"{flag} needs --annotations or --coco_annotations")
-        return
-    if args.annotation_format is None:
-        if not storage.is_local(args.annotations):
-            raise UsageError(f"--annotations {args.annotations}: give --annotation_format")
-        if not os.path.exists(args.annotations):
-            raise UsageError(f"--annotations {args.annotations}: no such file or folder")
+        return None
+    if tool is None:
+        if not storage.is_local(path):
+            raise UsageError(f"--annotations {path}: give --annotation_format")
+        if not os.path.exists(path):
+            raise UsageError(f"--annotations {path}: no such file or folder")
         try:
-            args.annotation_format = detect_format(args.annotations)
+            tool = detect_format(path)
         except (ValueError, OSError) as error:
             raise UsageError(f"--annotations {error}") from None
-    if args.annotation_format == "coco":
-        args.coco_annotations = args.annotations
-    else:
-        args.tool_annotations = args.annotations
+    return Annotations(path, tool)
 
 
-def check_mask_flags(args: argparse.Namespace) -> None:
-    """The checks that need no file: combinations of flags that cannot work."""
-    args.tool_annotations = None
+def check_mask_flags(args: argparse.Namespace) -> Annotations | None:
+    """The checks that need no file: combinations of flags that cannot work; the resolved
+    annotation export, if any."""
     given = [f"--{name}" for name in CLASS_FLAGS if getattr(args, name) is not None]
     if args.mask_type != "classes":
         if given:
             raise UsageError(f"{given[0]} needs --mask_type classes")
-        return
-    resolve_annotation_flags(args)
+        return None
+    annotations = resolve_annotations(args)
     if args.mask_format == "jpeg":
         raise UsageError(
             "--mask_format jpeg would change class ids at every edge: class masks are stored "
             f"as {DEFAULT_MASK_FORMAT['classes']} (the default with --mask_type classes)"
         )
-    coco = args.coco_annotations is not None
-    if args.tool_annotations is not None:
+    coco = annotations is not None and annotations.tool == "coco"
+    if annotations is not None and not coco:
         for flag in ("mask_dir", "mask_key", "colormap"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag} does not apply with --annotations")
-        return
+        return annotations
     if coco:
         for flag in ("mask_dir", "mask_key", "colormap", "class_map"):
             if getattr(args, flag) is not None:
@@ -171,6 +181,7 @@ def check_mask_flags(args: argparse.Namespace) -> None:
             "--mask_type classes needs the classes: --num_classes N, --class_names FILE, "
             "--colormap FILE, --coco_annotations FILE or a --class_map preset"
         )
+    return annotations
 
 
 def _names_its_classes(class_map: str | None) -> bool:
@@ -180,9 +191,9 @@ def _names_its_classes(class_map: str | None) -> bool:
     return class_map in PRESET_CLASS_NAMES
 
 
-def plan_masks(args: argparse.Namespace) -> MaskPlan:
-    """Read the class-name, colormap and COCO files, and resolve the class settings (after
-    `check_mask_flags`)."""
+def plan_masks(args: argparse.Namespace, export: Annotations | None = None) -> MaskPlan:
+    """Read the class-name, colormap and annotation files, and resolve the class settings
+    (after `check_mask_flags`, which resolved `export`)."""
     from transforms.codecs.class_map import PRESET_CLASS_NAMES
     from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
     from transforms.codecs.class_names import PRESETS as NAME_PRESETS
@@ -208,14 +219,14 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
             and args.num_classes in (None, len(preset_names))
         ):
             names = preset_names  # the dataset's own names for the preset's stored ids
-        if args.coco_annotations is not None:
-            annotations = normalize_file(args.coco_annotations)
+        if export is not None and export.tool == "coco":
+            annotations = normalize_file(export.path)
             unlabeled = args.unlabeled_pixels or DEFAULT_COCO_UNLABELED
             coco = read_annotations(annotations, unlabeled, names)
             names = coco.class_names
-        if args.tool_annotations is not None:
-            annotations = _tool_path(args)
-            coco = read_tool_annotations(args, annotations, names)
+        elif export is not None:
+            annotations = _tool_path(export)
+            coco = read_tool_annotations(args, export, annotations, names)
             names = coco.class_names
         classes = class_mask_settings(
             "classes",
@@ -230,11 +241,11 @@ def plan_masks(args: argparse.Namespace) -> MaskPlan:
     return MaskPlan(classes, mask_format, coco, annotations)
 
 
-def _tool_path(args: argparse.Namespace) -> str:
+def _tool_path(export: Annotations) -> str:
     """The export's path, normalised: a labelme folder ends in '/'; local paths must exist
     (a gs:// one is found missing when it is downloaded)."""
-    path = args.tool_annotations
-    if args.annotation_format == "labelme":
+    path = export.path
+    if export.tool == "labelme":
         if storage.is_local(path) and not os.path.isdir(path):
             raise UsageError(f"--annotations {path}: labelme needs a folder")
         return storage.normalize_dir(path)
@@ -251,24 +262,26 @@ def _check_regular(source: str, path: str) -> None:
         raise UsageError(f"{source}: not a regular file (FIFO, device, socket or folder)")
 
 
-def read_tool_annotations(args: argparse.Namespace, path: str, names: tuple[str, ...] | None):
+def read_tool_annotations(
+    args: argparse.Namespace, export: Annotations, path: str, names: tuple[str, ...] | None
+):
     """A CVAT, Label Studio or labelme export, read by the launcher into staged records; from
     gs:// it is first downloaded to a temporary folder (removed once read), as COCO is."""
     from transforms.sources.cvat import read_cvat
     from transforms.sources.labelme import read_labelme
     from transforms.sources.labelstudio import read_labelstudio
 
-    origin = f"--annotations {args.tool_annotations}"
+    origin = f"--annotations {export.path}"
     image_dir = args.image_dir or args.data_dir or "."
     image_dir = os.path.abspath(image_dir) if storage.is_local(image_dir) else image_dir
     common = {"class_names": names, "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED}
     try:
         with spill.temporary_folder("annotations") as folder:
-            if args.annotation_format == "labelme":
+            if export.tool == "labelme":
                 local, local_images = _local_labelme(path, image_dir, folder, origin)
                 return read_labelme(local, origin, image_dir=local_images, **common)
             local = _local_file(path, folder, origin)
-            if args.annotation_format == "cvat":
+            if export.tool == "cvat":
                 return read_cvat(local, origin, **common)
             return read_labelstudio(local, origin, image_dir=image_dir, **common)
     except OSError as error:

@@ -155,14 +155,14 @@ def make_plan(argv: list[str]) -> RunPlan:
     _raise_usage_errors(parser)
     try:
         args, rest = parser.parse_known_args(argv)
-        masks.check_mask_flags(args)
-        layout = _layout(args)
+        export = masks.check_mask_flags(args)
+        layout = _layout(args, export)
     except UsageError:
         _refuse_unknown_flags(argv, parser)  # a misspelt --image_dir explains "required"
         raise
     output_dir = storage.normalize_dir(args.output_dir)
     folders = tuple(folder for folder in (layout.image_dir, layout.mask_dir) if folder)
-    _refuse_output_inside_inputs(output_dir, layout, args)
+    _refuse_output_inside_inputs(output_dir, layout, args, export)
     paths = (*folders, output_dir)  # what the writers read and write
     if _may_use_writer_pool(args, paths):
         writer_pool.warm_up()  # before Beam's parser loads Beam: the record code imports beside it
@@ -179,7 +179,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     # Class-name, colormap and COCO files are read while planning, dry run or not.
     remote_files = any(
         path is not None and not storage.is_local(path)
-        for path in (args.class_names, args.colormap, args.coco_annotations, args.tool_annotations)
+        for path in (args.class_names, args.colormap, export.path if export else None)
     )
     if (remote_data and not args.dry_run) or remote_files:
         credentials.check_credentials()
@@ -192,9 +192,9 @@ def make_plan(argv: list[str]) -> RunPlan:
             "--split_file needs local data folders (a listed key missing on disk must be "
             "found before the job); use --split_by_folder or copy the data"
         )
-    mask_plan = masks.plan_masks(args)
+    mask_plan = masks.plan_masks(args, export)
     spec = record_spec(args, mask_plan)
-    listing = _inputs(args, layout, mask_plan, fractions)
+    listing = _inputs(args, layout, mask_plan, fractions, export)
     output = _output(args, output_dir)
     append = None
     if args.append:
@@ -331,10 +331,11 @@ def _inputs(
     layout: Layout,
     mask_plan: masks.MaskPlan,
     fractions: SplitFractions | SplitLists | FolderSplits,
+    export: masks.Annotations | None,
 ) -> LocalListing | None:
     """Local inputs are listed and paired here, once; gs:// ones are only checked for files
     (the job lists them). A dry run reads what exists and needs nothing to exist."""
-    flags = _flags(args)
+    flags = _flags(args, export)
     folders = [folder for folder in (layout.image_dir, layout.mask_dir) if folder]
     listing = None
     if all(storage.is_local(folder) for folder in folders):
@@ -405,13 +406,11 @@ def _run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-def _flags(args: argparse.Namespace) -> tuple[str, str]:
+def _flags(args: argparse.Namespace, export: masks.Annotations | None) -> tuple[str, str]:
     """The flags that named the image and the mask side, for messages."""
     image = "--data_dir" if args.data_dir is not None else "--image_dir"
-    if args.coco_annotations is not None:
-        return image, "--coco_annotations"
-    if args.tool_annotations is not None:
-        return image, "--annotations"
+    if export is not None:
+        return image, export.flag
     return image, "--data_dir" if args.data_dir is not None else "--mask_dir"
 
 
@@ -468,13 +467,15 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _refuse_output_inside_inputs(output_dir: str, layout: Layout, args: argparse.Namespace) -> None:
+def _refuse_output_inside_inputs(
+    output_dir: str, layout: Layout, args: argparse.Namespace, export: masks.Annotations | None
+) -> None:
     """Shards written inside an input folder would be listed as input by the next run."""
 
     def real(path: str) -> str:  # through links, where the folders are local
         return os.path.realpath(path) + "/" if storage.is_local(path) else path
 
-    image_flag, mask_flag = _flags(args)
+    image_flag, mask_flag = _flags(args, export)
     for folder, flag in ((layout.image_dir, image_flag), (layout.mask_dir, mask_flag)):
         if folder and real(output_dir).startswith(real(folder)):
             raise UsageError(
@@ -491,8 +492,8 @@ def _suggestion(name: str, options: list[str]) -> str:
     return f": did you mean {close[0]}?" if close else " (segprep prepare --help lists them)"
 
 
-def _layout(args: argparse.Namespace) -> Layout:
-    layout = _folders(args)
+def _layout(args: argparse.Namespace, export: masks.Annotations | None) -> Layout:
+    layout = _folders(args, export)
     for flag, suffix in (
         ("--image_suffix", args.image_suffix),
         ("--mask_suffix", args.mask_suffix),
@@ -516,21 +517,14 @@ def _layout(args: argparse.Namespace) -> Layout:
     )
 
 
-def _folders(args: argparse.Namespace) -> Layout:
-    if args.coco_annotations is not None:
+def _folders(args: argparse.Namespace, export: masks.Annotations | None) -> Layout:
+    if export is not None:
         if (args.data_dir is None) == (args.image_dir is None):
-            raise UsageError(
-                "--coco_annotations goes with --image_dir (or --data_dir), one of them"
-            )
+            raise UsageError(f"{export.flag} goes with --image_dir (or --data_dir), one of them")
         folder = storage.normalize_dir(args.image_dir or args.data_dir)
-        return Layout(folder, None, masks.normalize_file(args.coco_annotations))
-    if args.tool_annotations is not None:
-        if (args.data_dir is None) == (args.image_dir is None):
-            raise UsageError("--annotations goes with --image_dir (or --data_dir), one of them")
-        folder = storage.normalize_dir(args.image_dir or args.data_dir)
-        if args.annotation_format == "labelme":
-            return Layout(folder, None, storage.normalize_dir(args.tool_annotations))
-        return Layout(folder, None, masks.normalize_file(args.tool_annotations))
+        if export.tool == "labelme":
+            return Layout(folder, None, storage.normalize_dir(export.path))
+        return Layout(folder, None, masks.normalize_file(export.path))
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")
