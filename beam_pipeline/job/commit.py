@@ -21,7 +21,14 @@ from beam_pipeline.job.hash_tables import add_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol, storage
-from transforms.format import features, metadata, record_formats, record_index, tfds_info
+from transforms.format import (
+    dataset_info,
+    features,
+    metadata,
+    record_formats,
+    record_index,
+    tfds_info,
+)
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import (
     FIRST_VERSION,
@@ -324,7 +331,7 @@ def _commit_bytes(
 def _previous(settings: CommitSettings) -> DatasetInfo:
     """The output an append extends, exactly as the run planned on (else nothing is
     published: another tool changed it meanwhile)."""
-    data = storage.read_bounded(storage.join(settings.output_dir, METADATA_FILE), 64 << 20)
+    data = dataset_info.read_metadata_bytes(settings.output_dir)
     if hashlib.sha256(data).hexdigest() != settings.append.previous_sha256:
         raise versions.OutputChangedError(
             f"{settings.output_dir}{METADATA_FILE} changed while the append ran: nothing was "

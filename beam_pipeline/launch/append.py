@@ -19,9 +19,10 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
 from beam_pipeline.runtime import output_protocol, storage
 from transforms import json_shape
-from transforms.format import side_tables
+from transforms.format import dataset_info, side_tables
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
+from transforms.limits import FILE_LIMITS
 from transforms.record_spec import RecordSpec, differences_from_stored
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
@@ -43,7 +44,7 @@ def plan_append(
     _require_readable_manifest(output_dir)
     path = storage.join(output_dir, METADATA_FILE)
     try:
-        data = storage.read_bounded(path, 64 << 20)
+        data = dataset_info.read_metadata_bytes(output_dir)
         raw = json.loads(data)
         info = DatasetInfo.from_json(raw)
     except (OSError, ValueError, MetadataError) as error:
@@ -92,7 +93,7 @@ def _require_readable_manifest(output_dir: str) -> None:
     device or a damaged one would otherwise fail the commit after the whole job ran."""
     path = storage.join(output_dir, MANIFEST_FILE)
     try:
-        json_shape.loads(storage.read_bounded(path, 64 << 20), path)
+        json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except FileNotFoundError:
         return
     except (OSError, ValueError) as error:
@@ -104,9 +105,7 @@ def keys_held(output_dir: str, keys: Iterable[str]) -> set[str]:
     listed but absent from this run's folders, they are in the output, not missing. An
     output that cannot be read holds none here; plan_append names what is wrong with it."""
     try:
-        info = DatasetInfo.from_json(
-            json.loads(storage.read_bounded(storage.join(output_dir, METADATA_FILE), 64 << 20))
-        )
+        info = DatasetInfo.from_json(json.loads(dataset_info.read_metadata_bytes(output_dir)))
     except (OSError, ValueError, MetadataError):
         return set()
     wanted = set(keys)

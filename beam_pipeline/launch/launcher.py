@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -15,8 +14,8 @@ from typing import Any
 
 from beam_pipeline.launch.masks import stage_coco
 from beam_pipeline.launch.plan import RunPlan, make_plan
-from beam_pipeline.runtime import output_protocol, storage, writer_pool
-from transforms.format.naming import METADATA_FILE
+from beam_pipeline.runtime import output_protocol, writer_pool
+from transforms.format import dataset_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +109,7 @@ def _run_job(plan: RunPlan) -> PrepareResult:
         state = result.wait_until_finish()
         if plan.runner.dataflow and str(state) != "DONE":
             raise JobFailedError(f"Dataflow job {result.job_id()} ended {state}: see its logs")
-    info = json.loads(storage.read_bounded(storage.join(plan.output_dir, METADATA_FILE), 64 << 20))
+    info = dataset_info.read_metadata_json(plan.output_dir)
     return PrepareResult(info, job_monitor.counters(result), time.monotonic() - started, plan=plan)
 
 

@@ -51,6 +51,7 @@ from transforms.format.naming import (
     run_dir,
 )
 from transforms.format.side_tables import listed_refs
+from transforms.limits import FILE_LIMITS
 
 COMMITTING = "committing"
 COMMITTED = "committed"
@@ -121,7 +122,7 @@ def read_manifest(output_dir: str) -> dict | None:
     wrote is replaced whole, never half); UsageError when it names what segprep never writes."""
     try:
         path = storage.join(output_dir, MANIFEST_FILE)
-        body = json_shape.loads(storage.read_bounded(path, 64 << 20), path)
+        body = json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except (OSError, ValueError):
         return None
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):
@@ -382,7 +383,7 @@ class _Where:
 
     def _metadata(self, name: str) -> bytes | None:
         try:
-            return storage.read_bounded(storage.join(self.out, name), 64 << 20)
+            return storage.read_bounded(storage.join(self.out, name), FILE_LIMITS.metadata_bytes)
         except OSError:
             return None
 

@@ -48,6 +48,7 @@ from transforms.format.naming import (
     is_output_name,
     run_dir,
 )
+from transforms.limits import FILE_LIMITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +204,7 @@ def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
 
 def _read_json(path: str):
     try:
-        return json_shape.loads(storage.read_bounded(path, 64 << 20), path)
+        return json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except (OSError, ValueError):
         return None
 
@@ -570,7 +571,7 @@ def publish(
     kept = set(keep)
     earlier = [name for name in previous.ours if name not in kept and _is_there(output_dir, name)]
     manifest = (
-        storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), 64 << 20)
+        storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), FILE_LIMITS.metadata_bytes)
         if (previous.ours and _is_there(output_dir, MANIFEST_FILE))
         else b"{}"
     )

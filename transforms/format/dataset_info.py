@@ -731,6 +731,12 @@ def file_exists(path: str) -> bool:
     return files.exists(path)
 
 
+def read_metadata_bytes(data_dir: str | os.PathLike) -> bytes:
+    """metadata.json's bytes, bounded by FILE_LIMITS.metadata_bytes: the one read of the file
+    (every loader below, an append's witness sha256, the commit's recheck)."""
+    return files.read_bounded(join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes)
+
+
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     """The parsed metadata.json of `data_dir`, unchecked (for tools that report problems)."""
     if not files.isdir(data_dir):
@@ -748,7 +754,7 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
             "--output_dir of `segprep prepare`"
         )
     try:
-        data = files.read_bounded(path, FILE_LIMITS.metadata_bytes)
+        data = read_metadata_bytes(data_dir)
     except (files.NotAFileError, files.TooLargeError) as error:
         raise MetadataError(str(error)) from None
     return parse_json(data, path)
