@@ -12,10 +12,10 @@ from beam_pipeline.job.attempts import attempt_name
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.launch import launcher
-from beam_pipeline.runtime import storage
 from tests.helpers.outputs import final_names
 from tests.helpers.process_tree import descendants, holding_open, parent
 from tests.helpers.runs import job_args
+from transforms import files
 from transforms.pairing import Pair, SourceFile
 from transforms.splits import ShardSpec
 
@@ -72,7 +72,7 @@ def test_retried_shard_is_staged_per_attempt_with_the_same_bytes(sample_dataset,
     retry's bytes equal the first attempt's, and no partial file is left behind."""
     staging = tmp_path / "staging"
     (staging / "index").mkdir(parents=True)  # what make_staging_dir makes
-    settings = ShardWriterSettings(storage.normalize_dir(str(staging)))
+    settings = ShardWriterSettings(files.normalize_dir(str(staging)))
     spec = ShardSpec("train", 0, 1)
     pairs = [
         Pair(

@@ -18,9 +18,9 @@ from beam_pipeline.job.settings import CommitSettings, PlanningSettings, ShardWr
 from beam_pipeline.job.shard_work import WrittenShard, stage_index, staged_digest_rows
 from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
-from beam_pipeline.runtime.storage import normalize_dir
 from tests.helpers.images import blob_mask, rgb_jpeg
 from tests.helpers.runs import RUNNER_ARGS
+from transforms.files import normalize_dir
 from transforms.format import digest_table
 from transforms.format.naming import SPLITS
 from transforms.pairing import Layout, Pair, SourceFile

@@ -1,4 +1,5 @@
-"""storage.py, listing and the launcher's output checks on gs://, against a real GCS server.
+"""The file layer (transforms/files.py), listing and the launcher's output checks on gs://,
+against a real GCS server.
 
 Every call goes over HTTP to gcp-storage-emulator on 127.0.0.1 (tests/helpers/gcs_server.py).
 """
@@ -15,9 +16,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.launch import credentials, preflight
-from beam_pipeline.runtime import output_protocol, storage
+from beam_pipeline.runtime import output_protocol
 from tests.helpers.gcs_server import gcs, metadata_server_watch  # noqa: F401 - gcs: the fixture
 from tests.helpers.runs import RUNNER_ARGS
+from transforms import files
 from transforms.pairing import Layout
 
 
@@ -48,8 +50,8 @@ def test_beam_gcs_client_is_anonymous_and_never_searches_for_credentials(
 def test_atomic_write_read_and_no_temp_left(gcs):  # noqa: F811
     data = bytes(range(256)) * 1000
     final = gcs.url("atomic/out/blob.bin")
-    storage.write_bytes_atomically(data, final, gcs.url("atomic/out/_tmp/"))
-    assert storage.read_bytes(final) == data
+    files.write_bytes(final, data)
+    assert files.read_own(final) == data
     assert gcs.names("atomic/") == ["atomic/out/blob.bin"]
 
 
@@ -59,7 +61,7 @@ def test_read_bytes_never_decompresses(gcs):  # noqa: F811
 
     packed = gzip.compress(b"mask bytes")
     gcs.put("codec/mask.gz", packed)
-    assert storage.read_bytes(gcs.url("codec/mask.gz")) == packed
+    assert files.read_own(gcs.url("codec/mask.gz")) == packed
 
 
 def test_upload_and_bounded_read_of_a_gcs_object(gcs, tmp_path):  # noqa: F811
@@ -67,28 +69,28 @@ def test_upload_and_bounded_read_of_a_gcs_object(gcs, tmp_path):  # noqa: F811
     staging = tmp_path / "shard.staging"
     staging.write_bytes(payload)
     staged = gcs.url("publish/.segprep/runs/r1/train-00000-of-00001.tfrecord")
-    storage.upload_file(str(staging), staged)
+    files.upload_file(str(staging), staged)
     assert gcs.names("publish/") == ["publish/.segprep/runs/r1/train-00000-of-00001.tfrecord"]
-    assert hashlib.sha256(storage.read_bounded(staged, len(payload))).hexdigest() == (
+    assert hashlib.sha256(files.read_bounded(staged, len(payload))).hexdigest() == (
         hashlib.sha256(payload).hexdigest()
     )
-    with pytest.raises(storage.TooLargeError):
-        storage.read_bounded(staged, len(payload) - 1)  # refused after limit + 1 bytes
-    with pytest.raises(storage.TooLargeError):
-        storage.read_bounded(staged, 10, listed_size=len(payload))  # refused unread
+    with pytest.raises(files.TooLargeError):
+        files.read_bounded(staged, len(payload) - 1)  # refused after limit + 1 bytes
+    with pytest.raises(files.TooLargeError):
+        files.read_bounded(staged, 10, listed_size=len(payload))  # refused unread
 
 
 def test_list_has_files_and_delete_tree_stay_inside_their_prefix(gcs):  # noqa: F811
     for name in ("tree/a/1.jpg", "tree/a/b/2.jpg", "tree2/keep.jpg"):
         gcs.put(name, b"x")
-    assert sorted(storage.list_dir(gcs.url("tree"))) == [
+    assert sorted(files.list_dir(gcs.url("tree"))) == [
         gcs.url("tree/a/1.jpg"),
         gcs.url("tree/a/b/2.jpg"),
     ]
-    assert storage.has_files(gcs.url("tree/a/b"))
-    assert not storage.has_files(gcs.url("tree/missing"))
-    assert not storage.has_files("gs://segprep-no-such-bucket/images")
-    storage.delete_tree(gcs.url("tree"))
+    assert files.has_files(gcs.url("tree/a/b"))
+    assert not files.has_files(gcs.url("tree/missing"))
+    assert not files.has_files("gs://segprep-no-such-bucket/images")
+    files.delete_tree(gcs.url("tree"))
     assert gcs.names("tree") == ["tree2/keep.jpg"]
 
 

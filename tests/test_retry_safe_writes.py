@@ -22,8 +22,8 @@ from beam_pipeline.job.commit import commit
 from beam_pipeline.job.settings import CommitSettings, ShardWriterSettings
 from beam_pipeline.job.shard_work import write_shard
 from beam_pipeline.runtime import output_protocol
-from beam_pipeline.runtime.storage import normalize_dir
 from shard_reader.source import RecordSource
+from transforms.files import normalize_dir
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE
 from transforms.pairing import Pair, SourceFile

@@ -20,6 +20,7 @@ import glob as local_glob
 import hashlib
 import os
 import re
+import shutil
 import stat as stat_module
 import threading
 import uuid
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 _CHUNK = 8 << 20
+_OWN_FILE_LIMIT = 1 << 62  # read_own: files this run wrote bound themselves
 _EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 
 
@@ -51,6 +53,18 @@ class FileStat:
 
 def is_remote(path: str | os.PathLike) -> bool:
     return "://" in str(path)
+
+
+def is_local(path: str | os.PathLike) -> bool:
+    return not is_remote(path)
+
+
+def normalize_dir(path: str | os.PathLike) -> str:
+    """An absolute local folder or a gs:// prefix, always ending in one slash: the form every
+    folder of a run (inputs, output, staging) is kept in."""
+    if is_remote(path):
+        return str(path).rstrip("/") + "/"
+    return os.path.abspath(path).rstrip("/") + "/"
 
 
 def join(directory: str | os.PathLike, name: str) -> str:
@@ -206,10 +220,13 @@ def _any_under(path: str) -> bool:
 # --- the layer --------------------------------------------------------------------------------
 
 
-def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+def read_bounded(path: str | os.PathLike, limit: int, listed_size: int | None = None) -> bytes:
     """The bytes of a regular file or object of at most `limit` bytes: refused by its size
-    before a byte is read, never more than limit + 1 bytes read. FileNotFoundError when
-    missing, NotAFileError for a FIFO, device or folder, TooLargeError over the limit."""
+    before a byte is read, never more than limit + 1 bytes read (a `listed_size` over the
+    limit is refused without a request). FileNotFoundError when missing, NotAFileError for a
+    FIFO, device or folder, TooLargeError over the limit."""
+    if listed_size is not None and listed_size > limit:
+        raise TooLargeError(f"{listed_size:,} bytes, more than the {limit:,} allowed")
     if not is_remote(path):
         return read_bounded_local(path, limit)
     blob = _blob(str(path))
@@ -496,8 +513,28 @@ def rename(sources: list[str], targets: list[str]) -> None:
         bucket.blob(source_name).delete()
 
 
+def read_own(path: str | os.PathLike) -> bytes:
+    """A file segprep wrote itself in this run (still never a FIFO or a device): no cap of
+    its own beyond what the writer made."""
+    return read_bounded(path, _OWN_FILE_LIMIT)
+
+
+def list_dir(path: str | os.PathLike) -> list[str]:
+    """Paths of every file under a folder or prefix (recursively), [] when there is none.
+    Errors (no credentials, network) propagate: they must not read as "empty"."""
+    return list_files(normalize_dir(path))
+
+
+def delete_tree(path: str | os.PathLike) -> None:
+    """Remove a folder this run made (local) or every object under a prefix (gs://)."""
+    if is_remote(path):
+        delete(list_dir(path))
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def has_files(path: str | os.PathLike) -> bool:
     """True when at least one file lies under the folder or prefix; cheap on huge buckets."""
     if not is_remote(path):
         return any(names for _, _, names in os.walk(path))
-    return _any_under(str(path))
+    return _any_under(normalize_dir(path))

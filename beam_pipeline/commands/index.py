@@ -20,7 +20,7 @@ import uuid
 
 from beam_pipeline.commands.shard_records import record_format, shard_records
 from beam_pipeline.errors import UsageError
-from beam_pipeline.runtime import output_protocol, storage
+from beam_pipeline.runtime import output_protocol
 from transforms import files
 from transforms.format import dataset_info, metadata, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
@@ -64,7 +64,7 @@ def index_output(directory: str) -> IndexResult:
     base = directory.rstrip("/") or "/"
     if not files.isdir(base):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
-    output = storage.normalize_dir(base)
+    output = files.normalize_dir(base)
     state = output_protocol.inspect_output(output)
     output_protocol.check_output(state, overwrite=True)  # only the lock and foreign names
     try:

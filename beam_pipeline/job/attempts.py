@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from beam_pipeline.runtime import storage
+from transforms import files
 
 ATTEMPT_MARK = ".attempt-"
 Shard = Any  # a WrittenShard (job/shard_work.py): .spec.name and .attempt
@@ -63,5 +63,5 @@ def settle(
         for name in names_of(shard):
             sources.append(staged + attempt_name(name, shard.attempt))
             targets.append(staged + name)
-    storage.rename(sources, targets)
+    files.rename(sources, targets)
     return [dataclasses.replace(shard, attempt="") for shard in shards]

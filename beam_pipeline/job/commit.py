@@ -20,7 +20,8 @@ from beam_pipeline.job import attempts, versions
 from beam_pipeline.job.hash_tables import add_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
-from beam_pipeline.runtime import commit_journal, output_protocol, storage
+from beam_pipeline.runtime import commit_journal, output_protocol
+from transforms import files
 from transforms.format import (
     dataset_info,
     features,
@@ -136,9 +137,9 @@ def commit(
         settings.output_dir, _commit_bytes(staged, shards, published, len(rejects_bytes))
     )
     # The refusal comes before any further staging: its rejects are all a refused run keeps.
-    storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
+    files.write_bytes(staged + REJECTS_FILE, rejects_bytes)
     if unlabeled:
-        storage.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
+        files.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     # Unlabeled and not_in_split entries are set aside, not judged: counted in neither part of
     # the fraction, so a dataset's many unlabeled images never dilute its bad ones.
@@ -205,9 +206,9 @@ def commit(
     if previous is not None:
         info["splits"] = versions.merged_splits(previous, info["splits"])
         accounted = new_keys | set(keys)
-        old_rejects = storage.read_bounded(storage.join(settings.output_dir, REJECTS_FILE), 1 << 32)
+        old_rejects = files.read_bounded(files.join(settings.output_dir, REJECTS_FILE), 1 << 32)
         rejects_bytes = versions.merged_rejects(old_rejects, rejects_bytes, accounted)
-        storage.write_bytes(staged + REJECTS_FILE, rejects_bytes)
+        files.write_bytes(staged + REJECTS_FILE, rejects_bytes)
         info["num_rejected"] = versions.rejected_by_reason(rejects_bytes)
         for field in ("parameters", "format_version"):
             if field in previous.extra:
@@ -246,7 +247,7 @@ def commit(
         )
     tfds = []
     for name, data in tfds_info.tfds_files(DatasetInfo.from_json(info)).items():
-        storage.write_bytes(staged + name, data)
+        files.write_bytes(staged + name, data)
         tfds.append({"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     info = metadata.with_tfds_files(info, tfds)
     moves = [
@@ -317,7 +318,7 @@ def _commit_bytes(
     import os
 
     rows = 0
-    if storage.is_local(staged):
+    if files.is_local(staged):
         for shard in shards:
             if shard.spec.name in published:
                 with contextlib.suppress(OSError):
@@ -360,9 +361,9 @@ def _stage_key_table(
         for shard in shards
         if shard.spec.name in published and shard.spec.split == split
     )
-    with storage.streamed(staged + name) as table:
+    with files.streamed(staged + name) as table:
         for number, (_, staged_name) in enumerate(kept):
-            rows = storage.read_bounded(staged + staged_key_rows(staged_name), 1 << 30)
+            rows = files.read_bounded(staged + staged_key_rows(staged_name), 1 << 30)
             if int(parse_shard_name(staged_name)[1]) != first_shard + number:  # rewrite rows
                 rows = record_index.key_table_bytes(
                     dataclasses.replace(row, shard=first_shard + number)

@@ -28,8 +28,9 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job import image_hashes
 from beam_pipeline.job.settings import DuplicateSettings
-from beam_pipeline.runtime import storage, writer_pool
+from beam_pipeline.runtime import writer_pool
 from transforms import duplicates as dups
+from transforms import files
 from transforms.format import side_tables
 from transforms.format.naming import DUPLICATES_FILE
 from transforms.pairing import Pair
@@ -332,7 +333,7 @@ def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
     """Stage duplicates.jsonl; metadata.json's `duplicates` section (without the files)."""
     groups, placed = found
     data = b"".join(group.line() for group in groups)
-    storage.write_bytes(storage.join(settings.staging_dir, DUPLICATES_FILE), data)
+    files.write_bytes(files.join(settings.staging_dir, DUPLICATES_FILE), data)
     straddling = sum(
         len({_member_split(key, group, settings) for key in group.keys}) > 1 for group in groups
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name
 from beam_pipeline.job.image_hashes import hashes_of
-from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.duplicates import hash_rows_bytes
 from transforms.format.naming import DUPLICATES_FILE, HASHES_SUFFIX, INDEX_DIR, hashes_name
 from transforms.pairing import Pair
@@ -40,8 +40,8 @@ def stage_shard_hashes(
         for pair in pairs
         if pair.key not in rejected and hashes_of(pair) is not None
     )
-    storage.write_bytes(
-        storage.join(staging_dir, attempt_name(staged_hash_rows(shard_name), attempt)),
+    files.write_bytes(
+        files.join(staging_dir, attempt_name(staged_hash_rows(shard_name), attempt)),
         hash_rows_bytes(rows),
     )
 
@@ -57,10 +57,10 @@ def stage_hash_table(
         for shard in shards
         if shard.spec.name in published and shard.spec.split == split
     )
-    with storage.streamed(staged + name) as table:
+    with files.streamed(staged + name) as table:
         for _, staged_name in kept:
             path = staged + staged_hash_rows(staged_name)
-            rows = storage.read_bounded(path, 1 << 30)
+            rows = files.read_bounded(path, 1 << 30)
             table.write(rows)
             digest.update(rows)
             size += len(rows)
@@ -79,7 +79,7 @@ def add_duplicates(
     if report is None:
         info["duplicates"] = {"mode": "off"}
         return []
-    data = storage.read_bytes(staged + DUPLICATES_FILE)
+    data = files.read_own(staged + DUPLICATES_FILE)
     info["duplicates"] = {
         **report,
         "file": {

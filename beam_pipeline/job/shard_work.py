@@ -21,9 +21,9 @@ from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name, new_attempt
 from beam_pipeline.job.settings import ShardWriterSettings
-from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
+from transforms import files
 from transforms.class_stats import StatsSum
 from transforms.format import digest_table, record_formats, record_index
 from transforms.format.naming import DIGEST_TABLE_SUFFIX, INDEX_DIR, KEY_TABLE_SUFFIX
@@ -66,7 +66,7 @@ def write_shard(
     """Write the shard's records in key order into the staging folder, under this attempt's
     names (job/attempts.py); its rejects."""
     attempt = new_attempt()
-    local = storage.is_local(settings.staging_dir)
+    local = files.is_local(settings.staging_dir)
     folder = settings.staging_dir if local else tempfile.gettempdir() + "/"
     partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
     progress = Reporter(settings.progress_dir)
@@ -101,7 +101,7 @@ def write_shard(
                 if stats is not None:
                     stats.add(record.class_stats)
         progress.flush()
-        staged = storage.join(settings.staging_dir, attempt_name(spec.name, attempt))
+        staged = files.join(settings.staging_dir, attempt_name(spec.name, attempt))
         size, digest = _stage(partial, staged, local)
     finally:
         if os.path.exists(partial):
@@ -109,8 +109,8 @@ def write_shard(
     index_bytes, index_sha256 = stage_index(
         settings.staging_dir, spec, written, adapter.offset_index, attempt
     )
-    storage.write_bytes(
-        storage.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
+    files.write_bytes(
+        files.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
         digest_table.row_bytes(digests),
     )
     shard = WrittenShard(
@@ -145,9 +145,9 @@ def stage_index(
     indexed = record_index.index_shard(spec.name, written)
     if offsets:
         index_file = attempt_name(indexed.index_file, attempt)
-        storage.write_bytes(storage.join(staging_dir, index_file), indexed.index_bytes)
-    storage.write_bytes(
-        storage.join(staging_dir, attempt_name(staged_key_rows(spec.name), attempt)),
+        files.write_bytes(files.join(staging_dir, index_file), indexed.index_bytes)
+    files.write_bytes(
+        files.join(staging_dir, attempt_name(staged_key_rows(spec.name), attempt)),
         record_index.key_table_bytes(indexed.key_rows),
     )
     if not offsets:
@@ -180,17 +180,17 @@ def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
     if local:
         os.replace(partial, staged)
     else:
-        storage.upload_file(partial, staged)
+        files.upload_file(partial, staged)
     return size, digest.hexdigest()
 
 
 def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
     """A source file's bytes, or a RejectError saying why it cannot be used."""
     try:
-        return storage.read_bounded(source.path, limit, source.size)
-    except storage.NotAFileError as error:
+        return files.read_bounded(source.path, limit, source.size)
+    except files.NotAFileError as error:
         raise RejectError(Reason.NOT_A_FILE, f"{os.path.basename(source.path)}: {error}") from None
-    except storage.TooLargeError as error:
+    except files.TooLargeError as error:
         raise RejectError(too_large, f"{os.path.basename(source.path)}: {error}") from None
     except FileNotFoundError:
         raise RejectError(

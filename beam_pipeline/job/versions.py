@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows
-from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo, VersionInfo
 from transforms.format.naming import digest_table_name
@@ -51,7 +51,7 @@ def stage_digest_table(
     )
     handles = [_lines(staged + staged_digest_rows(shard)) for shard in kept]
     digest, size = hashlib.sha256(), 0
-    with storage.streamed(staged + name) as table:
+    with files.streamed(staged + name) as table:
         for line in digest_table.merge_sorted(handles):
             if new_keys is not None:
                 new_keys.add(digest_table.parse_row(line)[0])
@@ -62,14 +62,14 @@ def stage_digest_table(
 
 
 def _lines(path: str):
-    if storage.is_local(path):
+    if files.is_local(path):
         with open(path, "rb") as handle:
             for line in handle:
                 if len(line) > _LINE_LIMIT:
                     raise digest_table.DigestTableError(f"{path}: a line of {len(line)} bytes")
                 yield line
     else:
-        yield from storage.read_bounded(path, 1 << 30).splitlines(keepends=True)
+        yield from files.read_bounded(path, 1 << 30).splitlines(keepends=True)
 
 
 def now_iso() -> str:

@@ -17,8 +17,8 @@ from typing import Any
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import AppendSettings
-from beam_pipeline.runtime import output_protocol, storage
-from transforms import json_shape
+from beam_pipeline.runtime import output_protocol
+from transforms import files, json_shape
 from transforms.format import dataset_info, side_tables
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
@@ -42,7 +42,7 @@ def plan_append(
             "none (run `segprep prepare` without --append first)"
         )
     _require_readable_manifest(output_dir)
-    path = storage.join(output_dir, METADATA_FILE)
+    path = files.join(output_dir, METADATA_FILE)
     try:
         data = dataset_info.read_metadata_bytes(output_dir)
         raw = json.loads(data)
@@ -91,9 +91,9 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
 def _require_readable_manifest(output_dir: str) -> None:
     """The output's manifest, if it has one, must be a regular file of JSON: a FIFO, a
     device or a damaged one would otherwise fail the commit after the whole job ran."""
-    path = storage.join(output_dir, MANIFEST_FILE)
+    path = files.join(output_dir, MANIFEST_FILE)
     try:
-        json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
+        json_shape.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except FileNotFoundError:
         return
     except (OSError, ValueError) as error:

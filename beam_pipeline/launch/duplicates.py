@@ -11,7 +11,7 @@ import argparse
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
 from beam_pipeline.launch import credentials
-from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.format import dataset_info, side_tables
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
@@ -29,9 +29,9 @@ def plan_duplicates(
     each other (docs/duplicates.md); the output's duplicates.jsonl and hash tables stay as
     they were.
     """
-    output = storage.normalize_dir(args.output_dir)
+    output = files.normalize_dir(args.output_dir)
     for folder in args.leakage_check or ():
-        if storage.normalize_dir(folder) == output:
+        if files.normalize_dir(folder) == output:
             raise UsageError(
                 f"--leakage_check {folder} is the --output_dir: check against another output "
                 "(your test set), not the one this run writes"
@@ -85,8 +85,8 @@ def stored_hash_tables(output: str) -> tuple[tuple[str, dataset_info.FileRef], .
 def _leakage_check(folder: str) -> LeakageCheck:
     """The other output's hash tables, each checked (side_tables.open_table: name, link,
     kind, size and sha256 as its metadata.json lists them) before the job starts."""
-    directory = storage.normalize_dir(folder)
-    if not storage.is_local(directory):
+    directory = files.normalize_dir(folder)
+    if not files.is_local(directory):
         credentials.check_credentials()
     try:
         info = dataset_info.load(directory)

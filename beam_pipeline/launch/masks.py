@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
-from beam_pipeline.runtime import storage
 from transforms import files, spill
 from transforms.format.features import DEFAULT_COCO_UNLABELED
 from transforms.pairing import CocoEntry, coco_entry
@@ -133,7 +132,7 @@ def resolve_annotations(args: argparse.Namespace) -> Annotations | None:
             raise UsageError(f"{flag} needs --annotations or --coco_annotations")
         return None
     if tool is None:
-        if not storage.is_local(path):
+        if not files.is_local(path):
             raise UsageError(f"--annotations {path}: give --annotation_format")
         if not os.path.exists(path):
             raise UsageError(f"--annotations {path}: no such file or folder")
@@ -246,10 +245,10 @@ def _tool_path(export: Annotations) -> str:
     (a gs:// one is found missing when it is downloaded)."""
     path = export.path
     if export.tool == "labelme":
-        if storage.is_local(path) and not os.path.isdir(path):
+        if files.is_local(path) and not os.path.isdir(path):
             raise UsageError(f"--annotations {path}: labelme needs a folder")
-        return storage.normalize_dir(path)
-    if storage.is_local(path):
+        return files.normalize_dir(path)
+    if files.is_local(path):
         _check_regular(f"--annotations {path}", path)
     return normalize_file(path)
 
@@ -273,7 +272,7 @@ def read_tool_annotations(
 
     origin = f"--annotations {export.path}"
     image_dir = args.image_dir or args.data_dir or "."
-    image_dir = os.path.abspath(image_dir) if storage.is_local(image_dir) else image_dir
+    image_dir = os.path.abspath(image_dir) if files.is_local(image_dir) else image_dir
     common = {"class_names": names, "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED}
     try:
         with spill.temporary_folder("annotations") as folder:
@@ -289,11 +288,11 @@ def read_tool_annotations(
 
 
 def _local_file(path: str, folder: str, origin: str) -> str:
-    if storage.is_local(path):
+    if files.is_local(path):
         return path
     local = os.path.join(folder, "export")
     try:
-        storage.download_file(path, local)
+        files.download_file(path, local)
     except FileNotFoundError:
         raise UsageError(f"{origin}: no such file") from None
     return local
@@ -303,16 +302,16 @@ def _local_labelme(path: str, image_dir: str, folder: str, origin: str) -> tuple
     """(labelme folder, image folder) on local disk. From gs:// the .json files are copied to
     `folder`/BUCKET/NAME, so imagePath (relative to its JSON file) still resolves to the
     image's own path, which the gs:// image folder maps to alike."""
-    if storage.is_local(path):
+    if files.is_local(path):
         return path, image_dir
-    jsons = [p for p in storage.list_dir(path) if p.lower().endswith(".json")]
+    jsons = [p for p in files.list_dir(path) if p.lower().endswith(".json")]
     if not jsons:
         raise UsageError(f"{origin}: no .json files")
     for remote in jsons:
         local = _mirrored(remote, folder)
         os.makedirs(os.path.dirname(local), exist_ok=True)
-        storage.download_file(remote, local)
-    images = _mirrored(image_dir, folder) if not storage.is_local(image_dir) else image_dir
+        files.download_file(remote, local)
+    images = _mirrored(image_dir, folder) if not files.is_local(image_dir) else image_dir
     return _mirrored(path, folder), images
 
 
@@ -339,12 +338,12 @@ def _class_map(given: str | None):
 
 def normalize_file(path: str) -> str:
     """Absolute local path or gs:// path of a file flag."""
-    return os.path.abspath(path) if storage.is_local(path) else path
+    return os.path.abspath(path) if files.is_local(path) else path
 
 
 def _read_flag_file(source: str, path: str) -> bytes:
     try:
-        return storage.read_bounded(path, FLAG_FILE_LIMIT)
+        return files.read_bounded(path, FLAG_FILE_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"{source}: no such file") from None
     except OSError as error:
@@ -360,13 +359,13 @@ def read_annotations(
     from transforms.sources.coco import read_coco
 
     source = f"--coco_annotations {path}"
-    if storage.is_local(path):
+    if files.is_local(path):
         _check_regular(source, path)
         return _read(read_coco, path, source, unlabeled, class_names)
     with spill.temporary_folder("coco") as folder:
         local = os.path.join(folder, "annotations.json")
         try:
-            storage.download_file(path, local)
+            files.download_file(path, local)
         except FileNotFoundError:
             raise UsageError(f"{source}: no such file") from None
         return _read(read_coco, local, source, unlabeled, class_names)
@@ -401,7 +400,7 @@ def staged_coco_files(staging: str, dataset: CocoDataset) -> tuple[str, ...]:
     """Where `stage_coco` writes the image records: known before it runs, for the job graph."""
     count = max(1, -(-dataset.num_images // STAGED_COCO_PER_FILE))
     return tuple(
-        storage.join(staging, f"{STAGED_COCO_PREFIX}-{index:05d}.records") for index in range(count)
+        files.join(staging, f"{STAGED_COCO_PREFIX}-{index:05d}.records") for index in range(count)
     )
 
 
@@ -422,8 +421,8 @@ def stage_coco(dataset: CocoDataset, staged: tuple[str, ...]) -> None:
         if len(written) != len(staged):
             raise RuntimeError(f"{len(written)} staged COCO files, {len(staged)} planned")
         for local, target in zip(written, staged, strict=True):
-            if storage.is_local(target):
+            if files.is_local(target):
                 os.makedirs(os.path.dirname(target), exist_ok=True)  # a template run: no folder yet
                 shutil.copyfile(local, target)
             else:
-                storage.upload_file(local, target)
+                files.upload_file(local, target)

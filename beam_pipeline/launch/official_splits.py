@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_TRAIN_SIZE, DEFAULT_VALIDATION_SIZE
-from beam_pipeline.runtime import storage
+from transforms import files
 from transforms.pairing import IMAGE_EXTENSIONS, Layout
 from transforms.splits import FOLDER_SPLITS, FolderSplits, SplitFractions, SplitLists, folder_split
 
@@ -97,7 +97,7 @@ def _list_lines(split: str, path: str) -> list[str]:
     Pet's lists carry more columns: `Abyssinian_1 1 1 1`), a UTF-8 BOM dropped; a line
     longer than any key is a usage error naming the file and line."""
     try:
-        data = storage.read_bounded(path, SPLIT_FILE_BYTES)
+        data = files.read_bounded(path, SPLIT_FILE_BYTES)
         text = data.decode("utf-8-sig")
     except FileNotFoundError:
         raise UsageError(f"--split_file {split}: no such file {path}") from None

@@ -36,8 +36,9 @@ from beam_pipeline.launch.options import (
     HelpFormatter,
     add_prepare_arguments,
 )
-from beam_pipeline.runtime import output_protocol, storage, writer_pool
+from beam_pipeline.runtime import output_protocol, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
+from transforms import files
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
 from transforms.settings_error import SettingError
@@ -160,7 +161,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     except UsageError:
         _refuse_unknown_flags(argv, parser)  # a misspelt --image_dir explains "required"
         raise
-    output_dir = storage.normalize_dir(args.output_dir)
+    output_dir = files.normalize_dir(args.output_dir)
     folders = tuple(folder for folder in (layout.image_dir, layout.mask_dir) if folder)
     _refuse_output_inside_inputs(output_dir, layout, args, export)
     paths = (*folders, output_dir)  # what the writers read and write
@@ -171,14 +172,14 @@ def make_plan(argv: list[str]) -> RunPlan:
     overrides = _beam_overrides(beam, args, runner)
     if runner.dataflow:
         dataflow.check_dataflow(layout, output_dir, beam)
-    elif not runner.local and any(storage.is_local(path) for path in paths):
+    elif not runner.local and any(files.is_local(path) for path in paths):
         raise UsageError(
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
-    remote_data = any(not storage.is_local(path) for path in paths)
+    remote_data = any(not files.is_local(path) for path in paths)
     # Class-name, colormap and COCO files are read while planning, dry run or not.
     remote_files = any(
-        path is not None and not storage.is_local(path)
+        path is not None and not files.is_local(path)
         for path in (args.class_names, args.colormap, export.path if export else None)
     )
     if (remote_data and not args.dry_run) or remote_files:
@@ -206,7 +207,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
     run_id = _run_id()
     staging = output_protocol.staging_dir(output_dir, run_id)
-    progress = listing is not None and runner.local and storage.is_local(output_dir)
+    progress = listing is not None and runner.local and files.is_local(output_dir)
     shard_size = args.shard_size_mb
     if args.num_shards is None and shard_size is None:
         shard_size = DEFAULT_SHARD_SIZE_MB
@@ -338,7 +339,7 @@ def _inputs(
     flags = _flags(args, export)
     folders = [folder for folder in (layout.image_dir, layout.mask_dir) if folder]
     listing = None
-    if all(storage.is_local(folder) for folder in folders):
+    if all(files.is_local(folder) for folder in folders):
         if not args.dry_run or os.path.isdir(layout.image_dir):
             coco = (
                 ()
@@ -349,7 +350,7 @@ def _inputs(
             if lists and args.append:
                 from beam_pipeline.launch.append import keys_held
 
-                held = keys_held(storage.normalize_dir(args.output_dir), lists)
+                held = keys_held(files.normalize_dir(args.output_dir), lists)
                 lists = {key: split for key, split in lists.items() if key not in held}
             listing = list_local(
                 layout,
@@ -386,7 +387,7 @@ def _missing_check(fractions, lists: dict[str, str], max_fraction: float):
 
 def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.OutputState | None:
     """The output folder as it is now; a gs:// dry run touches no bucket."""
-    if not storage.is_local(output_dir) and args.dry_run:
+    if not files.is_local(output_dir) and args.dry_run:
         return None
     output = output_protocol.inspect_output(output_dir)
     if args.append and output.pending_commit and output.holder is None and not args.dry_run:
@@ -473,7 +474,7 @@ def _refuse_output_inside_inputs(
     """Shards written inside an input folder would be listed as input by the next run."""
 
     def real(path: str) -> str:  # through links, where the folders are local
-        return os.path.realpath(path) + "/" if storage.is_local(path) else path
+        return os.path.realpath(path) + "/" if files.is_local(path) else path
 
     image_flag, mask_flag = _flags(args, export)
     for folder, flag in ((layout.image_dir, image_flag), (layout.mask_dir, mask_flag)):
@@ -521,21 +522,21 @@ def _folders(args: argparse.Namespace, export: masks.Annotations | None) -> Layo
     if export is not None:
         if (args.data_dir is None) == (args.image_dir is None):
             raise UsageError(f"{export.flag} goes with --image_dir (or --data_dir), one of them")
-        folder = storage.normalize_dir(args.image_dir or args.data_dir)
+        folder = files.normalize_dir(args.image_dir or args.data_dir)
         if export.tool == "labelme":
-            return Layout(folder, None, storage.normalize_dir(export.path))
+            return Layout(folder, None, files.normalize_dir(export.path))
         return Layout(folder, None, masks.normalize_file(export.path))
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")
-        folder = storage.normalize_dir(args.data_dir)
+        folder = files.normalize_dir(args.data_dir)
         return Layout(folder, folder)
     missing = [flag for flag in ("--image_dir", "--mask_dir") if getattr(args, flag[2:]) is None]
     if missing:
         raise UsageError(
             f"{' and '.join(missing)} required (or --data_dir for images and masks in one folder)"
         )
-    layout = Layout(storage.normalize_dir(args.image_dir), storage.normalize_dir(args.mask_dir))
+    layout = Layout(files.normalize_dir(args.image_dir), files.normalize_dir(args.mask_dir))
     if not layout.one_folder:
         for inner, outer, flag in (
             (layout.mask_dir, layout.image_dir, "--mask_dir"),
@@ -591,7 +592,7 @@ def _may_use_writer_pool(args: argparse.Namespace, paths) -> bool:
         not args.dry_run
         and args.writer_processes != 1
         and writer_pool.usable_cores() > 1
-        and all(storage.is_local(path) for path in paths)
+        and all(files.is_local(path) for path in paths)
     )
 
 
@@ -603,6 +604,6 @@ def _writer_processes(args: argparse.Namespace, runner: RunnerPlan, paths) -> in
     credentials. A dry run resolves the same number as the real run (it prints the plan the
     real run executes); it only starts no pool.
     """
-    if not runner.in_process or not all(storage.is_local(p) for p in paths):
+    if not runner.in_process or not all(files.is_local(p) for p in paths):
         return 1
     return args.writer_processes or writer_pool.usable_cores()

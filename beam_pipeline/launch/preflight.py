@@ -6,8 +6,8 @@ import io
 import os
 
 from beam_pipeline.errors import UsageError
-from beam_pipeline.runtime import storage
 from beam_pipeline.runtime.local_listing import LocalListing, keys_in, list_local
+from transforms import files
 from transforms.pairing import MASK_SUFFIXES, ONE_FOLDER_MASK_SUFFIXES, Layout, Role, basename
 
 
@@ -77,7 +77,7 @@ def check_remote_inputs(layout: Layout, flags: tuple[str, str]) -> None:
     for flag, path in zip(flags, (layout.image_dir, layout.mask_dir), strict=True):
         if path is None:  # masks from a COCO file, read by the launcher already
             continue
-        if not storage.has_files(path):
+        if not files.has_files(path):
             raise UsageError(f"{flag} {path} has no files: check the path")
 
 
@@ -94,7 +94,7 @@ def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str)
     if path is None:
         return
     try:
-        data = storage.read_bounded(path, 64 << 20)
+        data = files.read_bounded(path, 64 << 20)
         variables = [name for name, *_ in scipy.io.whosmat(io.BytesIO(data))]
     except Exception:  # noqa: BLE001 - unreadable or v7.3: the job reports it per entry
         return

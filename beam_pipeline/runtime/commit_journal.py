@@ -36,7 +36,6 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from beam_pipeline.errors import UsageError
-from beam_pipeline.runtime import storage
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
 from transforms.format.naming import (
@@ -121,8 +120,8 @@ def read_manifest(output_dir: str) -> dict | None:
     """The manifest, checked: None when there is none (or it is not JSON: a manifest segprep
     wrote is replaced whole, never half); UsageError when it names what segprep never writes."""
     try:
-        path = storage.join(output_dir, MANIFEST_FILE)
-        body = json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
+        path = files.join(output_dir, MANIFEST_FILE)
+        body = json_shape.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except (OSError, ValueError):
         return None
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):
@@ -149,7 +148,7 @@ def read_manifest(output_dir: str) -> dict | None:
 
 def _refuse(output_dir: str, what: str) -> None:
     raise UsageError(
-        f"{storage.join(output_dir, MANIFEST_FILE)} {what}: it is damaged or not segprep's; "
+        f"{files.join(output_dir, MANIFEST_FILE)} {what}: it is damaged or not segprep's; "
         f"nothing was changed (move {SEGPREP_DIR} away to start afresh)"
     )
 
@@ -173,9 +172,7 @@ def journal_of(manifest: dict | None) -> Journal | None:
 def write_manifest(output_dir: str, body: dict) -> None:
     """Whole or not at all, through the file layer (a temporary name and a rename locally)."""
     own_folder(output_dir, SEGPREP_DIR)  # a real folder of segprep's, never a link
-    storage.write_bytes(
-        storage.join(output_dir, MANIFEST_FILE), json.dumps(body, indent=1).encode()
-    )
+    files.write_bytes(files.join(output_dir, MANIFEST_FILE), json.dumps(body, indent=1).encode())
 
 
 def committed_manifest(run_id: str, files: Iterable[str]) -> dict:
@@ -188,7 +185,7 @@ def committed_manifest(run_id: str, files: Iterable[str]) -> dict:
 def own_folder(output_dir: str, relative: str, *, create: bool = True) -> None:
     """Make sure every folder of `relative` under a local output is a real folder of
     segprep's: created if absent, and a link (or a file) there is refused, never followed."""
-    if not storage.is_local(output_dir):
+    if not files.is_local(output_dir):
         return
     path = output_dir.rstrip("/") or "/"
     for part in relative.strip("/").split("/"):
@@ -216,7 +213,7 @@ def _is_real_folder(info: os.stat_result) -> bool:
 
 def remove_empty_index(output_dir: str) -> None:
     """Cleaning leaves no empty folder of segprep's behind: index/ goes once it is empty."""
-    if storage.is_local(output_dir):
+    if files.is_local(output_dir):
         path = os.path.join(output_dir, INDEX_DIR)
         with contextlib.suppress(OSError):  # absent, not empty, or a link (refused elsewhere)
             if _is_real_folder(os.lstat(path)):
@@ -229,7 +226,7 @@ def remove_empty_index(output_dir: str) -> None:
 def check_space(output_dir: str, needed: int) -> None:
     """Refuse a commit whose writes (staged tables, metadata, manifest) cannot fit, before
     anything moves. Renames within the file system need no space. gs:// is not checked."""
-    if not storage.is_local(output_dir):
+    if not files.is_local(output_dir):
         return
     info = os.statvfs(output_dir)
     free = info.f_bavail * info.f_frsize
@@ -257,7 +254,7 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
     """Stage metadata.json, write the journal, then steps 1-3. Cut short once the journal
     is written, the commit rolls back (or forward, once the new metadata.json is in place)
     before the failure propagates."""
-    storage.write_bytes(_staged(output_dir, journal.run_id, METADATA_FILE), metadata)
+    files.write_bytes(_staged(output_dir, journal.run_id, METADATA_FILE), metadata)
     hook("staged")
     try:
         write_manifest(output_dir, journal.to_json())
@@ -368,8 +365,8 @@ class _Where:
         self.journal = journal
 
     def exists(self, name: str) -> bool:
-        path = storage.join(self.out, name)
-        if storage.is_local(self.out):
+        path = files.join(self.out, name)
+        if files.is_local(self.out):
             return os.path.lexists(path)
         from apache_beam.io.filesystems import FileSystems
 
@@ -383,7 +380,7 @@ class _Where:
 
     def _metadata(self, name: str) -> bytes | None:
         try:
-            return storage.read_bounded(storage.join(self.out, name), FILE_LIMITS.metadata_bytes)
+            return files.read_bounded(files.join(self.out, name), FILE_LIMITS.metadata_bytes)
         except OSError:
             return None
 
@@ -415,7 +412,7 @@ class _Where:
 
     def holds(self, name: str, entry: tuple[int, str]) -> bool:
         """The file at `name` has exactly the listed size and sha256 (the size first)."""
-        path = storage.join(self.out, name)
+        path = files.join(self.out, name)
         try:
             if files.stat(path).size != entry[0]:
                 return False
@@ -475,7 +472,7 @@ def _staged_name(run_id: str, name: str) -> str:
 
 
 def _staged(output_dir: str, run_id: str, name: str) -> str:
-    return storage.join(output_dir, _staged_name(run_id, name))
+    return files.join(output_dir, _staged_name(run_id, name))
 
 
 def _aside(run_id: str, name: str) -> str:
@@ -488,19 +485,19 @@ def _move(output_dir: str, source: str, target: str) -> None:
     folder = os.path.dirname(target)
     if folder:
         own_folder(output_dir, folder)
-    storage.rename([storage.join(output_dir, source)], [storage.join(output_dir, target)])
+    files.rename([files.join(output_dir, source)], [files.join(output_dir, target)])
 
 
 def _remove_tree(output_dir: str, relative: str) -> None:
-    path = storage.join(output_dir, relative)
-    if storage.is_local(output_dir):
+    path = files.join(output_dir, relative)
+    if files.is_local(output_dir):
         import shutil
 
         with contextlib.suppress(FileNotFoundError):
             if _is_real_folder(os.lstat(path)):
                 shutil.rmtree(path)  # never follows a link inside the tree
         return
-    storage.delete_tree(path + "/")
+    files.delete_tree(path + "/")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import stat
 from collections.abc import Iterable
 
 from beam_pipeline.errors import UsageError
-from beam_pipeline.runtime import commit_journal, storage
+from beam_pipeline.runtime import commit_journal
 from beam_pipeline.runtime.commit_journal import (
     COMMITTED,
     COMMITTING,
@@ -146,7 +146,7 @@ def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -
 
 
 def _top_level_names(output_dir: str) -> set[str]:
-    if storage.is_local(output_dir):
+    if files.is_local(output_dir):
         path = output_dir.rstrip("/") or "/"
         if not os.path.lexists(path):
             return set()
@@ -161,7 +161,7 @@ def _top_level_names(output_dir: str) -> set[str]:
                 "a file): choose a new folder"
             )
         return names
-    return {path[len(output_dir) :].split("/", 1)[0] for path in storage.list_dir(output_dir)}
+    return {path[len(output_dir) :].split("/", 1)[0] for path in files.list_dir(output_dir)}
 
 
 def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], bool]:
@@ -169,7 +169,7 @@ def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], b
     damaged): its metadata.json says what it wrote."""
     if METADATA_FILE not in names:
         return (), False
-    info = _read_json(storage.join(output_dir, METADATA_FILE))
+    info = _read_json(files.join(output_dir, METADATA_FILE))
     if not (isinstance(info, dict) and "segprep" in (info.get("versions") or {})):
         return (), False  # someone else's metadata.json: foreign like any other file
     try:  # the one reader of metadata.json knows every file an output lists
@@ -191,7 +191,7 @@ def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], b
 
 def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
     """segprep writes only regular files: a link under one of its names is someone else's."""
-    if not storage.is_local(output_dir):
+    if not files.is_local(output_dir):
         return
     for name in names:
         path = os.path.join(output_dir, name)
@@ -204,7 +204,7 @@ def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
 
 def _read_json(path: str):
     try:
-        return json_shape.loads(storage.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
+        return json_shape.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
     except (OSError, ValueError):
         return None
 
@@ -228,8 +228,8 @@ def _lock_info(run_id: str, *, remote: bool) -> LockInfo:
 
 def current_holder(output_dir: str) -> LockInfo | None:
     """The run holding the lock now, or None (no lock, or a stale one from a dead process)."""
-    path = storage.join(output_dir, LOCK_FILE)
-    if storage.is_local(output_dir):
+    path = files.join(output_dir, LOCK_FILE)
+    if files.is_local(output_dir):
         try:
             descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -284,7 +284,7 @@ class RunLock:
         self._generation: int | None = None
 
     def __enter__(self) -> RunLock:
-        if storage.is_local(self.output_dir):
+        if files.is_local(self.output_dir):
             self._acquire_local()
         else:
             self._acquire_remote()
@@ -367,7 +367,7 @@ class RunLock:
 
 
 def _lock_blob(output_dir: str):
-    bucket, name = files.split_gcs(storage.join(output_dir, LOCK_FILE))
+    bucket, name = files.split_gcs(files.join(output_dir, LOCK_FILE))
     return files.gcs_client().bucket(bucket).blob(name)
 
 
@@ -398,13 +398,13 @@ def release_lock_of(output_dir: str, run_id: str) -> None:
 
 def staging_dir(output_dir: str, run_id: str) -> str:
     """This run's staging folder, ending in '/'."""
-    return storage.join(output_dir, run_dir(run_id)) + "/"
+    return files.join(output_dir, run_dir(run_id)) + "/"
 
 
 def make_staging_dir(output_dir: str, run_id: str) -> str:
     """Create this run's staging folder (local; gs:// has no folders); its path."""
     staged = staging_dir(output_dir, run_id)
-    if storage.is_local(output_dir):
+    if files.is_local(output_dir):
         os.makedirs(output_dir, exist_ok=True)  # the output folder itself may be new
     own_folder(output_dir, f"{run_dir(run_id)}/{INDEX_DIR}")  # writers create no folders
     return staged
@@ -440,14 +440,14 @@ def clean_unfinished(state: OutputState) -> None:
 
 
 def _remove_runs(out: str) -> None:
-    runs = storage.join(out, RUNS_DIR)
-    if storage.is_local(out):
+    runs = files.join(out, RUNS_DIR)
+    if files.is_local(out):
         own_folder(out, RUNS_DIR, create=False)
         if os.path.isdir(runs):
             for item in os.listdir(runs):
                 _remove_local_tree(os.path.join(runs, item))
     else:
-        storage.delete_tree(runs + "/")
+        files.delete_tree(runs + "/")
 
 
 def repair(output_dir: str) -> list[str]:
@@ -515,7 +515,7 @@ def discard_staged(output_dir: str, run_id: str, *, keep: Iterable[str] = (REJEC
     """After a failed run: drop its staged files, keeping what explains the failure."""
     staged = staging_dir(output_dir, run_id)
     kept = set(keep)
-    if storage.is_local(output_dir):
+    if files.is_local(output_dir):
         if not os.path.isdir(staged):
             return
         for name in os.listdir(staged):
@@ -524,21 +524,19 @@ def discard_staged(output_dir: str, run_id: str, *, keep: Iterable[str] = (REJEC
         if not os.listdir(staged):
             os.rmdir(staged)
         return
-    storage.delete_paths(
-        [path for path in storage.list_dir(staged) if path[len(staged) :] not in kept]
-    )
+    files.delete([path for path in files.list_dir(staged) if path[len(staged) :] not in kept])
 
 
 def _delete(output_dir: str, names: Iterable[str]) -> None:
     for name in names:
-        path = storage.join(output_dir, name)
-        if storage.is_local(output_dir):
+        path = files.join(output_dir, name)
+        if files.is_local(output_dir):
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(path).st_mode):
                     os.unlink(path)
         else:
             with contextlib.suppress(Exception):  # noqa: BLE001 - absent already
-                storage.delete_paths([path])
+                files.delete([path])
 
 
 def publish(
@@ -571,7 +569,7 @@ def publish(
     kept = set(keep)
     earlier = [name for name in previous.ours if name not in kept and _is_there(output_dir, name)]
     manifest = (
-        storage.read_bounded(storage.join(output_dir, MANIFEST_FILE), FILE_LIMITS.metadata_bytes)
+        files.read_bounded(files.join(output_dir, MANIFEST_FILE), FILE_LIMITS.metadata_bytes)
         if (previous.ours and _is_there(output_dir, MANIFEST_FILE))
         else b"{}"
     )
@@ -586,10 +584,10 @@ def publish(
     names = [*journal.to_json()["files"], *(staged for staged, _ in moves)]
     commit_journal.check_space(output_dir, len(metadata) + commit_journal.manifest_bytes(names))
     commit_journal.run(output_dir, journal, metadata)
-    if storage.is_local(output_dir):
+    if files.is_local(output_dir):
         _remove_local_tree(staging_dir(output_dir, run_id).rstrip("/"))
     else:
-        storage.delete_tree(staging_dir(output_dir, run_id))
+        files.delete_tree(staging_dir(output_dir, run_id))
 
 
 def _run_id_of(manifest: bytes) -> str:
@@ -600,8 +598,8 @@ def _run_id_of(manifest: bytes) -> str:
 
 
 def _is_there(output_dir: str, name: str) -> bool:
-    path = storage.join(output_dir, name)
-    if storage.is_local(output_dir):
+    path = files.join(output_dir, name)
+    if files.is_local(output_dir):
         return os.path.lexists(path)
     from apache_beam.io.filesystems import FileSystems
 

@@ -143,7 +143,8 @@ def _unlabeled(state: Checked) -> int | None:
 def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     """The output protocol's state (runtime/output_protocol.py): no run writing, the last
     commit finished, and the manifest naming exactly the published files."""
-    from beam_pipeline.runtime import output_protocol, storage
+    from beam_pipeline.runtime import output_protocol
+    from transforms import files
 
     names = set(files.listdir(base))
     published = names - {INDEX_DIR}
@@ -162,7 +163,7 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return [f"{MANIFEST_FILE}: not readable: {error}"]
         if not isinstance(manifest, dict):
             return [f"{MANIFEST_FILE} is not a JSON object: damaged or tampered"]
-    holder = output_protocol.current_holder(storage.normalize_dir(base))
+    holder = output_protocol.current_holder(files.normalize_dir(base))
     listed = {REJECTS_FILE, METADATA_FILE}
     if metadata.get("num_unlabeled"):
         listed.add(UNLABELED_FILE)

@@ -57,9 +57,10 @@ def run_verify(directory: str, *, repair: bool = False) -> int:
     """CLI body: the OK line and exit 0, or one line per problem and exit 1. `repair` first
     finishes a commit cut short (runtime/output_protocol.py repair)."""
     if repair:
-        from beam_pipeline.runtime import output_protocol, storage
+        from beam_pipeline.runtime import output_protocol
+        from transforms import files
 
-        for line in output_protocol.repair(storage.normalize_dir(directory)):
+        for line in output_protocol.repair(files.normalize_dir(directory)):
             print(f"repaired: {line}")
     report = check_output(directory)
     if report.ok:
