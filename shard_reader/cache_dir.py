@@ -22,8 +22,8 @@ import json
 import os
 from collections.abc import Sequence
 
+from transforms import files
 from transforms.files import open_regular, read_bounded_local
-from transforms.format import dataset_info
 from transforms.format.naming import METADATA_FILE
 from transforms.limits import FILE_LIMITS
 
@@ -77,9 +77,7 @@ def open_directory(
 ) -> CacheDirectory:
     """The cache directory of these settings under `root`: claimed for filling when empty,
     checked against its manifest when filled (CacheMismatchError, CacheBusyError)."""
-    metadata = dataset_info.read_file(
-        dataset_info.join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes
-    )
+    metadata = files.read_bounded(files.join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes)
     num_pipelines, pipeline_id = pipeline
     fields = [CACHE_FORMAT, split, num_pipelines, pipeline_id, size, with_keys]
     if version is not None:  # a pinned version reads other records than the latest

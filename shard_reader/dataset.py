@@ -32,8 +32,9 @@ from shard_reader.cache_dir import CacheBusyError as CacheBusyError  # re-export
 from shard_reader.cache_dir import CacheMismatchError as CacheMismatchError  # re-exported
 from shard_reader.decoding import OUTPUT_DTYPES, Size, convert, make_decoder
 from shard_reader.metadata import SplitInfo, load_split
+from transforms import files
 from transforms.files import NotAFileError, open_regular
-from transforms.format import dataset_info, record_formats
+from transforms.format import record_formats
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -341,7 +342,7 @@ def _plan_cache(
             "cache on disk, or cache=None"
         )
     path = os.fspath(cache) if isinstance(cache, str | os.PathLike) else None
-    if not isinstance(path, str) or not path or dataset_info.is_remote(path):
+    if not isinstance(path, str) or not path or files.is_remote(path):
         raise ValueError(
             f"cache must be None, 'memory', 'auto' or a local directory, got {cache!r}"
         )
@@ -378,7 +379,7 @@ def _check_regular(info: SplitInfo) -> None:
     reader would block on a FIFO or read a device without end. A missing shard is left to
     tf.data (NotFoundError when read; a filled cache does not need it)."""
     for path in info.files:
-        if dataset_info.is_remote(path):
+        if files.is_remote(path):
             return
         try:
             open_regular(path).close()

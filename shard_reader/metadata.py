@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from transforms import files
 from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, IncompleteOutputError, MetadataError
 
@@ -58,7 +59,7 @@ def load_split(data_dir: str | os.PathLike, split: str, version: int | None = No
     if info.num_examples == 0:
         raise ValueError(f"split {split!r} of {data_dir} has no examples")
     return SplitInfo(
-        files=tuple(dataset_info.join(data_dir, shard.file) for shard in info.shards),
+        files=tuple(files.join(data_dir, shard.file) for shard in info.shards),
         shard_sizes=tuple(shard.num_examples for shard in info.shards),
         num_examples=info.num_examples,
         mask_format=metadata.mask_format,

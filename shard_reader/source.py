@@ -43,6 +43,7 @@ import simplejpeg
 from PIL import Image
 
 from shard_reader import remote_cache, resizing
+from transforms import files
 from transforms.files import TooLargeError, read_bounded
 from transforms.format import dataset_info, features, record_formats, record_index
 from transforms.format import example_schema as tf_example
@@ -93,7 +94,7 @@ class RecordSource:
         cache_limit_bytes: int | None = None,
     ) -> None:
         self.cache: remote_cache.ShardCache | None = None
-        if dataset_info.is_remote(data_dir):
+        if files.is_remote(data_dir):
             if not str(data_dir).startswith("gs://"):
                 raise ValueError(f"{data_dir}: RecordSource reads local paths and gs:// only")
             remote_cache.require_credentials()
@@ -126,10 +127,10 @@ class RecordSource:
         self._lock = threading.Lock()
 
     def _load_shard(self, shard: dataset_info.ShardInfo, verify_index: bool) -> _Shard:
-        shard_path = dataset_info.join(self.data_dir, shard.file)
+        shard_path = files.join(self.data_dir, shard.file)
         if not self._format.offset_index:
             return _Shard(shard_path, shard.bytes, shard.num_examples, None, shard.sha256)
-        path = dataset_info.join(self.data_dir, shard.index.file)
+        path = files.join(self.data_dir, shard.index.file)
         cap = shard.index.bytes if verify_index else shard.num_examples * INDEX_LINE_BYTES
         try:
             data = read_bounded(path, cap)
@@ -288,7 +289,7 @@ class RecordSource:
             return {}
         rows = []
         for ref in self._key_tables:
-            path = dataset_info.join(self.data_dir, ref.file)
+            path = files.join(self.data_dir, ref.file)
             try:
                 data = read_bounded(path, ref.bytes)
             except TooLargeError as error:

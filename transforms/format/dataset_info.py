@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms import files
+from transforms import files, json_shape
 from transforms.class_stats import ClassStats, split_weights
 from transforms.format import record_formats
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
@@ -44,9 +44,6 @@ from transforms.limits import FILE_LIMITS
 
 # Longest `.idx` line: two uint64 in decimal, a space and a newline.
 INDEX_LINE_BYTES = 2 * 20 + 2
-_ESCAPE = re.compile(rb"\\.", re.DOTALL)
-_STRING = re.compile(rb'"[^"]*"')
-_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 
 # Bumped only for changes an older reader would misread; added optional fields keep it.
 FORMAT_VERSION = 1
@@ -560,28 +557,13 @@ def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, 
     return versions
 
 
-def check_json_depth(data: bytes, where: str = "metadata.json") -> None:
-    """Refuse JSON nested deeper than LIMITS.json_depth before it is parsed: json.loads
-    recurses per level, so a tampered file would end in RecursionError, not a reason.
-
-    Linear and in C: escapes and then strings are dropped (a bracket inside a string does
-    not nest), the brackets left are summed as +1/-1.
-    """
-    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", data)).translate(None, _NOT_BRACKETS)
-    steps = np.frombuffer(brackets, np.uint8)
-    depth = np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1))
-    if depth.size and depth.max() > LIMITS.json_depth:
-        raise MetadataError(
-            f"{where}: JSON nested {int(depth.max())} levels deep, more than the "
-            f"{LIMITS.json_depth} allowed (tampered file?)"
-        )
-
-
 def parse_json(data: bytes, where: str = "metadata.json") -> Any:
-    """`data` parsed as JSON, nesting checked first; MetadataError when it is not JSON."""
-    check_json_depth(data, where)
+    """`data` parsed as JSON, its shape checked first (json_shape: nesting, UTF-8, token
+    lengths); MetadataError when it is not JSON or is shaped as no segprep file is."""
     try:
-        return json.loads(data)
+        return json_shape.loads(data, where, LIMITS.json_depth)
+    except json_shape.JsonShapeError as error:
+        raise MetadataError(f"{error} (tampered file?)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise MetadataError(f"{where} is not valid JSON: {error}") from error
 
@@ -712,29 +694,10 @@ def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFo
     )
 
 
-def join(data_dir: str | os.PathLike, name: str) -> str:
-    """`name` (relative, from metadata.json) inside the output directory."""
-    return files.join(data_dir, name)
-
-
-def is_remote(path: str | os.PathLike) -> bool:
-    return files.is_remote(path)
-
-
-def read_file(path: str, limit: int = FILE_LIMITS.index_bytes) -> bytes:
-    """Bytes of a file of the output (local or gs://), at most `limit` of them: a FIFO, a
-    device or a larger file is refused (OSError) before it is read."""
-    return files.read_bounded(path, limit)
-
-
-def file_exists(path: str) -> bool:
-    return files.exists(path)
-
-
 def read_metadata_bytes(data_dir: str | os.PathLike) -> bytes:
     """metadata.json's bytes, bounded by FILE_LIMITS.metadata_bytes: the one read of the file
     (every loader below, an append's witness sha256, the commit's recheck)."""
-    return files.read_bounded(join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes)
+    return files.read_bounded(files.join(data_dir, METADATA_FILE), FILE_LIMITS.metadata_bytes)
 
 
 def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
@@ -742,9 +705,9 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     if not files.isdir(data_dir):
         reason = "is not a directory" if files.exists(data_dir) else "does not exist"
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
-    path = join(data_dir, METADATA_FILE)
-    if not file_exists(path):
-        if is_remote(data_dir) or files.isdir(join(data_dir, SEGPREP_DIR)):
+    path = files.join(data_dir, METADATA_FILE)
+    if not files.exists(path):
+        if files.is_remote(data_dir) or files.isdir(files.join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
                 "(the job failed or is still running); re-run `segprep prepare`"

@@ -27,7 +27,6 @@ from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask
 from beam_pipeline.errors import UsageError
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups
-from transforms.format import dataset_info
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
 from transforms.limits import FILE_LIMITS
 
@@ -67,7 +66,9 @@ def duplicate_entries(directory: str, count: int) -> tuple[list[Entry], int, int
         raise NoRejects(f"{directory} was prepared with --duplicates off: no groups to show")
     base = directory.rstrip("/")
     try:
-        groups = parse_groups(dataset_info.read_file(dataset_info.join(base, DUPLICATES_FILE)))
+        groups = parse_groups(
+            files.read_bounded(files.join(base, DUPLICATES_FILE), FILE_LIMITS.index_bytes)
+        )
     except (OSError, ValueError) as error:
         raise UsageError(f"{base}/{DUPLICATES_FILE}: {error}: run `segprep verify`") from None
     if not groups:
@@ -128,8 +129,8 @@ def _entry(key: str, about: str, sources, rejects) -> Entry:
 def _rejects(base: str, wanted: set[str]) -> dict[str, dict]:
     """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those, never the
     file."""
-    path = dataset_info.join(base, REJECTS_FILE)
-    if not wanted or not dataset_info.file_exists(path):
+    path = files.join(base, REJECTS_FILE)
+    if not wanted or not files.exists(path):
         return {}
     found = {}
     try:

@@ -24,6 +24,7 @@ from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.naming import DUPLICATES_FILE, METADATA_FILE, REJECTS_FILE, RUNS_DIR
+from transforms.limits import FILE_LIMITS
 
 SAMPLE_RECORDS = 400  # per split, for the size and foreground distributions
 SAMPLE_TILES = 24  # per split, shown as thumbnails
@@ -616,11 +617,11 @@ def _staged_rejects(base: str) -> str | None:
 
 def _exists(path: str) -> bool:
     if files.is_remote(path):
-        return dataset_info.file_exists(path)
+        return files.exists(path)
     return os.path.lexists(path)
 
 
 def _open(path: str) -> io.BufferedReader:
     if files.is_remote(path):
-        return io.BytesIO(dataset_info.read_file(path))  # type: ignore[return-value]
+        return io.BytesIO(files.read_bounded(path, FILE_LIMITS.index_bytes))  # type: ignore[return-value]
     return files.open_regular(path)  # type: ignore[return-value]

@@ -16,7 +16,7 @@ from typing import Any
 from beam_pipeline.commands.summary import plural
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
-from transforms.format import dataset_info, record_index, side_tables
+from transforms.format import record_index, side_tables
 from transforms.format.naming import DUPLICATES_FILE
 from transforms.limits import FILE_LIMITS
 
@@ -151,12 +151,12 @@ def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> byt
             f"{ref['file'][:80]!r}: not a name segprep writes (listed in metadata.json)"
         )
         return None
-    path = dataset_info.join(base, ref["file"])
-    if not dataset_info.file_exists(path):
+    path = files.join(base, ref["file"])
+    if not files.exists(path):
         problems.append(f"{ref['file']}: missing (listed in metadata.json)")
         return None
     try:
-        data = dataset_info.read_file(path)
+        data = files.read_bounded(path, FILE_LIMITS.index_bytes)
     except OSError as error:  # too large, a FIFO or a device: a problem, never a traceback
         problems.append(f"{ref['file']}: not readable: {error}")
         return None
@@ -169,8 +169,8 @@ def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> byt
 def _rejects(base: str, wanted: set[str]) -> set[str]:
     """The keys of `wanted` that rejects.jsonl lists, streamed: memory holds those keys and
     one line, never the file (verify's own rejects check names bad lines)."""
-    path = dataset_info.join(base, "rejects.jsonl")
-    if not wanted or not dataset_info.file_exists(path):
+    path = files.join(base, "rejects.jsonl")
+    if not wanted or not files.exists(path):
         return set()
     found = set()
     with files.opened(path) as (handle, _):
