@@ -28,6 +28,7 @@ from beam_pipeline.launch.options import (
     integer,
     positive_int,
 )
+from transforms.settings_error import SettingError, as_flag
 
 VERBOSE = "--verbose"
 
@@ -307,6 +308,8 @@ def _report(error: BaseException, verbose: bool) -> int:
         return _fail(verbose, f"{what}: {outcome or 'nothing was published'}", code)
     if isinstance(error, UsageError):
         return _fail(verbose, f"error: {error}", 2)
+    if isinstance(error, SettingError):  # the runtime's refusals (runtime/refusal.py), the core's
+        return _fail(verbose, f"error: {error.worded(as_flag)}", 2)
     if isinstance(error, RejectLimitError):
         return _fail(verbose, str(error).splitlines()[0], 1)
     first_line = (str(error).strip().splitlines() or [""])[0]

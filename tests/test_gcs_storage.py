@@ -17,10 +17,12 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.listing import REJECTS, ListAndPair
 from beam_pipeline.launch import credentials, preflight
 from beam_pipeline.runtime import output_protocol
+from beam_pipeline.runtime.refusal import Refusal
 from tests.helpers.gcs_server import gcs, metadata_server_watch  # noqa: F401 - gcs: the fixture
 from tests.helpers.runs import RUNNER_ARGS
 from transforms import files
 from transforms.pairing import Layout
+from transforms.settings_error import as_flag
 
 
 def test_beam_gcs_client_is_anonymous_and_never_searches_for_credentials(
@@ -138,8 +140,9 @@ def test_output_protocol_on_gcs(gcs):  # noqa: F811
     gcs.put(done[1], b"old")
     state = output_protocol.inspect_output(gcs.url("done/out/"))
     assert state.finished and set(state.ours) == {"metadata.json", "train-00000-of-00001.tfrecord"}
-    with pytest.raises(UsageError, match="--overwrite"):
+    with pytest.raises(Refusal, match="overwrite") as refused:
         output_protocol.check_output(state, overwrite=False)
+    assert "--overwrite" in refused.value.worded(as_flag)
     output_protocol.check_output(state, overwrite=True)
     assert gcs.names("done/") == sorted(done)  # --overwrite replaces at commit, not before
 
@@ -157,12 +160,12 @@ def test_output_protocol_on_gcs(gcs):  # noqa: F811
 
     gcs.put("theirs/out/train-00000-of-00003.tfrecord", b"another tool's")
     theirs = output_protocol.inspect_output(gcs.url("theirs/out/"))
-    with pytest.raises(UsageError, match="segprep did not write"):
+    with pytest.raises(Refusal, match="segprep did not write"):
         output_protocol.check_output(theirs, overwrite=True)
 
     out = gcs.url("locked/out/")
     with output_protocol.RunLock(out, "first"):
         assert output_protocol.current_holder(out).run_id == "first"
-        with pytest.raises(UsageError, match="in use by run first"):
+        with pytest.raises(Refusal, match="in use by run first"):
             output_protocol.RunLock(out, "second").__enter__()
     assert gcs.names("locked/") == []  # released

@@ -35,7 +35,7 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.runtime.refusal import Refusal
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
 from transforms.format.naming import (
@@ -147,7 +147,7 @@ def read_manifest(output_dir: str) -> dict | None:
 
 
 def _refuse(output_dir: str, what: str) -> None:
-    raise UsageError(
+    raise Refusal(
         f"{files.join(output_dir, MANIFEST_FILE)} {what}: it is damaged or not segprep's; "
         f"nothing was changed (move {SEGPREP_DIR} away to start afresh)"
     )
@@ -158,7 +158,7 @@ def journal_of(manifest: dict | None) -> Journal | None:
     if not manifest or manifest.get("state") != COMMITTING or "moves" not in manifest:
         return None
     if not manifest.get("run_id"):
-        raise UsageError(f"{MANIFEST_FILE}: a commit journal without a run id: move it away")
+        raise Refusal(f"{MANIFEST_FILE}: a commit journal without a run id: move it away")
     return Journal(
         manifest["run_id"],
         manifest.get("previous_run_id") or "",
@@ -199,8 +199,8 @@ def own_folder(output_dir: str, relative: str, *, create: bool = True) -> None:
                 os.mkdir(path)
             info = os.lstat(path)
         if not _is_real_folder(info):
-            raise UsageError(
-                f"--output_dir {output_dir}: {os.path.relpath(path, output_dir)} is not "
+            raise Refusal(
+                f"{{output_dir}} {output_dir}: {os.path.relpath(path, output_dir)} is not "
                 "segprep's folder (a link or a file): move it away"
             )
 
@@ -280,7 +280,7 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
 def _journal_on_disk(output_dir: str) -> Journal | None:
     try:
         return journal_of(read_manifest(output_dir))
-    except UsageError:
+    except Refusal:
         return None
 
 

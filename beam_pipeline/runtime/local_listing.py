@@ -22,7 +22,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 
-from beam_pipeline.errors import UsageError
+from beam_pipeline.runtime.refusal import Refusal
 from transforms import spill
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
@@ -123,7 +123,7 @@ def list_local(
     for root, role in layout.roots():
         flag = mask_flag if role is Role.MASK else image_flag
         if not os.path.isdir(root):
-            raise UsageError(f"{flag} {root} is not a folder: check the path")
+            raise Refusal(f"{flag} {root} is not a folder: check the path")
         for path, relative, source in _walk(root, flag):
             if source is None:
                 hidden += 1
@@ -233,7 +233,7 @@ def _walk(root: str, flag: str):
         try:
             scan = os.scandir(folder)
         except PermissionError:
-            raise UsageError(
+            raise Refusal(
                 f"{flag}: cannot read the folder {folder} (permission denied): fix its "
                 "permissions or move it out of the input"
             ) from None

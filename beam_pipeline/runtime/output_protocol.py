@@ -26,7 +26,6 @@ import socket
 import stat
 from collections.abc import Iterable
 
-from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import commit_journal
 from beam_pipeline.runtime.commit_journal import (
     COMMITTED,
@@ -34,6 +33,7 @@ from beam_pipeline.runtime.commit_journal import (
     is_published_name,
     own_folder,
 )
+from beam_pipeline.runtime.refusal import Refusal
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import (
@@ -109,38 +109,38 @@ def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -
     `append`: the run adds a version to the finished output there (which it requires)."""
     out = state.output_dir
     if state.holder is not None:
-        raise UsageError(f"--output_dir {out} is in use by {state.holder.describe()}")
+        raise Refusal(f"{{output_dir}} {out} is in use by {state.holder.describe()}")
     if append:
         if state.colliding:
-            raise UsageError(
-                f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write: "
+            raise Refusal(
+                f"{{output_dir}} {out} holds {state.colliding[0]}, which segprep did not write: "
                 "move it away before appending"
             )
         if not state.finished and state.pending_commit:
-            raise UsageError(
-                f"--output_dir {out} holds a commit an earlier run left unfinished: run "
-                f"`segprep verify --repair {out}` to finish it, then append (nothing was changed)"
+            raise Refusal(
+                f"{{output_dir}} {out} holds a commit an earlier run left unfinished: run "
+                f"`segprep verify {{repair}} {out}` to finish it, then append (nothing was changed)"
             )
         if not state.finished:
-            raise UsageError(
-                f"--append needs a finished segprep output in --output_dir {out}: there is "
+            raise Refusal(
+                f"{{append}} needs a finished segprep output in {{output_dir}} {out}: there is "
                 "none (run `segprep prepare` without --append first)"
             )
         return
     if state.colliding:
-        raise UsageError(
-            f"--output_dir {out} holds {state.colliding[0]}, which segprep did not write and "
+        raise Refusal(
+            f"{{output_dir}} {out} holds {state.colliding[0]}, which segprep did not write and "
             "would have to replace: choose a new folder or move it away (segprep never "
             "deletes files it did not write)"
         )
     if state.foreign and not overwrite and not state.ours:
-        raise UsageError(
-            f"--output_dir {out} holds files segprep did not write (e.g. {state.foreign[0]}): "
+        raise Refusal(
+            f"{{output_dir}} {out} holds files segprep did not write (e.g. {state.foreign[0]}): "
             "choose a new folder, or pass --overwrite to write beside them (they are kept)"
         )
     if state.finished and not overwrite:
-        raise UsageError(
-            f"--output_dir {out} already holds a finished segprep output: choose a new folder "
+        raise Refusal(
+            f"{{output_dir}} {out} already holds a finished segprep output: choose a new folder "
             "or pass --overwrite"
         )
 
@@ -151,13 +151,13 @@ def _top_level_names(output_dir: str) -> set[str]:
         if not os.path.lexists(path):
             return set()
         if not os.path.isdir(path) or os.path.islink(path.rstrip("/")):
-            raise UsageError(f"--output_dir {output_dir} is not a folder")
+            raise Refusal(f"{{output_dir}} {output_dir} is not a folder")
         with os.scandir(path) as scan:
             names = {item.name for item in scan}
         segprep = os.path.join(path, SEGPREP_DIR)
         if SEGPREP_DIR in names and (os.path.islink(segprep) or not os.path.isdir(segprep)):
-            raise UsageError(
-                f"--output_dir {output_dir}: {SEGPREP_DIR} is not segprep's folder (a link or "
+            raise Refusal(
+                f"{{output_dir}} {output_dir}: {SEGPREP_DIR} is not segprep's folder (a link or "
                 "a file): choose a new folder"
             )
         return names
@@ -196,8 +196,8 @@ def _refuse_links(output_dir: str, names: Iterable[str]) -> None:
     for name in names:
         path = os.path.join(output_dir, name)
         if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
-            raise UsageError(
-                f"--output_dir {output_dir}: {name} is not a file segprep wrote (a link or a "
+            raise Refusal(
+                f"{{output_dir}} {output_dir}: {name} is not a file segprep wrote (a link or a "
                 "folder): move it away"
             )
 
@@ -297,7 +297,7 @@ class RunLock:
         folder = os.path.join(self.output_dir, SEGPREP_DIR)
         os.makedirs(folder, exist_ok=True)
         if os.path.islink(folder):
-            raise UsageError(f"--output_dir {self.output_dir}: {SEGPREP_DIR} is a link")
+            raise Refusal(f"{{output_dir}} {self.output_dir}: {SEGPREP_DIR} is a link")
         path = os.path.join(self.output_dir, LOCK_FILE)
         while True:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -308,7 +308,7 @@ class RunLock:
                 holder = _parse_lock(os.read(descriptor, 1 << 16))
                 os.close(descriptor)
                 who = holder.describe() if holder else "another run that is starting"
-                raise UsageError(f"--output_dir {self.output_dir} is in use by {who}") from None
+                raise Refusal(f"{{output_dir}} {self.output_dir} is in use by {who}") from None
             # The holder before us may have unlinked the file as we opened it: lock the
             # file that is at the path now, or try again.
             try:
@@ -333,7 +333,7 @@ class RunLock:
             blob.reload()
             holder = _parse_lock(blob.download_as_bytes(if_generation_match=blob.generation))
             if holder is not None and not _is_stale(holder):
-                raise UsageError(f"--output_dir {self.output_dir} is in use by {holder.describe()}")
+                raise Refusal(f"{{output_dir}} {self.output_dir} is in use by {holder.describe()}")
             expected = blob.generation
         try:
             blob.upload_from_string(
@@ -342,7 +342,7 @@ class RunLock:
         except exceptions.PreconditionFailed:
             holder = current_holder(self.output_dir)
             who = holder.describe() if holder else "another run that is starting"
-            raise UsageError(f"--output_dir {self.output_dir} is in use by {who}") from None
+            raise Refusal(f"{{output_dir}} {self.output_dir} is in use by {who}") from None
         blob.reload()
         self._generation = blob.generation
 
@@ -462,7 +462,7 @@ def repair(output_dir: str) -> list[str]:
             done.append(outcome)
         state = inspect_output(output_dir, holder=False)
         if state.ours and not state.finished:
-            raise UsageError(
+            raise Refusal(
                 f"{output_dir} holds an unfinished output of a segprep that kept no commit "
                 "journal: run `segprep prepare` again to replace it (nothing was changed)"
             )
@@ -476,7 +476,7 @@ def outcome_of(output_dir: str, run_id: str) -> str:
     last line."""
     try:
         manifest = commit_journal.read_manifest(output_dir)
-    except UsageError:
+    except Refusal:
         manifest = None
     state = (manifest or {}).get("state")
     if state == COMMITTED and manifest.get("run_id") == run_id:
@@ -559,7 +559,7 @@ def publish(
     previous = inspect_output(output_dir, holder=False)
     colliding = [name for _, name in moves if name.split("/", 1)[0] in previous.foreign]
     if colliding:
-        raise UsageError(
+        raise Refusal(
             f"{output_dir}{colliding[0]} appeared during the run and segprep did not write it: "
             "nothing was published"
         )
