@@ -597,16 +597,9 @@ def _write_portrait_entry(
 ) -> None:
     """Write one entry, broken the way its `kind` says (None: intact; a size mismatch is in
     the mask bytes already)."""
-    if kind == "truncated_jpeg":
-        image_data = image_data[: len(image_data) * 3 // 5]
-    elif kind == "zero_byte_image":
-        image_data = b""
-    elif kind == "unreadable_mat":
-        mask_data = mask_data[: len(mask_data) // 2]
-    if kind != "mask_without_image":
-        (image_dir / f"{key}.jpg").write_bytes(image_data)
-    if kind != "image_without_mask":
-        (mask_dir / f"{key}_mask.mat").write_bytes(mask_data)
+    _write_broken(
+        image_dir / f"{key}.jpg", mask_dir / f"{key}_mask.mat", kind, image_data, mask_data
+    )
 
 
 def _write_class_entry(
@@ -625,13 +618,20 @@ def _write_class_entry(
     elif kind == "size_mismatch":
         ids = ids[: height // 2, : width // 2]
     image_data, mask_data = jpeg_bytes(image), palette_png(ids)
+    _write_broken(image_dir / f"{key}.jpg", mask_dir / f"{key}.png", kind, image_data, mask_data)
+
+
+def _write_broken(
+    image: Path, mask: Path, kind: str | None, image_data: bytes, mask_data: bytes
+) -> None:
+    """Write an entry's two files, broken the way `kind` says (None: intact)."""
     if kind == "truncated_jpeg":
         image_data = image_data[: len(image_data) * 3 // 5]
     elif kind == "zero_byte_image":
         image_data = b""
-    elif kind == "unreadable_png":
+    elif kind in ("unreadable_mat", "unreadable_png"):
         mask_data = mask_data[: len(mask_data) // 2]
     if kind != "mask_without_image":
-        (image_dir / f"{key}.jpg").write_bytes(image_data)
+        image.write_bytes(image_data)
     if kind != "image_without_mask":
-        (mask_dir / f"{key}.png").write_bytes(mask_data)
+        mask.write_bytes(mask_data)

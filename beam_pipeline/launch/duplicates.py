@@ -62,10 +62,44 @@ def stored_hash_tables(output: str) -> tuple[tuple[str, dataset_info.FileRef], .
     """--append: (split, hashes table) for each split of the output that stored its image
     hashes, each checked as --leakage_check's are (none when it was prepared with
     --duplicates off: nothing to compare with)."""
+    checked = _checked_hash_tables(
+        output, f"--append {output}", "the output's hash table is not the one it lists"
+    )
+    return tuple((name, ref) for name, ref in checked if ref is not None)
+
+
+def _leakage_check(folder: str) -> LeakageCheck:
+    """The other output's hash tables, each checked before the job starts."""
+    directory = files.normalize_dir(folder)
+    if not files.is_local(directory):
+        credentials.check_credentials()
+    checked = _checked_hash_tables(
+        directory,
+        f"--leakage_check {folder}",
+        "the test set's hash table is not the one it lists, so leaks would go unseen",
+    )
+    for name, ref in checked:
+        if ref is None:
+            raise UsageError(
+                f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
+                "with --duplicates off, or by a segprep before image hashes): prepare it "
+                "again with --duplicates group"
+            )
+    if not checked:
+        raise UsageError(f"--leakage_check {folder}: its metadata.json lists no splits")
+    return LeakageCheck(directory, tuple(ref for _, ref in checked))
+
+
+def _checked_hash_tables(
+    output: str, flag: str, damaged: str
+) -> list[tuple[str, dataset_info.FileRef | None]]:
+    """(split, its hash table or None) of every split of `output`, each table checked
+    (side_tables.open_table: name, link, kind, size and sha256 as metadata.json lists them);
+    a one-line UsageError starting with `flag` when the output or a table is not right."""
     try:
         info = dataset_info.load(output)
     except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
-        raise UsageError(f"--append {output}: {error}") from None
+        raise UsageError(f"{flag}: {error}") from None
     tables = []
     for name, split in sorted(info.splits.items()):
         try:
@@ -73,43 +107,6 @@ def stored_hash_tables(output: str) -> tuple[tuple[str, dataset_info.FileRef], .
             if ref is not None:
                 side_tables.open_table(output, ref).close()
         except (side_tables.SideTableError, OSError) as error:
-            raise UsageError(
-                f"--append {output}: {error}: the output's hash table is not the one it "
-                f"lists; run `segprep verify {output}`"
-            ) from None
-        if ref is not None:
-            tables.append((name, ref))
-    return tuple(tables)
-
-
-def _leakage_check(folder: str) -> LeakageCheck:
-    """The other output's hash tables, each checked (side_tables.open_table: name, link,
-    kind, size and sha256 as its metadata.json lists them) before the job starts."""
-    directory = files.normalize_dir(folder)
-    if not files.is_local(directory):
-        credentials.check_credentials()
-    try:
-        info = dataset_info.load(directory)
-    except (dataset_info.IncompleteOutputError, dataset_info.MetadataError) as error:
-        raise UsageError(f"--leakage_check {folder}: {error}") from None
-    tables = []
-    for name, split in sorted(info.splits.items()):
-        try:
-            ref = side_tables.hash_table_ref(split)
-            if ref is not None:
-                side_tables.open_table(directory, ref).close()
-        except (side_tables.SideTableError, OSError) as error:
-            raise UsageError(
-                f"--leakage_check {folder}: {error}: the test set's hash table is not the "
-                f"one it lists, so leaks would go unseen; run `segprep verify {folder}`"
-            ) from None
-        if ref is None:
-            raise UsageError(
-                f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
-                "with --duplicates off, or by a segprep before image hashes): prepare it "
-                "again with --duplicates group"
-            )
-        tables.append(ref)
-    if not tables:
-        raise UsageError(f"--leakage_check {folder}: its metadata.json lists no splits")
-    return LeakageCheck(directory, tuple(tables))
+            raise UsageError(f"{flag}: {error}: {damaged}; run `segprep verify {output}`") from None
+        tables.append((name, ref))
+    return tables
