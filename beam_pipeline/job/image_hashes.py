@@ -1,49 +1,46 @@
-"""Hashing one chunk of pairs: plain Python, so a local run's writer pool can run it.
+"""The duplicate search's plain-Python work: a pair's hashes, and band buckets compared.
 
-Imports no Beam: the writer processes import this module when their first chunk arrives.
+Imports no Beam, so a local run's writer pool can compare buckets (job/duplicates.py sends
+them there, as it sends chunks of pairs to job/built_records.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
-from beam_pipeline.job.settings import DuplicateSettings
-from beam_pipeline.job.shard_work import read_source
-from transforms.duplicates import ImageHash, UnhashableImage, digest, perceptual_hash
-from transforms.pairing import Pair, SourceFile
-from transforms.rejects import Reason, RejectError
+from transforms import duplicates as dups
+from transforms.pairing import Pair
+
+# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest,
+# signature):
+# Beam encodes tuples of str and int with its fast coder, dataclasses only by pickling, and
+# each image is keyed D + 1 times.
 
 
-@dataclasses.dataclass(frozen=True, order=True)
-class HashedFile(SourceFile):
-    """An image file with its hashes, carried by the pair to the shard writer, which stores
-    them for the accepted entries (None: not decodable; the writer rejects it with a reason)."""
-
-    hashes: ImageHash | None = dataclasses.field(default=None, compare=False)
+def as_tuple(tagged: dups.Tagged) -> tuple:
+    image = tagged.image
+    return tagged.source, image.key, image.phash, image.sha256, image.mask, image.signature
 
 
-def hash_pair(settings: DuplicateSettings, pair: Pair) -> Pair:
-    """The pair, its image carrying its hashes when the image can be read and decoded."""
-    limits = settings.limits
-    image = pair.image
-    hashes = None
-    try:
-        data = read_source(image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
-        phash = perceptual_hash(data, limits.pixels)
-        mask = None
-        if settings.mask_digests and isinstance(pair.mask, SourceFile):
-            mask = digest(read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE))
-        hashes = ImageHash(pair.key, digest(data), phash, mask)
-    except (RejectError, UnhashableImage):
-        pass  # the writer reads the entry again and rejects it with the precise reason
-    hashed = HashedFile(image.path, image.size, image.regular, hashes)
-    return dataclasses.replace(pair, image=hashed)
+def from_tuple(value: tuple) -> dups.Tagged:
+    source, key, phash, sha256, mask, signature = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
 
 
-def hash_pairs(settings: DuplicateSettings, pairs: Sequence[Pair]) -> list[Pair]:
-    return [hash_pair(settings, pair) for pair in pairs]
-
-
-def hashes_of(pair: Pair) -> ImageHash | None:
+def hashes_of(pair: Pair) -> dups.ImageHash | None:
+    """The image's hashes a built pair carries (None: rejected, or not built)."""
     return getattr(pair.image, "hashes", None)
+
+
+def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: int):
+    """Every close pair in each (band, hash tuples) bucket: (this run's pairs as tuple
+    pairs, leaks as (key, (distance, other output, other key)))."""
+    found, leaks = [], []
+    for band, values in buckets:
+        tagged = [from_tuple(value) for value in values]
+        for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
+            if b.source:
+                leaks.append((a.image.key, (distance_ab, b.source, b.image.key)))
+            else:
+                found.append((as_tuple(a), as_tuple(b)))
+    return found, leaks

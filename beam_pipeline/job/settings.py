@@ -78,7 +78,12 @@ class ShardWriterSettings:
         from transforms.sources.base import SourceSettings
 
         return SourceSettings(
-            self.classes, self.mask_format, self.mask_key, self.coco_fill, self.limits
+            self.classes,
+            self.mask_format,
+            self.mask_key,
+            self.coco_fill,
+            self.limits,
+            thumbnails=self.store_hashes,  # the duplicate search hashes in the validation decode
         )
 
 

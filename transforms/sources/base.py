@@ -29,6 +29,7 @@ class SourceSettings:
     mask_key: str | None = None  # .mat masks: the variable's name
     fill: int | None = None  # annotation sources: the value of pixels nothing covers
     limits: InputLimits = DEFAULT_LIMITS
+    thumbnails: bool = False  # records carry the duplicate search's thumbnail (Record.thumbnail)
 
 
 class MaskSource(Protocol):

@@ -28,4 +28,5 @@ class ClassMaskFiles:
             settings.classes,
             mask_key=settings.mask_key,
             limits=settings.limits,
+            thumbnail=settings.thumbnails,
         )

@@ -28,4 +28,5 @@ class BinaryMaskFiles:
             mask_format=settings.mask_format,
             mask_key=settings.mask_key,
             limits=settings.limits,
+            thumbnail=settings.thumbnails,
         )
