@@ -52,6 +52,7 @@ class WrittenShard:
     # Class-id masks: the sum of the records' ClassStats, as ClassStats.to_json() gives it.
     class_stats: Mapping[str, Any] | None = None
     exif_ignored_images: int = 0  # accepted images whose EXIF orientation was not applied
+    images_read: int = 0  # pairs whose files this shard's writer read (0: built beforehand)
 
 
 def write_shard(
@@ -122,6 +123,7 @@ def write_shard(
         index_sha256,
         None if stats is None else stats.result().to_json(),
         exif_ignored,
+        0 if built else len(ordered),
     )
     return shard, tuple(rejects)
 
