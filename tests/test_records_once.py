@@ -57,11 +57,15 @@ def test_each_input_file_is_opened_once_with_duplicates_on(dataset, tmp_path):
     assert sum(name.startswith(tuple("0123456789")) for name in opened) >= _paired(metadata)
 
 
-@pytest.mark.parametrize("mode", ["group", "off"])
-def test_the_job_reads_each_pair_once_by_its_own_count(dataset, tmp_path, mode):
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--writer_processes", "1"], ["--duplicates", "off"]],
+    ids=["group-pool", "group-in-runner", "off"],
+)
+def test_the_job_reads_each_pair_once_by_its_own_count(dataset, tmp_path, extra):
     from beam_pipeline.launch import launcher
 
-    result = launcher.run(job_args(dataset, tmp_path / "out", "--duplicates", mode))
+    result = launcher.run(job_args(dataset, tmp_path / "out", *extra))
     assert result.counters["images_read"] == _paired(result.metadata)
 
 

@@ -53,6 +53,11 @@ class _BuildRecords(beam.DoFn):
 
     def process(self, pair: Pair):
         self._pending.append(pair)
+        if self._writing.pool is None and len(self._pending) >= _CHUNK:
+            chunk, self._pending = self._pending, []  # built here: hold one chunk at most
+            for built in built_records.build_records(self._writing, chunk):
+                self._read.inc()
+                yield built
 
     def finish_bundle(self):
         if not self._pending:
