@@ -3,6 +3,7 @@
     python benchmarks/writer.py                      # N = 1,000 and 8,000 (the README table)
     python benchmarks/writer.py --sizes 2000,20000   # memory flat in dataset size?
     python benchmarks/writer.py --classes --sizes 1000 --repeats 5   # class masks vs binary
+    python benchmarks/writer.py --data copies,distinct --modes nodups,default   # the search's cost
 
 (a) `segprep prepare` with default local settings (subprocess, whole command timed until
     every process it started has let go of its output), and for comparison: writing in the
@@ -13,7 +14,9 @@ Rates are paired entries per second, accepted or rejected, for all three: (c) co
 entry it decodes too. Each command runs --repeats times (3), interleaved, with three
 2-second trials of (c) before every round; rates and times are medians, memory the peak.
 Data: N entries copied from a pool of 200 sample portraits (800x600, 5% broken), cached in
-benchmarks/.cache/. Peak memory is the PSS summed over the process tree, sampled every 0.25 s.
+benchmarks/.cache/; with --data distinct, N distinct images made from that pool (each photo
+mixed with a smooth random field of its own), so the duplicate search meets no copies.
+Peak memory is the PSS summed over the process tree, sampled every 0.25 s.
 
 --classes: the cost of class-id masks and their statistics against binary masks of the same
 size, everything else equal. One pool of 200 VOC-like scenes (800x600 JPEG images, 21
@@ -72,6 +75,46 @@ def dataset(n: int) -> Path:
             shutil.copyfile(image, target / "images" / f"{key}.jpg")
         if mask.exists():
             shutil.copyfile(mask, target / "masks" / f"{key}_mask.mat")
+    (target / "done").write_text("")
+    return target
+
+
+def distinct_dataset(n: int) -> Path:
+    """N distinct images in the real layout: each of the pool's photos (same JPEG entropy,
+    size and breakages, every 200 keys) mixed half and half with a smooth random field of its
+    own, so no two entries are copies; the masks are the pool's."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pool = _pool("pool")
+    target = CACHE / f"distinct-{n}"
+    if (target / "done").exists():
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    (target / "images").mkdir(parents=True)
+    (target / "masks").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for index in range(n):
+        source, key = f"{index % POOL + 1:05d}", f"{index + 1:06d}"
+        image, mask = pool / "images" / f"{source}.jpg", pool / "masks" / f"{source}_mask.mat"
+        if mask.exists():
+            shutil.copyfile(mask, target / "masks" / f"{key}_mask.mat")
+        if not image.exists():
+            continue
+        try:
+            photo = Image.open(image)
+            photo.load()
+        except OSError:  # a broken pool image stays broken
+            shutil.copyfile(image, target / "images" / f"{key}.jpg")
+            continue
+        field = rng.integers(0, 256, size=(6, 8, 3), dtype=np.uint8)
+        smooth = Image.fromarray(field).resize(photo.size, Image.Resampling.BICUBIC)
+        mixed = Image.blend(photo.convert("RGB"), smooth, 0.5)
+        out = io.BytesIO()
+        mixed.save(out, format="JPEG", quality=90)
+        (target / "images" / f"{key}.jpg").write_bytes(out.getvalue())
     (target / "done").write_text("")
     return target
 
@@ -222,6 +265,9 @@ def timed(command: list[str]) -> tuple[float, int, str]:
 UNPAIRED = ("missing_image", "missing_mask")
 
 
+GROUPED: dict[Path, int] = {}  # data -> keys the last default run put in duplicate groups
+
+
 def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, int]:
     """(seconds, peak PSS, paired entries processed)."""
     shutil.rmtree(out, ignore_errors=True)
@@ -229,6 +275,8 @@ def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, in
     command += ["--mask_dir", str(data / "masks"), "--output_dir", str(out), *extra]
     seconds, peak, _ = timed(command)
     metadata = json.loads((out / "metadata.json").read_text())
+    if metadata["duplicates"]["mode"] != "off":
+        GROUPED[data] = metadata["duplicates"]["keys_in_groups"]
     accepted = sum(split["num_examples"] for split in metadata["splits"].values())
     rejected = metadata["num_rejected"]["total"]
     if accepted + rejected != metadata["num_discovered"]:
@@ -305,6 +353,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per command (median)")
     parser.add_argument(
+        "--data",
+        default="copies",
+        help="copies (N copies of the 200-image pool: the duplicate search's worst case), "
+        "distinct (every image its own), or both: copies,distinct",
+    )
+    parser.add_argument(
         "--classes",
         action="store_true",
         help="class-id masks + statistics against binary masks of the same size",
@@ -336,21 +390,28 @@ def main() -> None:
         "threads": "segprep, Beam multi-threading",
         "serial": "segprep, serial",
     }
-    data = {n: dataset(n) for n in sizes}
+    makers = {"copies": dataset, "distinct": distinct_dataset}
+    kinds = args.data.split(",")
+    data = {(n, kind): makers[kind](n) for n in sizes for kind in kinds}
     limits: list[float] = []  # c is measured before every round, interleaved like the rest
     table = []
     for n in sizes:
         scratch = CACHE / f"out-{n}"
-        runs: dict[str, list[tuple[float, int, int]]] = {}
+        runs: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
         for _ in range(args.repeats):  # interleaved: a noisy minute hits every command alike
             limits += per_core_limit()
-            runs.setdefault("(b) plain loop", []).append(run_plain_loop(data[n], scratch))
-            for mode in args.modes.split(","):
-                runs.setdefault(labels[mode], []).append(run_segprep(data[n], scratch, modes[mode]))
-        for name, results in runs.items():
+            for kind in kinds:
+                source = data[n, kind]
+                plain = run_plain_loop(source, scratch)
+                runs.setdefault((kind, "(b) plain loop"), []).append(plain)
+                for mode in args.modes.split(","):
+                    measured = run_segprep(source, scratch, modes[mode])
+                    runs.setdefault((kind, labels[mode]), []).append(measured)
+        for (kind, name), results in runs.items():
             seconds = statistics.median(result[0] for result in results)
             peak = max(result[1] for result in results)
-            table.append((n, name, seconds, peak, results[0][2] / seconds))
+            label = f"{kind}: {name}" if len(kinds) > 1 or kind != "copies" else name
+            table.append((n, kind, label, seconds, peak, results[0][2] / seconds))
         shutil.rmtree(scratch, ignore_errors=True)
     # The median, like every other figure in the table; the best trial is shown beside it.
     limit = statistics.median(limits)
@@ -359,13 +420,17 @@ def main() -> None:
         f"median of {len(limits)} trials, best {max(limits):.0f})"
     )
     print()
+    for (n, kind), source in data.items():
+        if source in GROUPED:
+            print(f"{kind} {n:,}: {GROUPED[source]:,} keys in duplicate groups (default run)")
+    print()
     print("| N | run | entries/s | wall s | peak PSS MB | vs plain loop | vs cores x c |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    plain = {n: rate for n, name, _, _, rate in table if name == "(b) plain loop"}
-    for n, name, seconds, peak, rate in table:
+    plain = {(n, kind): rate for n, kind, name, _, _, rate in table if name.endswith("plain loop")}
+    for n, kind, name, seconds, peak, rate in table:
         print(
             f"| {n:,} | {name} | {rate:.0f} | {seconds:.1f} | {peak / 2**20:.0f} | "
-            f"{rate / plain[n]:.2f} | {rate / (cores * limit):.0%} |"
+            f"{rate / plain[n, kind]:.2f} | {rate / (cores * limit):.0%} |"
         )
 
 

@@ -61,3 +61,32 @@ def test_decompression_bomb_header_is_rejected_without_decoding():
     with pytest.raises(RejectError) as caught:
         validate_image(bomb)
     assert caught.value.reason == Reason.IMAGE_TOO_LARGE
+
+
+def _smooth(height: int, width: int) -> np.ndarray:
+    y, x = np.mgrid[0:height, 0:width]
+    return np.stack([x * 255 // width, y * 255 // height, (x + y) * 127 // (x.max() + y.max())], -1)
+
+
+def test_the_validation_decode_gives_the_thumbnail_only_when_asked():
+    """The duplicate search's thumbnail comes from the same (DCT-scaled) decode as the check:
+    close to the thumbnail of the full-size pixels, and the stored bytes do not change."""
+    from transforms.duplicates import THUMB_SIDE, thumbnail
+
+    data = encode(Image.fromarray(_smooth(600, 800).astype(np.uint8)), "JPEG", quality=95)
+    assert validate_image(data).thumbnail is None
+    image = validate_image(data, thumbnail=True)
+    assert image.jpeg is data and not image.transcoded
+    assert image.thumbnail.shape == (THUMB_SIDE, THUMB_SIDE, 3)
+    assert image.thumbnail.dtype == np.uint8
+    full = thumbnail(Image.open(io.BytesIO(data)))
+    assert np.abs(image.thumbnail.astype(int) - full).mean() < 2
+
+
+def test_a_transcoded_images_thumbnail_is_that_of_its_pixels():
+    from transforms.duplicates import thumbnail
+
+    png = encode(Image.fromarray(_smooth(90, 120).astype(np.uint8)), "PNG")
+    image = validate_image(png, thumbnail=True)
+    assert image.transcoded
+    assert np.array_equal(image.thumbnail, thumbnail(Image.open(io.BytesIO(png))))

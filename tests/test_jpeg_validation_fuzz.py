@@ -43,6 +43,18 @@ def test_scaled_and_full_decodes_give_the_same_verdict(corpus, truncated_ok, mon
     assert differing == []
 
 
+def test_the_decode_that_also_makes_the_thumbnail_gives_the_same_verdict(corpus):
+    """With the duplicate search on, a kept JPEG is drafted to the smallest scale of at least
+    64 px (1/2 for these 200x152 photos, not 1/8): the verdict must not move either."""
+    differing = [
+        (case.photo, case.description, full, thumbed)
+        for case in corpus
+        if (full := verdict(case.data, scaled_check=False))
+        != (thumbed := verdict(case.data, scaled_check=True, thumbnail=True))
+    ]
+    assert differing == []
+
+
 def test_an_intact_jpeg_is_kept_byte_for_byte_at_its_full_size():
     for data in generated_jpegs(seed=5, height=121, width=83).values():
         full, scaled = (verdict(data, scaled_check=flag) for flag in (False, True))

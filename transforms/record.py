@@ -41,6 +41,9 @@ class Record:
     # size): right when the mask was drawn on the stored pixels, wrong when drawn on the
     # displayed view of a square image. Counted so the summary can say so.
     exif_ignored: bool = False
+    # The duplicate search's thumbnail of the image as stored (transforms.duplicates), made
+    # in the validation decode when asked for; never part of the record's bytes.
+    thumbnail: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def make_record(
@@ -51,6 +54,7 @@ def make_record(
     spec: RecordSpec = BINARY,
     *,
     limits: InputLimits = DEFAULT_LIMITS,
+    thumbnail: bool = False,
 ) -> Record:
     """Decode and check image and mask once each, then serialise; raises RejectError.
 
@@ -58,7 +62,7 @@ def make_record(
     the image rotated to match; otherwise pixels stay as stored, which is what
     tf.io.decode_jpeg returns.
     """
-    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = valid_image(image_bytes, limits, thumbnail)
     mask = binarize(
         guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, spec.mask_key, limits)
     )
@@ -74,9 +78,10 @@ def make_class_record(
     spec: RecordSpec,
     *,
     limits: InputLimits = DEFAULT_LIMITS,
+    thumbnail: bool = False,
 ) -> Record:
     """A record with a class-id mask file (PNG, palette PNG, colour PNG, .mat) and its stats."""
-    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = valid_image(image_bytes, limits, thumbnail)
     ids = guarded(
         load_class_mask,
         Reason.MASK_UNREADABLE,
@@ -89,11 +94,21 @@ def make_class_record(
     return class_record(key, aligned(image, image_bytes, ids.shape), ids, spec)
 
 
+def valid_image(image_bytes: bytes, limits: InputLimits, thumbnail: bool = False) -> ValidImage:
+    """The validated image (and its thumbnail, when asked for); raises RejectError."""
+    return guarded(_validated, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels, thumbnail)
+
+
+def _validated(image_bytes: bytes, max_pixels: int, thumbnail: bool) -> ValidImage:
+    return validate_image(image_bytes, max_pixels, thumbnail=thumbnail)
+
+
 def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:
     """The image, rotated by its EXIF tag when the mask has the rotated size; a reject when
     the sizes still differ."""
     if mask_shape != (image.height, image.width) and mask_shape == image.rotated_shape:
-        image = apply_orientation(image_bytes)
+        # The thumbnail stays the one of the pixels as stored, like every other image's.
+        image = dataclasses.replace(apply_orientation(image_bytes), thumbnail=image.thumbnail)
     if mask_shape != (image.height, image.width):
         raise RejectError(
             Reason.SIZE_MISMATCH,
@@ -124,7 +139,9 @@ def as_specified(
         decoded.draft("RGB", size)  # JPEG DCT scaling, never below the target size
         small = decoded.convert("RGB").resize(size, Image.Resampling.LANCZOS)
     mask = np.asarray(Image.fromarray(mask).resize(size, Image.Resampling.NEAREST), mask.dtype)
-    resized = ValidImage(encode_rgb_jpeg(small), size[1], size[0], True, image.orientation)
+    resized = dataclasses.replace(
+        image, jpeg=encode_rgb_jpeg(small), height=size[1], width=size[0], transcoded=True
+    )
     return resized, mask
 
 
@@ -133,7 +150,16 @@ def _record(
 ) -> Record:
     serialized = build_example(key, image.jpeg, encoded_mask, image.height, image.width)
     exif_ignored = image.orientation != 1  # still tagged: not turned to match the mask
-    return Record(key, serialized, image.height, image.width, image.transcoded, stats, exif_ignored)
+    return Record(
+        key,
+        serialized,
+        image.height,
+        image.width,
+        image.transcoded,
+        stats,
+        exif_ignored,
+        image.thumbnail,
+    )
 
 
 def guarded(decode, reason: Reason, *args):

@@ -1,8 +1,9 @@
 """Duplicates and leakage, found before the split (docs/duplicates.md).
 
-Hash every image (in the run's writer pool on local runs) -> key each hash by its D + 1
-band values (gathered into lists per bundle) -> compare inside each band bucket
-(transforms/duplicates.py: pigeonhole, every pair within D shares a band), keeping the pairs
+Build every record once, hashing in its validation decode (job/built_records.py, in the
+run's writer pool on local runs) -> key each hash by its D + 1 band values (gathered into
+lists per bundle) -> compare inside each band bucket (transforms/duplicates.py: pigeonhole,
+every pair within D shares a band; in the writer pool on local runs), keeping the pairs
 whose colour signatures confirm them -> collect those pairs in one place for the
 complete-linkage groups -> without official splits, the groups a chain of pairs links all
 follow one split (the smallest key's, or the split an appended output already stores a
@@ -18,6 +19,7 @@ inputs hold what concerns duplicates only (group members, rejected keys).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 from concurrent.futures.process import BrokenProcessPool
@@ -26,8 +28,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline.job import image_hashes
-from beam_pipeline.job.settings import DuplicateSettings
+from beam_pipeline.job import built_records, image_hashes
+from beam_pipeline.job.settings import DuplicateSettings, ShardWriterSettings
 from beam_pipeline.runtime import writer_pool
 from transforms import duplicates as dups
 from transforms import files
@@ -37,63 +39,62 @@ from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject
 
 REJECTS = "rejects"
-_CHUNK = 64  # pairs per pool task: large enough to amortise the round trip
+_CHUNK = 64  # pairs per pool task (and spill file): large enough to amortise the round trip
+_COMPARED = 20_000  # hashes per bucket-comparison task
+_IN_FLIGHT = 4  # comparison tasks sent and not yet collected
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
 # Another output's hashes read before their bucket lists are passed on: a few MB held.
 _OTHER_BUCKETED = 4096
 
 
-class _HashImages(beam.DoFn):
-    """Each pair with its image's hashes; with a writer pool, chunks go to its processes
-    in finish_bundle (as shards do, job/write_shards.py), so every core hashes."""
+class _BuildRecords(beam.DoFn):
+    """Each pair read once, its record spilled and its hashes made (job/built_records.py);
+    chunks go to the run's writer pool in finish_bundle (as shards do, job/write_shards.py),
+    so every core reads and decodes, or are built in this process (Dataflow)."""
 
-    def __init__(self, settings: DuplicateSettings) -> None:
-        self._settings = settings
-        self._hashed = Metrics.counter(_NAMESPACE, "images_hashed")
+    def __init__(self, writing: ShardWriterSettings) -> None:
+        self._writing = writing
+        self._read = Metrics.counter(_NAMESPACE, "images_read")
 
     def start_bundle(self) -> None:
         self._pending: list[Pair] = []
 
     def process(self, pair: Pair):
-        if self._settings.pool is None:
-            self._hashed.inc()
-            yield image_hashes.hash_pair(self._settings, pair)
-        else:
-            self._pending.append(pair)
+        self._pending.append(pair)
+        if self._writing.pool is None and len(self._pending) >= _CHUNK:
+            chunk, self._pending = self._pending, []  # built here: hold one chunk at most
+            for built in built_records.build_records(self._writing, chunk):
+                self._read.inc()
+                yield built
 
     def finish_bundle(self):
         if not self._pending:
             return
         pending, self._pending = self._pending, []
         chunks = [pending[i : i + _CHUNK] for i in range(0, len(pending), _CHUNK)]
+        if self._writing.pool is None:
+            results = (built_records.build_records(self._writing, chunk) for chunk in chunks)
+            yield from self._emit(results)
+            return
         try:
-            pool = writer_pool.pool_of(self._settings.pool)
-            futures = [pool.submit(image_hashes.hash_pairs, self._settings, c) for c in chunks]
-            for future in futures:
-                for pair in future.result():
-                    self._hashed.inc()
-                    yield GlobalWindows.windowed_value(pair)
+            pool = writer_pool.pool_of(self._writing.pool)
+            futures = [pool.submit(built_records.build_records, self._writing, c) for c in chunks]
+            yield from self._emit(future.result() for future in futures)
         except BrokenProcessPool as error:
             raise RuntimeError(
-                "a writer process died while hashing images: out of memory? "
+                "a writer process died while reading images: out of memory? "
                 "(try --writer_processes 1)"
             ) from error
 
-
-# Between stages a hash travels as a plain tuple (source, key, phash, sha256, mask digest,
-# signature): Beam encodes tuples of str, int and bytes with its fast coder, dataclasses only
-# by pickling, and each image is keyed D + 1 times.
-
-
-def _as_tuple(tagged: dups.Tagged) -> tuple:
-    image = tagged.image
-    return tagged.source, image.key, image.phash, image.sha256, image.mask, image.signature
+    def _emit(self, results):
+        for built in results:
+            for pair in built:
+                self._read.inc()
+                yield GlobalWindows.windowed_value(pair)
 
 
-def _from_tuple(value: tuple) -> dups.Tagged:
-    source, key, phash, sha256, mask, signature = value
-    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
+_as_tuple, _from_tuple = image_hashes.as_tuple, image_hashes.from_tuple
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -131,20 +132,69 @@ class _OwnBuckets(beam.DoFn):
         self.start_bundle()
 
 
-def _bucket_pairs(element, distance: int, min_similarity: float):
-    """The verified near copies in one bucket: leaks (another output's image) apart, pairs
-    with this run's or the appended output's images (dups.EXISTING sources) go on."""
-    (band, _), lists = element
-    tagged = [_from_tuple(value) for values in lists for value in values]
-    for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
-        if not dups.verified(a.image, b.image, min_similarity):
-            continue
-        if b.source and not dups.is_existing(b.source):
-            yield beam.pvalue.TaggedOutput(
-                "leaks", (a.image.key, (distance_ab, b.source, b.image.key))
-            )
-        else:
-            yield _as_tuple(a), _as_tuple(b)
+class _CompareInBuckets(beam.DoFn):
+    """Verified near copies inside each band bucket: in the run's writer pool on local runs
+    (chunks of about _COMPARED hashes, at most _IN_FLIGHT chunks at a time, so memory stays
+    that of a few chunks), else in this process (Dataflow)."""
+
+    def __init__(self, distance: int, min_similarity: float, pool: str | None) -> None:
+        self._distance = distance
+        self._similarity = min_similarity
+        self._pool = pool
+
+    def start_bundle(self) -> None:
+        self._chunk: list[tuple[int, list[tuple]]] = []
+        self._size = 0
+        self._futures: collections.deque = collections.deque()
+
+    def process(self, element):
+        (band, _), lists = element
+        values = [value for values in lists for value in values]
+        if len(values) < 2:
+            return
+        self._chunk.append((band, values))
+        self._size += len(values)
+        if self._size >= _COMPARED:
+            yield from self._send()
+
+    def finish_bundle(self):
+        for output in self._send(drain=True):
+            if isinstance(output, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(
+                    output.tag, GlobalWindows.windowed_value(output.value)
+                )
+            else:
+                yield GlobalWindows.windowed_value(output)
+
+    def _send(self, drain: bool = False):
+        chunk, self._chunk, self._size = self._chunk, [], 0
+        if self._pool is None:
+            if chunk:
+                yield from _found(
+                    image_hashes.compare_buckets(chunk, self._distance, self._similarity)
+                )
+            return
+        try:
+            if chunk:
+                pool = writer_pool.pool_of(self._pool)
+                future = pool.submit(
+                    image_hashes.compare_buckets, chunk, self._distance, self._similarity
+                )
+                self._futures.append(future)
+            while self._futures and (drain or len(self._futures) > _IN_FLIGHT):
+                yield from _found(self._futures.popleft().result())
+        except BrokenProcessPool as error:
+            raise RuntimeError(
+                "a writer process died while comparing image hashes: out of memory? "
+                "(try --writer_processes 1)"
+            ) from error
+
+
+def _found(result):
+    pairs, leaks = result
+    yield from pairs
+    for leak in leaks:
+        yield beam.pvalue.TaggedOutput("leaks", leak)
 
 
 def _other_hashes(pbegin, number: int, check, distance: int):
@@ -382,14 +432,15 @@ class FindDuplicates(beam.PTransform):
     nothing can be rejected: group mode without --leakage_check);
     "anchors": (member, the split it follows); "report": the metadata section}."""
 
-    def __init__(self, settings: DuplicateSettings) -> None:
+    def __init__(self, settings: DuplicateSettings, writing: ShardWriterSettings) -> None:
         super().__init__()
         self._settings = settings
+        self._writing = writing
 
     def expand(self, pairs):
         settings = self._settings
         distance = settings.distance
-        hashed = pairs | "HashImages" >> beam.ParDo(_HashImages(settings))
+        hashed = pairs | "BuildRecords" >> beam.ParDo(_BuildRecords(self._writing))
         keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
         for number, check in enumerate(settings.leakage):
             keyed.append(_other_hashes(pairs.pipeline, number, check, distance))
@@ -399,9 +450,9 @@ class FindDuplicates(beam.PTransform):
             | "AllBandKeys" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
             | "CompareInBucket"
-            >> beam.FlatMap(_bucket_pairs, distance, settings.min_similarity).with_outputs(
-                "leaks", main="pairs"
-            )
+            >> beam.ParDo(
+                _CompareInBuckets(distance, settings.min_similarity, settings.pool)
+            ).with_outputs("leaks", main="pairs")
         )
         seed = pairs.pipeline | "GroupsSeed" >> beam.Create([None])
         groups = seed | "Groups" >> beam.Map(

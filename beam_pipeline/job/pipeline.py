@@ -36,7 +36,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         early.append(checked[REJECTS])
         counts["skipped"] = checked[SKIPPED]
     if job.duplicates is not None:
-        grouped = pairs | "Duplicates" >> FindDuplicates(job.duplicates)
+        grouped = pairs | "Duplicates" >> FindDuplicates(job.duplicates, job.writing)
         pairs, anchors = grouped["pairs"], grouped["anchors"]
         if grouped[REJECTS] is not None:
             early.append(grouped[REJECTS])

@@ -81,7 +81,12 @@ class ShardWriterSettings:
     def source_settings(self) -> SourceSettings:
         from transforms.sources.base import SourceSettings
 
-        return SourceSettings(self.spec, self.coco_fill, self.limits)
+        return SourceSettings(
+            self.spec,
+            self.coco_fill,
+            self.limits,
+            thumbnails=self.store_hashes,  # the duplicate search hashes in the validation decode
+        )
 
 
 @dataclasses.dataclass(frozen=True)

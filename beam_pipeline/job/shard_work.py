@@ -10,7 +10,6 @@ step publishes the staged shards once the whole run has been accounted for.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
 import hashlib
 import os
@@ -20,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name, new_attempt
+from beam_pipeline.job.built_records import SpilledRecords, is_built, read_source
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
@@ -27,15 +27,13 @@ from transforms import files
 from transforms.class_stats import StatsSum
 from transforms.format import digest_table, record_formats, record_index
 from transforms.format.naming import DIGEST_TABLE_SUFFIX, INDEX_DIR, KEY_TABLE_SUFFIX
-from transforms.pairing import Pair, SourceFile
+from transforms.pairing import Pair
 from transforms.record import Record
 from transforms.rejects import Reason, Reject, RejectError
 from transforms.sources import registry
 from transforms.splits import ShardSpec
 
 _CHUNK = 8 << 20
-# Errors of the storage itself, not of one file: the run fails rather than calling data bad.
-_STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +56,7 @@ class WrittenShard:
     # The attempt that wrote the shard's files (job/attempts.py): they wait under
     # `<staged name>.attempt-<id>` until the commit settles one attempt per shard.
     attempt: str = ""
+    images_read: int = 0  # pairs whose files this shard's writer read (0: built beforehand)
 
 
 def write_shard(
@@ -77,13 +76,20 @@ def write_shard(
     classes = settings.classes
     stats = StatsSum(classes.num_classes) if classes.is_classes else None
     transcoded = exif_ignored = 0
-    convert = functools.partial(_record_or_reject, settings)
     ordered = sorted(pairs, key=lambda pair: pair.key)
+    # Built pairs (job/built_records.py) were read, converted and counted once already: their
+    # record bytes are copied from the spill files, in one thread.
+    built = bool(ordered) and all(is_built(pair) for pair in ordered)
+    if built:
+        convert, threads = SpilledRecords().record, 1
+    else:
+        convert, threads = functools.partial(_record_or_reject, settings), settings.threads
     adapter = record_formats.get(spec.record_format)  # the format the shard's name says
     try:
         with adapter.writer(partial) as writer:
-            for pair, record in ordered_map(convert, ordered, settings.threads):
-                progress.add()
+            for pair, record in ordered_map(convert, ordered, threads):
+                if not built:
+                    progress.add()
                 if isinstance(record, RejectError):
                     rejects.append(
                         Reject(
@@ -125,6 +131,7 @@ def write_shard(
         None if stats is None else stats.result().to_json(),
         exif_ignored,
         attempt,
+        0 if built else len(ordered),
     )
     return shard, tuple(rejects)
 
@@ -182,26 +189,6 @@ def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
     else:
         files.upload_file(partial, staged)
     return size, digest.hexdigest()
-
-
-def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
-    """A source file's bytes, or a RejectError saying why it cannot be used."""
-    try:
-        return files.read_bounded(source.path, limit, source.size)
-    except files.NotAFileError as error:
-        raise RejectError(Reason.NOT_A_FILE, f"{os.path.basename(source.path)}: {error}") from None
-    except files.TooLargeError as error:
-        raise RejectError(too_large, f"{os.path.basename(source.path)}: {error}") from None
-    except FileNotFoundError:
-        raise RejectError(
-            Reason.READ_ERROR, f"{os.path.basename(source.path)} vanished after listing"
-        ) from None
-    except OSError as error:
-        if error.errno in _STORAGE_FAILURES:
-            raise
-        raise RejectError(
-            Reason.READ_ERROR, f"{os.path.basename(source.path)}: {error.strerror or error}"
-        ) from None
 
 
 def _read_pair(settings: ShardWriterSettings, pair: Pair) -> tuple[bytes, bytes | None, str]:

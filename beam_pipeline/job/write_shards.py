@@ -28,6 +28,8 @@ class _WriteShard(beam.DoFn):
         self._settings = settings
         self._shards = Metrics.counter("segprep", "shards_written")
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
+        # With job/built_records.py's counter: how many times the job read a pair's files.
+        self._read = Metrics.counter("segprep", "images_read")
 
     def start_bundle(self) -> None:
         self._pending: list[tuple] = []
@@ -80,6 +82,7 @@ class _WriteShard(beam.DoFn):
         Metrics.counter("segprep", f"accepted_{shard.spec.split}").inc(shard.num_examples)
         self._shards.inc()
         self._transcoded.inc(shard.transcoded_images)
+        self._read.inc(shard.images_read)
         yield shard
 
 

@@ -13,6 +13,7 @@ import signal
 # traceback. Leave quietly instead: the launcher reports the interruption.
 signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
+import beam_pipeline.job.image_hashes  # noqa: E402, F401
 import beam_pipeline.job.shard_work  # noqa: E402, F401
 
 atexit.register(os._exit, 0)

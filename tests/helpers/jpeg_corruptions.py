@@ -127,12 +127,12 @@ def cases(photos: dict[str, bytes], count: int, seed: int) -> Iterator[Case]:
         yield Case(photo, kind, description, data)
 
 
-def verdict(data: bytes, *, scaled_check: bool) -> tuple:
+def verdict(data: bytes, *, scaled_check: bool, thumbnail: bool = False) -> tuple:
     """What the writer makes of the file: ("accept", height, width, transcoded, sha256 of
     the stored JPEG) or ("reject", reason); an exception validate_image lets through (the
     record builder turns it into image_unreadable) is named by its type."""
     try:
-        image = validate_image(data, scaled_check=scaled_check)
+        image = validate_image(data, scaled_check=scaled_check, thumbnail=thumbnail)
     except RejectError as error:
         return ("reject", error.reason.value)
     except Exception as error:  # noqa: BLE001 - any escape is part of the verdict

@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageOps
 
+from transforms.duplicates import THUMB_SIDE
+from transforms.duplicates import thumbnail as thumbnail_of
 from transforms.limits import DEFAULT_LIMITS
 from transforms.rejects import Reason, RejectError
 
@@ -28,6 +30,8 @@ class ValidImage:
     width: int
     transcoded: bool
     orientation: int = 1  # EXIF orientation tag of the source; 1 = as stored
+    # transforms.duplicates.thumbnail of the decoded pixels (as stored), when asked for
+    thumbnail: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def rotated_shape(self) -> tuple[int, int] | None:
@@ -113,7 +117,7 @@ def _stored_as_is(image: Image.Image) -> bool:
 
 
 def validate_image(
-    data: bytes, max_pixels: int = MAX_PIXELS, *, scaled_check: bool = True
+    data: bytes, max_pixels: int = MAX_PIXELS, *, scaled_check: bool = True, thumbnail: bool = False
 ) -> ValidImage:
     """RGB JPEG bytes for the record: the source bytes untouched when already RGB JPEG.
 
@@ -123,20 +127,26 @@ def validate_image(
     upsampling and colour conversion. benchmarks/jpeg_fuzz.py and
     tests/test_jpeg_validation_fuzz.py show both decodes give the same verdict on corrupted
     photos. Images that are transcoded are decoded in full.
+
+    With `thumbnail`, the same decode also gives the duplicate search its thumbnail: a kept
+    JPEG is then drafted to the smallest scale of at least 64 px a side (1/8 for images of
+    512 px and more, so the check costs the same), never decoded twice.
     """
     header: list[tuple[int, int]] = []
 
     def remember_size(image: Image.Image) -> None:
         header.append(image.size)
         if scaled_check and _stored_as_is(image):
-            image.draft(None, (1, 1))  # the smallest scale libjpeg has: 1/8
+            # libjpeg's smallest scale (1/8), or the smallest that leaves a thumbnail to see
+            image.draft(None, (2 * THUMB_SIDE, 2 * THUMB_SIDE) if thumbnail else (1, 1))
 
     image = _open_fully(data, max_pixels, remember_size)
     width, height = header[0]
     orientation = image.getexif().get(_ORIENTATION_TAG, 1)
+    thumb = thumbnail_of(image) if thumbnail else None
     if _stored_as_is(image):
-        return ValidImage(data, height, width, transcoded=False, orientation=orientation)
-    return ValidImage(encode_rgb_jpeg(image), height, width, True, orientation)
+        return ValidImage(data, height, width, False, orientation, thumb)
+    return ValidImage(encode_rgb_jpeg(image), height, width, True, orientation, thumb)
 
 
 def apply_orientation(data: bytes) -> ValidImage:

@@ -28,6 +28,7 @@ class SourceSettings:
     spec: RecordSpec  # what every record of the run is (classes, formats, sizes)
     fill: int | None = None  # annotation sources: the value of pixels nothing covers
     limits: InputLimits = DEFAULT_LIMITS
+    thumbnails: bool = False  # records carry the duplicate search's thumbnail (Record.thumbnail)
 
     @property
     def classes(self) -> ClassMaskSettings:

@@ -41,10 +41,9 @@ from pycocotools import mask as mask_utils
 from transforms import spill
 from transforms.bounded_text import CHUNK_BYTES, JsonReader
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
-from transforms.codecs.image import validate_image
 from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, MAX_CLASS_ID
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits
-from transforms.record import Record, aligned, class_record, guarded
+from transforms.record import Record, aligned, class_record, guarded, valid_image
 from transforms.record_spec import RecordSpec
 from transforms.rejects import Reason, RejectError
 from transforms.sources.base import SourceSettings
@@ -706,13 +705,14 @@ def make_coco_record(
     *,
     fill: int,
     limits: InputLimits = DEFAULT_LIMITS,
+    thumbnail: bool = False,
 ) -> Record:
     """A record whose mask is rasterised from the image's COCO annotations, and its stats.
 
     The image is decoded first, so the mask is allocated at a size the decoder vouched for;
     annotations drawn on the EXIF-rotated view rotate the image, as for mask files.
     """
-    image = guarded(validate_image, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
+    image = valid_image(image_bytes, limits, thumbnail)
     if coco_image.height == 0 and not coco_image.annotations:
         # An annotation tool's image with no shapes may state no size: the image's own.
         coco_image = dataclasses.replace(coco_image, height=image.height, width=image.width)
@@ -750,4 +750,5 @@ class CocoSource:
             settings.spec,
             fill=settings.fill,
             limits=settings.limits,
+            thumbnail=settings.thumbnails,
         )

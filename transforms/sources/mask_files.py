@@ -27,4 +27,5 @@ class BinaryMaskFiles:
             mask.path,
             settings.spec,
             limits=settings.limits,
+            thumbnail=settings.thumbnails,
         )

@@ -1,0 +1,191 @@
+"""Each pair read once: its record built and spilled into the staging folder, a reference on.
+
+With the duplicate search on, groups decide splits and splits decide shards, so a record
+must exist before its shard is known. One chunk of pairs is read, decoded and hashed here
+(the validation decode also makes the thumbnail), the records' bytes are appended to one
+spill file of this attempt in the run's staging folder, and each pair goes on carrying a
+`BuiltFile`: where its record's bytes are, what metadata.json counts of it, its content
+digest and its hashes, or why it was rejected. Planning and the search move only these
+references; the shard writer (job/shard_work.py) copies the bytes into its shard.
+
+A spill file's name is new for every attempt (a retried chunk never appends to a file that
+another attempt wrote), it sits in the staging folder, and the staging folder is never
+published: a run's spill files go with it.
+
+Plain Python, no Beam: a local run's writer processes run it (runtime/writer_pool.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import functools
+import hashlib
+import os
+import tempfile
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from beam_pipeline.job.settings import ShardWriterSettings
+from beam_pipeline.runtime.ordered_pool import ordered_map
+from beam_pipeline.runtime.progress_counts import Reporter
+from transforms import files
+from transforms.duplicates import ImageHash, digest, fingerprint
+from transforms.files import RangeReader
+from transforms.pairing import Pair, SourceFile
+from transforms.record import Record
+from transforms.rejects import Reason, RejectError
+from transforms.sources import registry
+
+SPILL_PREFIX = "records-"
+SPILL_SUFFIX = ".spill"
+# Errors of the storage itself, not of one file: the run fails rather than calling data bad.
+_STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class BuiltFile(SourceFile):
+    """A pair's image file once its record is built: where the record's bytes wait, what the
+    shard counts of it and the image's hashes; or, with `reject`, why it has no record."""
+
+    spill: str = dataclasses.field(default="", compare=False)  # the spill file's path
+    offset: int = dataclasses.field(default=0, compare=False)
+    length: int = dataclasses.field(default=0, compare=False)
+    height: int = dataclasses.field(default=0, compare=False)
+    width: int = dataclasses.field(default=0, compare=False)
+    transcoded: bool = dataclasses.field(default=False, compare=False)
+    exif_ignored: bool = dataclasses.field(default=False, compare=False)
+    class_stats: Any = dataclasses.field(default=None, compare=False)
+    digest: str = dataclasses.field(default="", compare=False)  # the pair's content digest
+    hashes: ImageHash | None = dataclasses.field(default=None, compare=False)
+    reject: tuple[Reason, str] | None = dataclasses.field(default=None, compare=False)
+
+
+def build_records(settings: ShardWriterSettings, pairs: Sequence[Pair]) -> list[Pair]:
+    """Read each pair once, spill its record, and give it back carrying its BuiltFile."""
+    local = files.is_local(settings.staging_dir)
+    name = f"{SPILL_PREFIX}{uuid.uuid4().hex}{SPILL_SUFFIX}"
+    spill = files.join(settings.staging_dir, name)
+    written = spill if local else os.path.join(tempfile.gettempdir(), name)
+    progress = Reporter(settings.progress_dir)
+    convert = functools.partial(_record_or_reject, settings)
+    built: list[Pair] = []
+    try:
+        with open(written, "xb") as handle:
+            for pair, made in ordered_map(convert, pairs, settings.threads):
+                built.append(_reference(pair, made, spill, handle))
+                progress.add()
+        progress.flush()
+        if not local:
+            files.upload_file(written, spill)
+    finally:
+        if not local and os.path.exists(written):
+            os.remove(written)
+    return built
+
+
+def _reference(pair: Pair, made, spill: str, handle) -> Pair:
+    """The pair carrying its BuiltFile; its record's bytes appended to the spill file."""
+    image = pair.image
+    if isinstance(made, RejectError):
+        failed = BuiltFile(image.path, image.size, image.regular, reject=(made.reason, made.detail))
+        return dataclasses.replace(pair, image=failed)
+    record, content, hashes = made
+    offset = handle.tell()
+    handle.write(record.serialized)
+    reference = BuiltFile(
+        image.path,
+        image.size,
+        image.regular,
+        spill,
+        offset,
+        len(record.serialized),
+        record.height,
+        record.width,
+        record.image_transcoded,
+        record.exif_ignored,
+        record.class_stats,
+        content,
+        hashes,
+    )
+    return dataclasses.replace(pair, image=reference)
+
+
+def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
+    try:
+        return _record_of(settings, pair)
+    except RejectError as error:
+        return error
+
+
+def _record_of(settings: ShardWriterSettings, pair: Pair) -> tuple[Record, str, ImageHash]:
+    """The pair's record, content digest and hashes, from one read of each file."""
+    limits = settings.limits
+    source = registry.get(settings.mask_source)
+    image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
+    mask_bytes = mask_sha256 = None
+    if source.reads_mask_file:
+        mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
+        mask_sha256 = digest(mask_bytes)
+    record = source.record(pair.key, image_bytes, pair.mask, mask_bytes, settings.source_settings)
+    hashes = fingerprint(pair.key, image_bytes, record.thumbnail, mask_sha256)
+    if mask_sha256 is None:
+        mask_sha256 = digest((getattr(pair.mask, "payload", None) or "").encode())
+    # digest_table.content_digest's value, from the two sha256 already computed
+    content = hashlib.sha256(bytes.fromhex(hashes.sha256) + bytes.fromhex(mask_sha256))
+    return record, content.hexdigest(), hashes
+
+
+def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
+    """A source file's bytes, or a RejectError saying why it cannot be used."""
+    try:
+        return files.read_bounded(source.path, limit, source.size)
+    except files.NotAFileError as error:
+        raise RejectError(Reason.NOT_A_FILE, f"{os.path.basename(source.path)}: {error}") from None
+    except files.TooLargeError as error:
+        raise RejectError(too_large, f"{os.path.basename(source.path)}: {error}") from None
+    except FileNotFoundError:
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)} vanished after listing"
+        ) from None
+    except OSError as error:
+        if error.errno in _STORAGE_FAILURES:
+            raise
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)}: {error.strerror or error}"
+        ) from None
+
+
+def is_built(pair: Pair) -> bool:
+    return isinstance(pair.image, BuiltFile)
+
+
+class SpilledRecords:
+    """The records of built pairs, read back from their spill files (one open reader per
+    file, kept while a shard is written)."""
+
+    def __init__(self) -> None:
+        self._readers: dict[str, RangeReader] = {}
+
+    def record(self, pair: Pair) -> tuple[Record, str] | RejectError:
+        """(record, content digest) of a built pair, or the reject it was built as."""
+        built = pair.image
+        if built.reject is not None:
+            return RejectError(*built.reject)
+        reader = self._readers.get(built.spill)
+        if reader is None:
+            reader = self._readers[built.spill] = RangeReader(built.spill)
+        serialized = reader.read_at(built.offset, built.length)
+        if len(serialized) != built.length:
+            raise OSError(f"{built.spill} ends before the record of {pair.key}")
+        record = Record(
+            pair.key,
+            serialized,
+            built.height,
+            built.width,
+            built.transcoded,
+            built.class_stats,
+            built.exif_ignored,
+        )
+        return record, built.digest
