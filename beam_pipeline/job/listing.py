@@ -144,7 +144,7 @@ class _ResolvePairs(beam.DoFn):
 
 def settle_worker_credentials() -> None:
     """Beam's gs:// credentials in this worker process, as the launcher settled its own."""
-    from beam_pipeline.launch.credentials import use_storage_emulator_if_set
+    from beam_pipeline.runtime.beam_gcs import use_storage_emulator_if_set
 
     use_storage_emulator_if_set()
 

@@ -75,6 +75,7 @@ DATAFLOW_STARTUP_HOURS = 4 / 60
 # (GroupFilesByKey), and the grouping of paths by shard (GroupPathsByShard).
 SHUFFLES_REMOTE_LISTING = 2
 SHUFFLES_LOCAL_LISTING = 1
+# Each price flag (launch/options.PRICE_FLAGS) and the quantity it prices.
 PRICE_FIELDS = {
     "price_vcpu_hour": "vcpu_hours",
     "price_gb_hour": "memory_gb_hours",

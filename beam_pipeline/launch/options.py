@@ -48,6 +48,13 @@ DEFAULT_DUPLICATE_DISTANCE = 12
 DUPLICATE_MODES = ("group", "drop", "off")
 MAX_DUPLICATE_DISTANCE = 31
 
+# The --dry_run estimate's own prices (launch/estimate.py): flag name -> the unit priced.
+PRICE_FLAGS = {
+    "price_vcpu_hour": "one vCPU for an hour",
+    "price_gb_hour": "one GB of worker memory for an hour",
+    "price_shuffle_gb": "one GB shuffled",
+}
+
 ANNOTATION_FORMATS = ("coco", "cvat", "labelstudio", "labelme")
 
 
@@ -414,9 +421,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     prices = parser.add_argument_group(
         "cost of a --dry_run estimate (docs/estimate.md): your own per-unit prices"
     )
-    for flag, unit in (
-        ("--price_vcpu_hour", "one vCPU for an hour"),
-        ("--price_gb_hour", "one GB of worker memory for an hour"),
-        ("--price_shuffle_gb", "one GB shuffled"),
-    ):
-        prices.add_argument(flag, type=positive_float, metavar="PRICE", help=f"price of {unit}")
+    for name, unit in PRICE_FLAGS.items():
+        prices.add_argument(
+            f"--{name}", type=positive_float, metavar="PRICE", help=f"price of {unit}"
+        )

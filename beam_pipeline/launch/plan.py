@@ -33,6 +33,7 @@ from beam_pipeline.launch.options import (
     DEFAULT_RUNNER,
     DEFAULT_SHARD_SIZE_MB,
     LOCAL_RUNNERS,
+    PRICE_FLAGS,
     HelpFormatter,
     add_prepare_arguments,
 )
@@ -314,9 +315,7 @@ def record_spec(args: argparse.Namespace, mask_plan: masks.MaskPlan) -> RecordSp
 
 
 def _prices(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
-    from beam_pipeline.launch.estimate import PRICE_FIELDS
-
-    return tuple((name, getattr(args, name)) for name in PRICE_FIELDS if getattr(args, name))
+    return tuple((name, getattr(args, name)) for name in PRICE_FLAGS if getattr(args, name))
 
 
 def _split_parameters(fractions: SplitFractions | SplitLists | FolderSplits) -> dict[str, Any]:
