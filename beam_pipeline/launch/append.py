@@ -89,12 +89,14 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
 
 
 def _require_readable_manifest(output_dir: str) -> None:
-    """The output's manifest, if it has one, must be a regular file of JSON: a FIFO, a
-    device or a damaged one would otherwise fail the commit after the whole job ran."""
+    """The output's manifest, if it has one, must be a regular file a JSON parser can take:
+    a FIFO, a device, an oversized or a deeply nested one would otherwise fail the commit
+    after the whole job ran. One that is not JSON at all is no manifest (segprep replaces
+    its manifest whole, never half): the commit reads the output's files from metadata.json."""
     path = files.join(output_dir, MANIFEST_FILE)
     try:
         json_shape.loads(files.read_bounded(path, FILE_LIMITS.metadata_bytes), path)
-    except FileNotFoundError:
+    except (FileNotFoundError, json.JSONDecodeError):
         return
     except (OSError, ValueError) as error:
         raise UsageError(f"--append: {error}: run `segprep verify {output_dir}`") from None
