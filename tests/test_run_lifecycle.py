@@ -15,6 +15,7 @@ import pytest
 
 from beam_pipeline.cli import main
 from beam_pipeline.commands.sample_data import write_sample_data
+from beam_pipeline.job.attempts import ATTEMPT_MARK
 from tests.helpers.outputs import final_names, same_output
 from tests.helpers.process_tree import (
     descendants,
@@ -61,8 +62,12 @@ def clean(dataset, tmp_path_factory) -> Path:
 
 
 def _staged(out: Path, complete: bool) -> list[Path]:
-    pattern = "*.tfrecord" if complete else "*.tfrecord*"
-    return list((out / ".segprep" / "runs").glob(f"*/{pattern}"))
+    """Staged shards of the run: finished ones wait under their attempt's name
+    (job/attempts.py), unfinished ones as `.partial-` files."""
+    runs = out / ".segprep" / "runs"
+    if complete:
+        return [*runs.glob(f"*/*.tfrecord{ATTEMPT_MARK}*"), *runs.glob("*/*.tfrecord")]
+    return list(runs.glob("*/*.tfrecord*"))
 
 
 def _drain(stream) -> threading.Event:
