@@ -137,8 +137,6 @@ class DuplicateSettings:
     fractions: SplitFractions | SplitLists | FolderSplits
     staging_dir: str
     pool: str | None = None  # key of the run's writer pool (hashing runs there too)
-    limits: InputLimits = DEFAULT_LIMITS
-    mask_digests: bool = True  # mask files exist: exact copies with other masks are conflicts
     leakage: tuple[LeakageCheck, ...] = ()
     # --append: (split, hashes table) of the images the output already stores, in
     # existing_dir (the output, normalised)

@@ -21,7 +21,6 @@ def plan_duplicates(
     fractions: SplitFractions | SplitLists | FolderSplits,
     staging_dir: str,
     pool: str | None,
-    mask_digests: bool,
 ) -> DuplicateSettings | None:
     """The job's duplicate settings; None for --duplicates off (no hashing at all).
 
@@ -51,7 +50,6 @@ def plan_duplicates(
         fractions=fractions,
         staging_dir=staging_dir,
         pool=pool,
-        mask_digests=mask_digests,
         leakage=checks,
         existing=existing,
         existing_dir=output if existing else "",

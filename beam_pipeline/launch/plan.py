@@ -224,7 +224,6 @@ def make_plan(argv: list[str]) -> RunPlan:
         fractions,
         staging,
         run_id if processes > 1 else None,
-        mask_plan.coco is None,  # COCO masks are annotations, not files to compare
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
