@@ -625,3 +625,30 @@ def test_an_appended_near_copy_joins_its_originals_split(portraits, tmp_path):
     }
     assert split_of[name] == stored[original] != FRACTIONS.split_of(name)
     assert "this append: 1 new entry is a near copy of images already in the output" in done.stdout
+
+
+def test_exact_copies_stand_as_one_and_keep_every_pair():
+    """Byte-identical images are compared once (their smallest key stands for them): the
+    search reports each copy once, paired with that key, and the groups are the same as
+    with every pair reported; a leak of the standing key is a leak of every copy."""
+    from beam_pipeline.job import image_hashes
+
+    def tagged(key, sha, phash, source=""):
+        return dups.Tagged(source, dups.ImageHash(key, sha, phash, None, b""))
+
+    copies = [tagged(f"c{n}", "same", 0b1011) for n in (3, 1, 2, 0)]
+    near = tagged("n0", "other", 0b1010)  # one bit from the copies
+    theirs = tagged("x0", "", 0b1011, source="gs://b/other/")
+    values = [image_hashes.as_tuple(t) for t in (*copies, near, theirs)]
+    pairs, leaks = image_hashes.compare_buckets([(0, values)], 3, 0.95)
+    keys = sorted(tuple(sorted((a[1], b[1]))) for a, b in pairs)
+    assert keys == [("c0", "c1"), ("c0", "c2"), ("c0", "c3"), ("c0", "n0")]
+    assert sorted(key for key, _ in leaks) == ["c0", "c1", "c2", "c3", "n0"]
+    collapsed = dups.complete_groups(
+        (image_hashes.from_member(a).image, image_hashes.from_member(b).image) for a, b in pairs
+    )
+    every = [(a.image, b.image) for a, b in itertools.combinations((*copies, near), 2)]
+    assert [[m.key for m in g] for g in collapsed] == [["c0", "c1", "c2", "c3", "n0"]]
+    assert collapsed == dups.complete_groups(every)
+    # A second band's bucket of the same images reports nothing again.
+    assert image_hashes.compare_buckets([(1, values)], 3, 0.95)[0] == []

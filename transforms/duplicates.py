@@ -269,36 +269,63 @@ def bucket_pairs(
     once over all bands (here only if no earlier band is shared); at least one side is this
     run's, and the run's own image comes first in a mixed pair.
 
-    Work is quadratic in the bucket (numpy-vectorised); memory is linear in it.
+    Work is quadratic in the bucket, in numpy blocks of _ROWS rows (a few numpy calls per
+    block, not per member); memory is that of one block.
     """
-    ours = [m for m in members if not m.source]
-    if not ours or len(members) < 2:
+    own = np.array([not m.source for m in members], dtype=bool)
+    if len(members) < 2 or not own.any():
         return
     values = np.array([m.image.phash for m in members], dtype=np.uint64)
-    own = np.array([not m.source for m in members])
-    mixed = not own.all()
-    for i, first in enumerate(members):
-        if first.source:
-            continue
-        rest = slice(i + 1, None)
-        close = np.bitwise_count(values[rest] ^ values[i]) <= distance
-        # Another run's hash pairs only with this run's hashes; ours pair with both.
-        for offset in np.flatnonzero(close):
-            j = i + 1 + int(offset)
-            yield from _reported(band, first, members[j], distance)
-        if mixed and i:
-            earlier = (~own[:i]) & (np.bitwise_count(values[:i] ^ values[i]) <= distance)
+    columns = np.arange(len(members))
+    for start in range(0, len(members), _ROWS):
+        rows = columns[start : start + _ROWS]
+        apart = np.bitwise_count(values[rows, None] ^ values[None, :])
+        # Each pair once (i < j), another run's hash only against this run's.
+        close = (apart <= distance) & (columns[None, :] > rows[:, None])
+        close &= own[rows, None] | own[None, :]
+        first, second = np.nonzero(close)
+        first = rows[first]
+        keep = _first_shared_band_is(values[first] ^ values[second], band, distance)
+        for i, j in zip(first[keep].tolist(), second[keep].tolist(), strict=True):
+            a, b = (members[i], members[j]) if own[i] else (members[j], members[i])
+            if b.source == "" and b.image.key == a.image.key:
+                continue
+            yield a, b, int(apart[i - start, j])
+
+
+_ROWS = 256  # bucket members compared against the whole bucket per numpy block
+
+
+def _first_shared_band_is(xor: np.ndarray, band: int, distance: int) -> np.ndarray:
+    """Which of the pairs (their hashes' XOR) share no band before `band`: the ones this
+    band reports (they share `band` itself, being in its bucket)."""
+    first = np.ones(len(xor), dtype=bool)
+    for shift, width in band_edges(distance)[:band]:
+        first &= ((xor >> np.uint64(shift)) & np.uint64((1 << width) - 1)) != 0
+    return first
+
+
+def collapse_copies(members: Sequence[Tagged]) -> tuple[list[Tagged], dict[str, list[Tagged]]]:
+    """This run's byte-identical images (same sha256) stand as one in the search: the
+    smallest key for all of them. Returns the members that stand (every other source's
+    too) and, per standing key of two or more copies, all of them (the standing one
+    first). Identical bytes have identical hashes, so they share every bucket, pair with
+    exactly the same images, and pair with each other; a copy-heavy scrape then costs the
+    search its distinct images, not its copies squared."""
+    by_bytes: dict[str, list[Tagged]] = {}
+    standing: list[Tagged] = []
+    for member in members:
+        if member.source or not member.image.sha256:
+            standing.append(member)
         else:
-            earlier = np.zeros(0, dtype=bool)
-        for j in np.flatnonzero(earlier):  # other outputs' hashes listed before this one
-            yield from _reported(band, first, members[int(j)], distance)
-
-
-def _reported(band: int, a: Tagged, b: Tagged, distance: int):
-    if b.source == "" and b.image.key == a.image.key:
-        return
-    if first_shared_band(a.image.phash, b.image.phash, distance) == band:
-        yield a, b, hamming(a.image.phash, b.image.phash)
+            by_bytes.setdefault(member.image.sha256, []).append(member)
+    copies: dict[str, list[Tagged]] = {}
+    for same in by_bytes.values():
+        same.sort(key=lambda member: member.image.key)
+        standing.append(same[0])
+        if len(same) > 1:
+            copies[same[0].image.key] = same
+    return standing, copies
 
 
 # ---- groups -------------------------------------------------------------------------------
@@ -365,30 +392,56 @@ class Linked:
 def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
     """complete_groups, gathered per connected component of the pairs, with every image of
     the component, grouped or not (the job places a component in one split, so no verified
-    pair ever straddles two splits). Components in order of their smallest key."""
-    neighbours: dict[str, set[str]] = {}
+    pair ever straddles two splits). Components in order of their smallest key.
+
+    A pair of identical bytes (same non-empty sha256) makes its two images one class: each
+    pairs with whatever the other pairs with, so the search reports a copy only with the
+    key that stands for its bytes (collapse_copies) and never its copies squared."""
     images: dict[str, ImageHash] = {}
+    near: list[tuple[str, str]] = []
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
     for a, b in pairs:
         if a.key == b.key:
             continue
         for image in (a, b):
             images.setdefault(image.key, image)
-        neighbours.setdefault(a.key, set()).add(b.key)
-        neighbours.setdefault(b.key, set()).add(a.key)
+        if a.sha256 and a.sha256 == b.sha256:
+            first, second = sorted((root(a.key), root(b.key)))
+            parent[second] = first
+        else:
+            near.append((a.key, b.key))
+    klass = {key: root(key) for key in images}
+    neighbours: dict[str, set[str]] = {k: set() for k in set(klass.values())}
+    for a, b in near:
+        if klass[a] != klass[b]:
+            neighbours[klass[a]].add(klass[b])
+            neighbours[klass[b]].add(klass[a])
+    members_of: dict[str, list[str]] = {}
+    for key in sorted(images):
+        members_of.setdefault(klass[key], []).append(key)
     linked = []
     for component in _components(neighbours):
-        groups = []
-        left = sorted(component)
+        every = sorted(key for name in component for key in members_of[name])
+        left, groups = every, []
         while len(left) > 1:
-            members = [left[0]]
+            members, classes = [left[0]], {klass[left[0]]}
             for key in left[1:]:
-                if all(member in neighbours[key] for member in members):
+                own = klass[key]
+                if all(other == own or other in neighbours[own] for other in classes):
                     members.append(key)
+                    classes.add(own)
             if len(members) > 1:
                 groups.append([images[key] for key in members])
             taken = set(members)
             left = [key for key in left if key not in taken]
-        linked.append(Linked([images[key] for key in sorted(component)], groups))
+        linked.append(Linked([images[key] for key in every], groups))
     return linked
 
 

@@ -94,7 +94,7 @@ class _BuildRecords(beam.DoFn):
                 yield GlobalWindows.windowed_value(pair)
 
 
-_as_tuple, _from_tuple = image_hashes.as_tuple, image_hashes.from_tuple
+_as_tuple, from_member = image_hashes.as_tuple, image_hashes.from_member
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -268,12 +268,12 @@ def _tagged_row(line: bytes, source: str, path: str, number: int) -> dups.Tagged
     )
 
 
-def _groups(_, pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[tuple]]:
+def _groups(pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[tuple]]:
     """Complete-linkage groups of every verified pair (each a duplicates.jsonl line), and
     (key, split) for this run's images that follow a split other than their own key's:
     without official splits, every image a chain of pairs links (grouped or not) follows
     one split."""
-    tagged = [(_from_tuple(a), _from_tuple(b)) for a, b in pairs]
+    tagged = [(from_member(a), from_member(b)) for a, b in filter(None, pairs)]
     stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
     stored = {key: split for key, split in stored.items() if split}
     groups, placed = [], []
@@ -454,9 +454,15 @@ class FindDuplicates(beam.PTransform):
                 _CompareInBuckets(distance, settings.min_similarity, settings.pool)
             ).with_outputs("leaks", main="pairs")
         )
-        seed = pairs.pipeline | "GroupsSeed" >> beam.Create([None])
-        groups = seed | "Groups" >> beam.Map(
-            _groups, pairs=beam.pvalue.AsList(found.pairs), settings=settings
+        # Every pair in one place through a shuffle on one key, not a side input (Beam's
+        # state cache walks a side input object by object to size it). The seed gives the
+        # key an element when no pair is found.
+        seed = pairs.pipeline | "GroupsSeed" >> beam.Create([(None, None)])
+        groups = (
+            (seed, found.pairs | "OneKey" >> beam.Map(lambda pair: (None, pair)))
+            | "SeedAndPairs" >> beam.Flatten()
+            | "AllPairs" >> beam.GroupByKey()
+            | "Groups" >> beam.Map(lambda keyed: _groups(keyed[1], settings))
         )
         anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
         if settings.mode == "group" and not settings.leakage:

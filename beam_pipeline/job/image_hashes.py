@@ -36,16 +36,36 @@ def compare_buckets(
     buckets: Sequence[tuple[int, Sequence[tuple]]], distance: int, min_similarity: float
 ):
     """Every verified near copy in each (band, hash tuples) bucket: pairs with this run's or
-    the appended output's images (dups.EXISTING sources) as tuple pairs, and leaks (another
-    output's image) as (key, (distance, other output, other key))."""
+    the appended output's images (dups.EXISTING sources) as member pairs, and leaks
+    (another output's image) as (key, (distance, other output, other key)).
+
+    This run's exact copies stand as one (dups.collapse_copies): each is reported once,
+    paired with the key standing for its bytes, in band 0 (the first band identical hashes
+    share); a leak of the standing key is a leak of each copy."""
     found, leaks = [], []
     for band, values in buckets:
-        tagged = [from_tuple(value) for value in values]
-        for a, b, distance_ab in dups.bucket_pairs(band, tagged, distance):
+        standing, copies = dups.collapse_copies([from_tuple(value) for value in values])
+        if band == 0:
+            for kept, *same in copies.values():
+                found += [(as_member(kept), as_member(copy)) for copy in same]
+        for a, b, distance_ab in dups.bucket_pairs(band, standing, distance):
             if not dups.verified(a.image, b.image, min_similarity):
                 continue
             if b.source and not dups.is_existing(b.source):
-                leaks.append((a.image.key, (distance_ab, b.source, b.image.key)))
+                for own in copies.get(a.image.key, (a,)):
+                    leaks.append((own.image.key, (distance_ab, b.source, b.image.key)))
             else:
-                found.append((as_tuple(a), as_tuple(b)))
+                found.append((as_member(a), as_member(b)))
     return found, leaks
+
+
+def as_member(tagged: dups.Tagged) -> tuple:
+    """A hash as the groups need it: as_tuple without the signature (192 bytes that only the
+    bucket comparison reads)."""
+    image = tagged.image
+    return tagged.source, image.key, image.phash, image.sha256, image.mask
+
+
+def from_member(value: tuple) -> dups.Tagged:
+    source, key, phash, sha256, mask = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask))
