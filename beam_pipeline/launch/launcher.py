@@ -14,7 +14,7 @@ from typing import Any
 
 from beam_pipeline.launch.masks import stage_coco
 from beam_pipeline.launch.plan import RunPlan, make_plan
-from beam_pipeline.runtime import output_protocol, writer_pool
+from beam_pipeline.runtime import heap, output_protocol, writer_pool
 from transforms.format import dataset_info
 
 
@@ -45,6 +45,7 @@ def execute(plan: RunPlan) -> PrepareResult:
     if plan.runner.template:  # only writes a job description; its runs lock for themselves
         _stage_inputs(plan)  # so a COCO template carries one run's annotations: it runs once
         return _run_job(plan)
+    heap.keep_freed_heap()  # the runner's in-process stages, as the writers (runtime/heap.py)
     lock = output_protocol.RunLock(plan.output_dir, plan.run_id, remote=not plan.runner.local)
     with lock:
         recovered = output_protocol.recover(plan.output_dir)
