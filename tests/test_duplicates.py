@@ -630,17 +630,31 @@ def test_an_appended_near_copy_joins_its_originals_split(portraits, tmp_path):
 def test_exact_copies_stand_as_one_and_keep_every_pair():
     """Byte-identical images are compared once (their smallest key stands for them): the
     search reports each copy once, paired with that key, and the groups are the same as
-    with every pair reported; a leak of the standing key is a leak of every copy."""
+    with every pair reported; a leak candidate of the standing key is one of every copy."""
     from beam_pipeline.job import image_hashes
 
     def tagged(key, sha, phash, source=""):
         return dups.Tagged(source, dups.ImageHash(key, sha, phash, None, b""))
 
-    copies = [tagged(f"c{n}", "same", 0b1011) for n in (3, 1, 2, 0)]
-    near = tagged("n0", "other", 0b1010)  # one bit from the copies
+    same, other = "ab" * 32, "cd" * 32
+    copies = [tagged(f"c{n}", same, 0b1011) for n in (3, 1, 2, 0)]
+    near = tagged("n0", other, 0b1010)  # one bit from the copies
     theirs = tagged("x0", "", 0b1011, source="gs://b/other/")
-    values = [image_hashes.as_tuple(t) for t in (*copies, near, theirs)]
-    pairs, leaks = image_hashes.compare_buckets([(0, values)], 3, 0.95)
+    everything = (*copies, near, theirs)
+    probes = [image_hashes.as_probe(t) for t in everything]
+    candidates = image_hashes.compare_buckets([(0, probes)], 3)
+    whole = {
+        image_hashes.identity(image_hashes.as_tuple(t)): image_hashes.as_tuple(t)
+        for t in everything
+    }
+    found = [
+        image_hashes.verify(
+            c, whole[image_hashes.identity(c[0])], whole[image_hashes.identity(c[1])], 0.95
+        )
+        for c in candidates
+    ]
+    pairs = [value for tag, value in found if tag == "pairs"]
+    leaks = [value for tag, value in found if tag == "leaks"]
     keys = sorted(tuple(sorted((a[1], b[1]))) for a, b in pairs)
     assert keys == [("c0", "c1"), ("c0", "c2"), ("c0", "c3"), ("c0", "n0")]
     assert sorted(key for key, _ in leaks) == ["c0", "c1", "c2", "c3", "n0"]
@@ -651,4 +665,4 @@ def test_exact_copies_stand_as_one_and_keep_every_pair():
     assert [[m.key for m in g] for g in collapsed] == [["c0", "c1", "c2", "c3", "n0"]]
     assert collapsed == dups.complete_groups(every)
     # A second band's bucket of the same images reports nothing again.
-    assert image_hashes.compare_buckets([(1, values)], 3, 0.95)[0] == []
+    assert image_hashes.compare_buckets([(1, probes)], 3) == []

@@ -94,13 +94,21 @@ class _BuildRecords(beam.DoFn):
                 yield GlobalWindows.windowed_value(pair)
 
 
-_as_tuple, from_member = image_hashes.as_tuple, image_hashes.from_member
+from_member = image_hashes.from_member
+HASHES = "hashes"  # the whole hashes another output's table holds, beside its bucket lists
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
-    value = _as_tuple(tagged)
+    value = image_hashes.as_probe(tagged)
     for band, band_value in enumerate(dups.bands(tagged.image.phash, distance)):
         yield (band, band_value), value
+
+
+def _whole_hash(pair: Pair):
+    """((source, key), the whole hash) of a built pair: what verification joins back."""
+    hashes = image_hashes.hashes_of(pair)
+    if hashes is not None:
+        yield ("", hashes.key), image_hashes.as_tuple(dups.Tagged("", hashes))
 
 
 class _OwnBuckets(beam.DoFn):
@@ -133,13 +141,12 @@ class _OwnBuckets(beam.DoFn):
 
 
 class _CompareInBuckets(beam.DoFn):
-    """Verified near copies inside each band bucket: in the run's writer pool on local runs
-    (chunks of about _COMPARED hashes, at most _IN_FLIGHT chunks at a time, so memory stays
+    """Candidate pairs inside each band bucket: in the run's writer pool on local runs
+    (chunks of about _COMPARED probes, at most _IN_FLIGHT chunks at a time, so memory stays
     that of a few chunks), else in this process (Dataflow)."""
 
-    def __init__(self, distance: int, min_similarity: float, pool: str | None) -> None:
+    def __init__(self, distance: int, pool: str | None) -> None:
         self._distance = distance
-        self._similarity = min_similarity
         self._pool = pool
 
     def start_bundle(self) -> None:
@@ -159,30 +166,21 @@ class _CompareInBuckets(beam.DoFn):
 
     def finish_bundle(self):
         for output in self._send(drain=True):
-            if isinstance(output, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(
-                    output.tag, GlobalWindows.windowed_value(output.value)
-                )
-            else:
-                yield GlobalWindows.windowed_value(output)
+            yield GlobalWindows.windowed_value(output)
 
     def _send(self, drain: bool = False):
         chunk, self._chunk, self._size = self._chunk, [], 0
         if self._pool is None:
             if chunk:
-                yield from _found(
-                    image_hashes.compare_buckets(chunk, self._distance, self._similarity)
-                )
+                yield from image_hashes.compare_buckets(chunk, self._distance)
             return
         try:
             if chunk:
                 pool = writer_pool.pool_of(self._pool)
-                future = pool.submit(
-                    image_hashes.compare_buckets, chunk, self._distance, self._similarity
-                )
+                future = pool.submit(image_hashes.compare_buckets, chunk, self._distance)
                 self._futures.append(future)
             while self._futures and (drain or len(self._futures) > _IN_FLIGHT):
-                yield from _found(self._futures.popleft().result())
+                yield from self._futures.popleft().result()
         except BrokenProcessPool as error:
             raise RuntimeError(
                 "a writer process died while comparing image hashes: out of memory? "
@@ -190,19 +188,40 @@ class _CompareInBuckets(beam.DoFn):
             ) from error
 
 
-def _found(result):
-    pairs, leaks = result
-    yield from pairs
-    for leak in leaks:
-        yield beam.pvalue.TaggedOutput("leaks", leak)
+def _by_first(candidate):
+    return image_hashes.identity(candidate[0]), candidate
+
+
+def _with_first(element):
+    """Candidates keyed by their first image, with its whole hash -> keyed by the second."""
+    _, joined = element
+    for whole in joined[HASHES][:1]:
+        for candidate in joined["candidates"]:
+            yield image_hashes.identity(candidate[1]), (candidate, whole)
+
+
+def _verified(element, min_similarity: float):
+    """Candidates with both whole hashes -> verified pairs, and leaks (tagged)."""
+    _, joined = element
+    for whole in joined[HASHES][:1]:
+        for candidate, first in joined["halves"]:
+            found = image_hashes.verify(candidate, first, whole, min_similarity)
+            if found is None:
+                continue
+            tag, value = found
+            yield value if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
 
 
 def _other_hashes(pbegin, number: int, check, distance: int):
-    """The bucket lists, as _OwnBuckets makes them, of the hashes another output stored."""
+    """The bucket lists, as _OwnBuckets makes them, of the hashes another output stored
+    (and, tagged HASHES, the whole hashes)."""
     return (
         pbegin
         | f"OtherHashTables{number}" >> beam.Create(list(check.hash_tables))
-        | f"OtherBuckets{number}" >> beam.ParDo(_OtherBuckets(check.output_dir, distance))
+        | f"OtherBuckets{number}"
+        >> beam.ParDo(_OtherBuckets(check.output_dir, distance)).with_outputs(
+            HASHES, main="buckets"
+        )
     )
 
 
@@ -215,7 +234,7 @@ def _existing_hashes(pbegin, settings: DuplicateSettings):
         | f"ExistingBuckets{split}"
         >> beam.ParDo(
             _OtherBuckets(settings.existing_dir, settings.distance, dups.existing_source(split))
-        )
+        ).with_outputs(HASHES, main="buckets")
         for split, ref in settings.existing
     ]
 
@@ -235,11 +254,15 @@ class _OtherBuckets(beam.DoFn):
     def process(self, ref):
         buckets: dict[tuple[int, int], list[tuple]] = {}
         held = 0
+        whole = beam.pvalue.TaggedOutput
         digest = hashlib.sha256()
         with side_tables.open_table(self._output_dir, ref, check_sha256=False) as table:
             for number, line in enumerate(table.lines(), start=1):
                 digest.update(line)
                 tagged = _tagged_row(line, self._source, f"{self._output_dir}{ref.file}", number)
+                yield whole(
+                    HASHES, ((self._source, tagged.image.key), image_hashes.as_tuple(tagged))
+                )
                 for key, value in _band_keys(tagged, self._distance):
                     buckets.setdefault(key, []).append(value)
                 held += 1
@@ -442,17 +465,33 @@ class FindDuplicates(beam.PTransform):
         distance = settings.distance
         hashed = pairs | "BuildRecords" >> beam.ParDo(_BuildRecords(self._writing))
         keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        for number, check in enumerate(settings.leakage):
-            keyed.append(_other_hashes(pairs.pipeline, number, check, distance))
-        keyed += _existing_hashes(pairs.pipeline, settings)
-        found = (
+        whole = [hashed | "WholeHashes" >> beam.FlatMap(_whole_hash)]
+        others = [
+            _other_hashes(pairs.pipeline, number, check, distance)
+            for number, check in enumerate(settings.leakage)
+        ]
+        for other in others + _existing_hashes(pairs.pipeline, settings):
+            keyed.append(other.buckets)
+            whole.append(other[HASHES])
+        whole = whole | "AllWholeHashes" >> beam.Flatten()
+        candidates = (
             keyed
             | "AllBandKeys" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
-            | "CompareInBucket"
-            >> beam.ParDo(
-                _CompareInBuckets(distance, settings.min_similarity, settings.pool)
-            ).with_outputs("leaks", main="pairs")
+            | "CompareInBucket" >> beam.ParDo(_CompareInBuckets(distance, settings.pool))
+        )
+        # Each candidate gets its two images' whole hashes (signature, digests) by key: they
+        # travel once each, not D + 1 times through the bucket shuffle.
+        halves = (
+            {HASHES: whole, "candidates": candidates | "ByFirst" >> beam.Map(_by_first)}
+            | "JoinFirst" >> beam.CoGroupByKey()
+            | "WithFirst" >> beam.FlatMap(_with_first)
+        )
+        found = (
+            {HASHES: whole, "halves": halves}
+            | "JoinSecond" >> beam.CoGroupByKey()
+            | "Verify"
+            >> beam.FlatMap(_verified, settings.min_similarity).with_outputs("leaks", main="pairs")
         )
         # Every pair in one place through a shuffle on one key, not a side input (Beam's
         # state cache walks a side input object by object to size it). The seed gives the
