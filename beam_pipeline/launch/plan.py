@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
-    CocoSettings,
+    AnnotationSettings,
     CommitSettings,
     JobSettings,
     PlanningSettings,
@@ -178,7 +178,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
     remote_data = any(not files.is_local(path) for path in paths)
-    # Class-name, colormap and COCO files are read while planning, dry run or not.
+    # Class-name, colormap and annotation files are read while planning, dry run or not.
     remote_files = any(
         path is not None and not files.is_local(path)
         for path in (args.class_names, args.colormap, export.path if export else None)
@@ -231,7 +231,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         threads=threads,
         pool=run_id if processes > 1 else None,
         progress_dir=os.path.join(staging, "progress") if progress else None,
-        coco_fill=mask_plan.coco_fill,
+        annotation_fill=mask_plan.annotation_fill,
         mask_source=mask_plan.source,
         store_hashes=duplicates is not None,
     )
@@ -267,14 +267,16 @@ def make_plan(argv: list[str]) -> RunPlan:
         args.max_reject_fraction,
         started_at,
         release_lock=not runner.local and not runner.template,
-        coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
+        annotations=None if mask_plan.dataset is None else mask_plan.dataset.metadata(),
         append=append,
     )
-    coco = None
-    if mask_plan.coco is not None:
+    annotations = None
+    if mask_plan.dataset is not None:
         # Pairs of a local listing carry their image records; the job lists anything else.
-        staged = () if listing else masks.staged_coco_files(staging, mask_plan.coco)
-        coco = CocoSettings(mask_plan.annotations, staged, mask_plan.coco_fill, STAGED_RECORD_BYTES)
+        staged = () if listing else masks.staged_image_files(staging, mask_plan.dataset)
+        annotations = AnnotationSettings(
+            mask_plan.annotations, staged, mask_plan.annotation_fill, STAGED_RECORD_BYTES
+        )
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -295,7 +297,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             planning,
             writing,
             commit,
-            coco,
+            annotations,
             duplicates,
         ),
         masks=mask_plan,
@@ -339,10 +341,12 @@ def _inputs(
     listing = None
     if all(files.is_local(folder) for folder in folders):
         if not args.dry_run or os.path.isdir(layout.image_dir):
-            coco = (
+            annotated = (
                 ()
-                if mask_plan.coco is None
-                else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
+                if mask_plan.dataset is None
+                else masks.annotated_entries(
+                    mask_plan.dataset, layout.annotations, layout.image_dir
+                )
             )
             lists = fractions.keys if isinstance(fractions, SplitLists) else {}
             if lists and args.append:
@@ -353,7 +357,7 @@ def _inputs(
             listing = list_local(
                 layout,
                 *flags,
-                coco=coco,
+                annotated=annotated,
                 left_out=lambda key: fractions.split_of(key) is None,
                 listed=fractions.listed,
                 listed_keys=lists,
@@ -500,7 +504,7 @@ def _layout(args: argparse.Namespace, export: masks.Annotations | None) -> Layou
         if suffix is not None and ("/" in suffix or not suffix.strip()):
             raise UsageError(f"{flag} {suffix!r}: a suffix of a file name, e.g. _leftImg8bit.png")
     if args.mask_suffix is not None and layout.annotations is not None:
-        raise UsageError("--mask_suffix names mask files: COCO masks come from the annotations")
+        raise UsageError("--mask_suffix names mask files: these masks come from the annotations")
     if (
         args.image_suffix is not None
         and args.mask_suffix is not None
@@ -521,9 +525,7 @@ def _folders(args: argparse.Namespace, export: masks.Annotations | None) -> Layo
         if (args.data_dir is None) == (args.image_dir is None):
             raise UsageError(f"{export.flag} goes with --image_dir (or --data_dir), one of them")
         folder = files.normalize_dir(args.image_dir or args.data_dir)
-        if export.tool == "labelme":
-            return Layout(folder, None, files.normalize_dir(export.path))
-        return Layout(folder, None, masks.normalize_file(export.path))
+        return Layout(folder, None, export.normalized)
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")

@@ -1,4 +1,4 @@
-"""CVAT for images 1.1 (XML) -> class-id masks, through the COCO records (sources/annotated.py).
+"""CVAT for images 1.1 (XML): the CVAT tool (transforms/sources/annotations.py).
 
 The XML is parsed by defusedxml's iterparse: streamed (each `<image>` is dropped once read,
 so a 500 MB export never sits in memory), and an entity declaration (the billion-laughs
@@ -35,8 +35,8 @@ from transforms.limits import (
     annotation_int,
     check_pixels,
 )
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -44,10 +44,31 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 DRAWN = ("polygon", "box", "mask")
 IGNORED = ("polyline", "points", "skeleton", "tag", "ellipse", "cuboid", "track")
+
+
+class CvatTool:
+    name: ClassVar[str] = "cvat"
+    title: ClassVar[str] = "CVAT"
+    looks_for: ClassVar[str] = "CVAT for images 1.1 XML, with <annotations>"
+    folder_of: ClassVar[str | None] = None
+
+    def detect(self, head: Head) -> bool:
+        return head.text.startswith(b"<") and b"<annotations" in head.start
+
+    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
+        return read_cvat(
+            path,
+            request.origin,
+            class_names=request.class_names,
+            unlabeled=request.unlabeled,
+            limits=request.limits,
+        )
+
+
+TOOL = CvatTool()
 
 
 def read_cvat(
@@ -57,7 +78,7 @@ def read_cvat(
     class_names: tuple[str, ...] | None = None,
     unlabeled: str = "background",
     limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+) -> AnnotatedDataset:
     """Stage a CVAT for images 1.1 file; ValueError (one line) for a file that is not one."""
     reader = _Reader(origin, limits, needs_labels=class_names is None)
     with open_regular(path) as stream:
@@ -219,9 +240,3 @@ def _points(text: str) -> np.ndarray:
     if len(values) % 2:
         raise ValueError("points are not x,y pairs")
     return np.asarray(values, dtype=np.float64)
-
-
-class CvatSource(CocoSource):
-    """Masks from a CVAT for images 1.1 export (staged as COCO image records)."""
-
-    name: ClassVar[str] = "cvat"

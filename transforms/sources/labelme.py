@@ -1,4 +1,4 @@
-"""labelme JSON files -> class-id masks, through the COCO records (sources/annotated.py).
+"""labelme JSON files: the labelme tool (transforms/sources/annotations.py).
 
 The annotations are a folder of labelme `.json` files (every one under it, sorted by path;
 hidden ones skipped), which may be the image folder itself: labelme saves `a.json` beside
@@ -40,8 +40,8 @@ import numpy as np
 from transforms.bounded_text import JsonReader, Oversized, TextLimitError, bounded_entries
 from transforms.files import NotAFileError, open_regular
 from transforms.limits import DEFAULT_LIMITS, InputLimits, TooLargeError, check_pixels
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -49,11 +49,34 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 CIRCLE_POINTS = 64
 JSON_FILE_LIMIT = 256 << 20  # one labelme file, imageData included
 FIELDS = frozenset({"shapes", "imagePath", "imageHeight", "imageWidth"})  # imageData: never
+
+
+class LabelmeTool:
+    name: ClassVar[str] = "labelme"
+    title: ClassVar[str] = "labelme"
+    looks_for: ClassVar[str] = "a folder of labelme JSON files"
+    folder_of: ClassVar[str | None] = ".json"
+
+    def detect(self, head: Head) -> bool:
+        # One labelme file is detected too, so the launcher can say to give its folder.
+        return head.is_folder or "shapes" in head.top_keys
+
+    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
+        return read_labelme(
+            path,
+            request.origin,
+            image_dir=request.image_dir or ".",
+            class_names=request.class_names,
+            unlabeled=request.unlabeled,
+            limits=request.limits,
+        )
+
+
+TOOL = LabelmeTool()
 
 
 def labelme_files(folder: str) -> list[str]:
@@ -78,7 +101,7 @@ def read_labelme(
     class_names: tuple[str, ...] | None = None,
     unlabeled: str = "background",
     limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+) -> AnnotatedDataset:
     """Stage a folder of labelme files; ValueError (one line) if it holds none."""
     files = labelme_files(folder)
     if not files:
@@ -221,9 +244,3 @@ def _png_mask(data: Any, limits: InputLimits) -> np.ndarray:
         raise TooLargeError(f"mask PNG: {error}") from None
     except (OSError, SyntaxError, EOFError) as error:  # PIL's errors for broken files
         raise ValueError(f"mask PNG unreadable: {error}") from None
-
-
-class LabelmeSource(CocoSource):
-    """Masks from labelme JSON files (staged as COCO image records)."""
-
-    name: ClassVar[str] = "labelme"

@@ -1,4 +1,4 @@
-"""Label Studio JSON export -> class-id masks, through the COCO records (sources/annotated.py).
+"""Label Studio JSON export: the Label Studio tool (transforms/sources/annotations.py).
 
 The export is a list of tasks, streamed one task at a time with ijson through the bounded
 reader (transforms/bounded_text.py: UTF-8, depth and token caps, as COCO's), each task built
@@ -13,7 +13,7 @@ skipped), result by result in result order, later on top:
 - `brushlabels`: `value.rle`, Label Studio's own RLE of the RGBA canvas
   (label-studio-converter's brush format), decoded exactly; a pixel is set where alpha > 0.
 Other result types are counted and not drawn. Labels get ids sorted by name (Label Studio
-keeps no order); the class-id rule is annotated.py's.
+keeps no order); the class-id rule is labelled_shapes.py's.
 
 Image names: `/data/upload/N/1a2b3c4d-cat.jpg`, `/data/local-files/?d=dir/cat.jpg`,
 `gs://bucket/dir/cat.jpg`, `s3://...`, URLs and plain paths. Matched against the images
@@ -50,8 +50,8 @@ from transforms.limits import (
     check_pixels,
 )
 from transforms.pairing import IMAGE_EXTENSIONS
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -59,11 +59,33 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 MAX_DEPTH = 32
 UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-(.+)$")
 DRAWN = ("polygonlabels", "rectanglelabels", "brushlabels")
+
+
+class LabelStudioTool:
+    name: ClassVar[str] = "labelstudio"
+    title: ClassVar[str] = "Label Studio"
+    looks_for: ClassVar[str] = "a JSON list of tasks"
+    folder_of: ClassVar[str | None] = None
+
+    def detect(self, head: Head) -> bool:
+        return head.text.startswith(b"[")
+
+    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
+        return read_labelstudio(
+            path,
+            request.origin,
+            image_dir=request.image_dir,
+            class_names=request.class_names,
+            unlabeled=request.unlabeled,
+            limits=request.limits,
+        )
+
+
+TOOL = LabelStudioTool()
 
 
 def read_labelstudio(
@@ -74,7 +96,7 @@ def read_labelstudio(
     class_names: tuple[str, ...] | None = None,
     unlabeled: str = "background",
     limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+) -> AnnotatedDataset:
     """Stage a Label Studio JSON export; ValueError (one line) for a file that is not one.
     `image_dir`: a local image folder to match names against (module doc), or None."""
     reader = _Reader(origin, image_dir, limits)
@@ -352,9 +374,3 @@ class _Bits:
         self.at = end
         weights = (1 << np.arange(size - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
         return (chunk * weights).sum(axis=1).astype(np.uint8)
-
-
-class LabelStudioSource(CocoSource):
-    """Masks from a Label Studio JSON export (staged as COCO image records)."""
-
-    name: ClassVar[str] = "labelstudio"
