@@ -1,7 +1,7 @@
 """Annotation sources behind one protocol: what each tool module implements, and the
 per-image payload every tool produces.
 
-A tool is one module with one `TOOL` object (`AnnotationTool`), listed once in
+A tool is one module with one `TOOL` (an `AnnotationTool`), listed once in
 transforms/sources/tools.py:
 - `name`: the --annotation_format value, and the source name metadata.json stores;
 - `folder_of`: the export is a folder of such files (labelme's ".json"), or (None) one file;
@@ -27,8 +27,8 @@ import os
 import pickle
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -301,17 +301,16 @@ class Head:
         return frozenset(keys)
 
 
-class AnnotationTool(Protocol):
-    name: ClassVar[str]  # the --annotation_format value and the stored source name
-    title: ClassVar[str]  # how messages name the format
-    looks_for: ClassVar[str]  # what detection looks for, said when nothing matched
-    folder_of: ClassVar[str | None]  # the export is a folder of files ending so; None: a file
+@dataclasses.dataclass(frozen=True)
+class AnnotationTool:
+    """What a tool module provides, as its one `TOOL`."""
 
-    def detect(self, head: Head) -> bool:
-        """Whether the export `head` shows is this tool's."""
-        ...
-
-    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
-        """The local export at `path`, staged; ValueError (one line, naming request.origin)
-        for one that is not this tool's. A problem of one image only marks that image."""
-        ...
+    name: str  # the --annotation_format value and the stored source name
+    title: str  # how messages name the format
+    looks_for: str  # what detection looks for, said when nothing matched
+    # Whether the export `head` shows is this tool's.
+    detect: Callable[[Head], bool]
+    # The local export at `path`, staged; ValueError (one line, naming request.origin) for
+    # one that is not this tool's. A problem of one image only marks that image.
+    read: Callable[[str, ReadRequest], AnnotatedDataset]
+    folder_of: str | None = None  # the export is a folder of files ending so; None: a file

@@ -25,7 +25,7 @@ import collections
 import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 import ijson
 import numpy as np
@@ -40,7 +40,7 @@ from transforms.sources.annotations import (
     AnnotatedDataset,
     AnnotatedImage,
     AnnotatedShape,
-    Head,
+    AnnotationTool,
     ReadRequest,
     StagedImages,
     check_class_names,
@@ -53,28 +53,6 @@ _MIN_POLYGON_COORDINATES = 6  # three points; fewer enclose nothing (dropped, as
 # COCO nests 5 deep (annotations > item > segmentation > polygon); `info` and `licenses` are
 # free-form, so room is left, but never the thousands of levels that make ijson quadratic.
 MAX_DEPTH = 32
-
-
-class CocoTool:
-    name: ClassVar[str] = "coco"
-    title: ClassVar[str] = "COCO"
-    looks_for: ClassVar[str] = "a JSON object with images or categories"
-    folder_of: ClassVar[str | None] = None
-
-    def detect(self, head: Head) -> bool:
-        return bool(head.top_keys & {"images", "categories"})
-
-    def read(self, path: str, request: ReadRequest) -> CocoDataset:
-        return read_coco(
-            lambda: open_regular(path),
-            request.origin,
-            unlabeled=request.unlabeled,
-            class_names=request.class_names,
-            limits=request.limits,
-        )
-
-
-TOOL = CocoTool()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +135,7 @@ def read_coco(
         names = tuple(category.name for category in categories)
         names = (BACKGROUND_NAME, *names) if unlabeled == "background" else names
     return CocoDataset(
-        TOOL.name,
+        "coco",
         tuple(names),
         unlabeled,
         staged.count,
@@ -169,6 +147,25 @@ def read_coco(
         categories,
         orphans.example,
     )
+
+
+def _read(path: str, request: ReadRequest) -> CocoDataset:
+    return read_coco(
+        lambda: open_regular(path),
+        request.origin,
+        unlabeled=request.unlabeled,
+        class_names=request.class_names,
+        limits=request.limits,
+    )
+
+
+TOOL = AnnotationTool(
+    "coco",
+    "COCO",
+    "a JSON object with images or categories",
+    detect=lambda head: bool(head.top_keys & {"images", "categories"}),
+    read=_read,
+)
 
 
 def _description(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 import numpy as np
 from defusedxml import DefusedXmlException
@@ -29,13 +29,12 @@ from defusedxml.ElementTree import iterparse
 from transforms.bounded_text import XmlReader
 from transforms.files import open_regular
 from transforms.limits import (
-    DEFAULT_LIMITS,
     InputLimits,
     TooLargeError,
     annotation_int,
     check_pixels,
 )
-from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
 from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
@@ -49,48 +48,22 @@ DRAWN = ("polygon", "box", "mask")
 IGNORED = ("polyline", "points", "skeleton", "tag", "ellipse", "cuboid", "track")
 
 
-class CvatTool:
-    name: ClassVar[str] = "cvat"
-    title: ClassVar[str] = "CVAT"
-    looks_for: ClassVar[str] = "CVAT for images 1.1 XML, with <annotations>"
-    folder_of: ClassVar[str | None] = None
-
-    def detect(self, head: Head) -> bool:
-        return head.text.startswith(b"<") and b"<annotations" in head.start
-
-    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
-        return read_cvat(
-            path,
-            request.origin,
-            class_names=request.class_names,
-            unlabeled=request.unlabeled,
-            limits=request.limits,
-        )
-
-
-TOOL = CvatTool()
-
-
-def read_cvat(
-    path: str,
-    origin: str,
-    *,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> AnnotatedDataset:
+def read_cvat(path: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a CVAT for images 1.1 file; ValueError (one line) for a file that is not one."""
-    reader = _Reader(origin, limits, needs_labels=class_names is None)
+    origin, limits = request.origin, request.limits
+    reader = _Reader(origin, limits, needs_labels=request.class_names is None)
     with open_regular(path) as stream:
-        return build_dataset(
-            "cvat",
-            reader.images(XmlReader(stream, origin, limits)),
-            reader.stats,
-            origin=origin,
-            class_names=class_names,
-            unlabeled=unlabeled,
-            limits=limits,
-        )
+        images = reader.images(XmlReader(stream, origin, limits))
+        return build_dataset("cvat", images, reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "cvat",
+    "CVAT",
+    "CVAT for images 1.1 XML, with <annotations>",
+    detect=lambda head: head.text.startswith(b"<") and b"<annotations" in head.start,
+    read=read_cvat,
+)
 
 
 class _Reader:

@@ -39,6 +39,7 @@ from transforms.sources.annotations import (
     AnnotatedDataset,
     AnnotatedImage,
     AnnotatedShape,
+    ReadRequest,
     StagedImages,
     check_class_names,
 )
@@ -104,14 +105,7 @@ def class_ids(
 
 
 def build_dataset(
-    source: str,
-    images: Iterator[ToolImage],
-    stats_of: Any,
-    *,
-    origin: str,
-    class_names: Sequence[str] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
+    source: str, images: Iterator[ToolImage], stats_of: Any, request: ReadRequest
 ) -> AnnotatedDataset:
     """Stage every image of `images` (a tool module's reader) as an AnnotatedImage.
 
@@ -119,6 +113,7 @@ def build_dataset(
     the first spills the images with their label names and collects the label set; the
     second, once ids are known, stages the images the job reads.
     """
+    origin, limits, unlabeled = request.origin, request.limits, request.unlabeled
     folder = spill.temporary_folder(source)
     raw = RecordFiles(os.path.join(folder.name, "raw"), per_file=2**62)
     labels: set[str] = set()
@@ -134,7 +129,11 @@ def build_dataset(
         raise ValueError(f"{origin}: no images")
     stats = stats_of()
     names, how = class_ids(
-        labels, tool_order=stats.labels, class_names=class_names, unlabeled=unlabeled, source=origin
+        labels,
+        tool_order=stats.labels,
+        class_names=request.class_names,
+        unlabeled=unlabeled,
+        source=origin,
     )
     id_of = {name: index for index, name in enumerate(names)}
     staged = StagedImages(folder.name, limits)

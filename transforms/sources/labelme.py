@@ -32,15 +32,15 @@ import os
 import posixpath
 import warnings
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import ijson
 import numpy as np
 
 from transforms.bounded_text import JsonReader, Oversized, TextLimitError, bounded_entries
 from transforms.files import NotAFileError, open_regular
-from transforms.limits import DEFAULT_LIMITS, InputLimits, TooLargeError, check_pixels
-from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.limits import InputLimits, TooLargeError, check_pixels
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
 from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
@@ -53,30 +53,6 @@ from transforms.sources.labelled_shapes import (
 CIRCLE_POINTS = 64
 JSON_FILE_LIMIT = 256 << 20  # one labelme file, imageData included
 FIELDS = frozenset({"shapes", "imagePath", "imageHeight", "imageWidth"})  # imageData: never
-
-
-class LabelmeTool:
-    name: ClassVar[str] = "labelme"
-    title: ClassVar[str] = "labelme"
-    looks_for: ClassVar[str] = "a folder of labelme JSON files"
-    folder_of: ClassVar[str | None] = ".json"
-
-    def detect(self, head: Head) -> bool:
-        # One labelme file is detected too, so the launcher can say to give its folder.
-        return head.is_folder or "shapes" in head.top_keys
-
-    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
-        return read_labelme(
-            path,
-            request.origin,
-            image_dir=request.image_dir or ".",
-            class_names=request.class_names,
-            unlabeled=request.unlabeled,
-            limits=request.limits,
-        )
-
-
-TOOL = LabelmeTool()
 
 
 def labelme_files(folder: str) -> list[str]:
@@ -93,29 +69,24 @@ def labelme_files(folder: str) -> list[str]:
     return sorted(found)
 
 
-def read_labelme(
-    folder: str,
-    origin: str,
-    *,
-    image_dir: str,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> AnnotatedDataset:
+def read_labelme(folder: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a folder of labelme files; ValueError (one line) if it holds none."""
     files = labelme_files(folder)
     if not files:
-        raise ValueError(f"{origin}: no .json files")
-    reader = _Reader(folder, image_dir, limits)
-    return build_dataset(
-        "labelme",
-        reader.images(files),
-        reader.stats,
-        origin=origin,
-        class_names=class_names,
-        unlabeled=unlabeled,
-        limits=limits,
-    )
+        raise ValueError(f"{request.origin}: no .json files")
+    reader = _Reader(folder, request.image_dir or ".", request.limits)
+    return build_dataset("labelme", reader.images(files), reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "labelme",
+    "labelme",
+    "a folder of labelme JSON files",
+    # One labelme file is detected too, so the launcher can say to give its folder.
+    detect=lambda head: head.is_folder or "shapes" in head.top_keys,
+    read=read_labelme,
+    folder_of=".json",
+)
 
 
 class _Reader:

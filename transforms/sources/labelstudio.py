@@ -34,7 +34,7 @@ import posixpath
 import re
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import ijson
 import numpy as np
@@ -43,14 +43,13 @@ from transforms import files
 from transforms.bounded_text import JsonReader, Oversized, bounded_entries
 from transforms.files import open_regular
 from transforms.limits import (
-    DEFAULT_LIMITS,
     InputLimits,
     TooLargeError,
     annotation_int,
     check_pixels,
 )
 from transforms.pairing import IMAGE_EXTENSIONS
-from transforms.sources.annotations import AnnotatedDataset, Head, ReadRequest
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
 from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
@@ -65,51 +64,22 @@ UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-(.+)$")
 DRAWN = ("polygonlabels", "rectanglelabels", "brushlabels")
 
 
-class LabelStudioTool:
-    name: ClassVar[str] = "labelstudio"
-    title: ClassVar[str] = "Label Studio"
-    looks_for: ClassVar[str] = "a JSON list of tasks"
-    folder_of: ClassVar[str | None] = None
-
-    def detect(self, head: Head) -> bool:
-        return head.text.startswith(b"[")
-
-    def read(self, path: str, request: ReadRequest) -> AnnotatedDataset:
-        return read_labelstudio(
-            path,
-            request.origin,
-            image_dir=request.image_dir,
-            class_names=request.class_names,
-            unlabeled=request.unlabeled,
-            limits=request.limits,
-        )
-
-
-TOOL = LabelStudioTool()
-
-
-def read_labelstudio(
-    path: str,
-    origin: str,
-    *,
-    image_dir: str | None = None,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> AnnotatedDataset:
+def read_labelstudio(path: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a Label Studio JSON export; ValueError (one line) for a file that is not one.
-    `image_dir`: a local image folder to match names against (module doc), or None."""
-    reader = _Reader(origin, image_dir, limits)
+    `request.image_dir`: the image folder to match names against (module doc), or None."""
+    reader = _Reader(request.origin, request.image_dir, request.limits)
     with open_regular(path) as stream:
-        return build_dataset(
-            "labelstudio",
-            reader.images(JsonReader(stream, origin, MAX_DEPTH, limits)),
-            reader.stats,
-            origin=origin,
-            class_names=class_names,
-            unlabeled=unlabeled,
-            limits=limits,
-        )
+        tasks = reader.images(JsonReader(stream, request.origin, MAX_DEPTH, request.limits))
+        return build_dataset("labelstudio", tasks, reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "labelstudio",
+    "Label Studio",
+    "a JSON list of tasks",
+    detect=lambda head: head.text.startswith(b"["),
+    read=read_labelstudio,
+)
 
 
 class _Reader:
