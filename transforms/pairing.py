@@ -265,7 +265,7 @@ def unrecognized(path: str, role: Role | None, layout: Layout | None = None) -> 
 
 
 def annotated_entry(
-    annotations: str, image_dir: str, image_id: int, file_name: str
+    annotations: str, image_dir: str, image_id: int, file_name: str, payload: str | None = None
 ) -> tuple[str, AnnotatedEntry] | Reject:
     """(key, entry) of one image record of an export; a reject for a name that is no image.
 
@@ -283,7 +283,7 @@ def annotated_entry(
             None,
             annotations,
         )
-    return key, AnnotatedEntry(annotations, image_id, file_name, image_dir + file_name)
+    return key, AnnotatedEntry(annotations, image_id, file_name, image_dir + file_name, payload)
 
 
 def resolve_pair(

@@ -16,7 +16,6 @@ holds annotations: a large export would outgrow Dataflow's job-graph limit (10 M
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import apache_beam as beam
@@ -98,12 +97,12 @@ class _KeyAnnotatedImages(beam.DoFn):
                 self._image_dir,
                 record["image_id"],
                 record["file_name"],
+                line,
             )
             if isinstance(outcome, Reject):
                 yield beam.pvalue.TaggedOutput(REJECTS, outcome)
-                continue
-            key, entry = outcome
-            yield key, (Role.MASK, dataclasses.replace(entry, payload=line))
+            else:
+                yield outcome[0], (Role.MASK, outcome[1])
 
 
 def _records(path: str, limit: int):

@@ -351,12 +351,7 @@ def annotated_entries(
     """Every image record of the file with its annotations, keyed for the pairing rule
     (transforms/pairing.py); streamed from the dataset's records."""
     for image_id, file_name, payload in dataset.staged():
-        outcome = annotated_entry(annotations, image_dir, image_id, file_name)
-        if isinstance(outcome, Reject):
-            yield outcome
-        else:
-            key, entry = outcome
-            yield key, dataclasses.replace(entry, payload=payload)
+        yield annotated_entry(annotations, image_dir, image_id, file_name, payload)
 
 
 def staged_image_files(staging: str, dataset: AnnotatedDataset) -> tuple[str, ...]:

@@ -149,9 +149,9 @@ def checked_rle(segmentation: Mapping[str, Any], limits: InputLimits = DEFAULT_L
     """A COCO RLE object as rasterising takes it; TooLargeError over the cap, ValueError for
     anything that is not one."""
     size, counts = segmentation.get("size"), segmentation.get("counts")
-    if isinstance(counts, (str, list)) and len(counts) > limits.coco_rle_chars:
+    if isinstance(counts, (str, list)) and len(counts) > limits.rle_chars:
         raise TooLargeError(
-            f"an RLE of {len(counts):,} counts, more than the {limits.coco_rle_chars:,} one "
+            f"an RLE of {len(counts):,} counts, more than the {limits.rle_chars:,} one "
             "annotation may have"
         )
     if not (
@@ -224,11 +224,11 @@ class StagedImages:
 
     def write(self, image: AnnotatedImage) -> None:
         payload = image_payload(image)
-        if len(payload) > self._limits.coco_record_bytes:
+        if len(payload) > self._limits.annotation_record_bytes:
             image = too_large(
                 image,
                 f"{len(payload):,} bytes of annotations, more than "
-                f"the {self._limits.coco_record_bytes:,} one image may have",
+                f"the {self._limits.annotation_record_bytes:,} one image may have",
             )
             payload = image_payload(image)
         record = (image.image_id, image.file_name, payload)

@@ -101,7 +101,7 @@ def read_coco(
     categories, unnamed = _read_categories(
         _items(open_file, source, "categories"), source, unlabeled, class_names
     )
-    class_of = _ClassOf({category.coco_id: category.class_id for category in categories}, unnamed)
+    class_of = {category.coco_id: category.class_id for category in categories}
     folder = spill.temporary_folder("coco")
     images = _read_images(_items(open_file, source, "images"), source, folder.name)
     annotations = ExternalSort(folder.name, "annotations")
@@ -114,7 +114,7 @@ def read_coco(
             orphans.add(total, raw)
             continue
         try:
-            annotation = _annotation(raw, class_of, limits)
+            annotation = _annotation(raw, class_of, unnamed, limits)
         except TooLargeError as error:
             annotations.add((image_id, total), (raw.get("id"), f"{error}", True))
             continue
@@ -194,14 +194,6 @@ def _description(
     }
 
 
-class _ClassOf(dict):
-    """Class id by COCO category id, knowing the categories --class_names leaves out."""
-
-    def __init__(self, ids: dict[int, int], unnamed: dict[int, str]) -> None:
-        super().__init__(ids)
-        self.unnamed = unnamed
-
-
 class _Orphans:
     """Annotations naming no listed image: counted, and the first in file order named."""
 
@@ -244,10 +236,10 @@ def _join(
                 points += sum(len(polygon) // 2 for polygon in annotation.polygons)
             pending = next(annotations, None)
         image = AnnotatedImage(file_name, image_id, height, width, tuple(drawn), problem, over_cap)
-        if problem is None and points > limits.coco_image_points:
+        if problem is None and points > limits.image_points:
             image = too_large(
                 image,
-                f"polygons of {points:,} points, more than the {limits.coco_image_points:,} "
+                f"polygons of {points:,} points, more than the {limits.image_points:,} "
                 "one image may have",
             )
         elif problem is not None:
@@ -372,11 +364,14 @@ def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort
 
 
 def _annotation(
-    raw: Mapping[str, Any], class_of: Mapping[int, int], limits: InputLimits = DEFAULT_LIMITS
+    raw: Mapping[str, Any],
+    class_of: Mapping[int, int],
+    unnamed: Mapping[int, str],
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> AnnotatedShape | None:
-    """The compact form of one annotation; None when it has no segmentation to draw."""
+    """The compact form of one annotation; None when it has no segmentation to draw.
+    `unnamed`: the categories --class_names leaves out, by id."""
     category = raw.get("category_id")
-    unnamed = getattr(class_of, "unnamed", {})
     if type(category) is int and category in unnamed:
         raise ValueError(
             f"category {unnamed[category]!r} (id {category}) is not in the class names"
@@ -403,10 +398,10 @@ def _annotation(
 
 def _polygon(values: Any, limits: InputLimits) -> np.ndarray:
     """float64 coordinates; numpy checks the types (a Python loop per number costs seconds)."""
-    if isinstance(values, list) and len(values) > 2 * limits.coco_polygon_points:
+    if isinstance(values, list) and len(values) > 2 * limits.polygon_points:
         raise TooLargeError(
             f"a polygon of {len(values) // 2:,} points, more than the "
-            f"{limits.coco_polygon_points:,} one polygon may have"
+            f"{limits.polygon_points:,} one polygon may have"
         )
     try:
         array = np.array(values) if isinstance(values, list) else None

@@ -147,13 +147,12 @@ class _Reader:
                 if kind == "polygon":
                     text = child.get("points") or ""
                     points += text.count(";") + 1
-                    if points > self.limits.coco_image_points:
+                    if points > self.limits.image_points:
                         return ToolImage(
                             name,
                             height,
                             width,
-                            problem=f"polygons of more than {self.limits.coco_image_points:,} "
-                            "points",
+                            problem=f"polygons of more than {self.limits.image_points:,} points",
                             too_large=True,
                         )
                     shape = ToolShape(label, (_points(text),))
@@ -179,8 +178,8 @@ class _Reader:
             for k in ("left", "top", "width", "height")
         )
         text = child.get("rle") or ""
-        if len(text) > self.limits.coco_rle_chars:
-            raise TooLargeError(f"an RLE of more than {self.limits.coco_rle_chars:,} characters")
+        if len(text) > self.limits.rle_chars:
+            raise TooLargeError(f"an RLE of more than {self.limits.rle_chars:,} characters")
         if box_width <= 0 or box_height <= 0 or box_width * box_height > 4 * height * width:
             raise ValueError(f"mask box {box_width}x{box_height} does not fit the image")
         check_pixels(box_height, box_width, self.limits, "mask box")

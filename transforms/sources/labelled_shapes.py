@@ -15,7 +15,7 @@ naming the label; nothing ever gets an id silently.
 
 Geometry: polygons are clipped to the image (one pixel of margin) before pycocotools
 rasterises them with COCO's convention; non-finite coordinates and more points than
-`InputLimits.coco_image_points` make the image a reject. Shapes are painted in the order the
+`InputLimits.image_points` make the image a reject. Shapes are painted in the order the
 tool module gives (later on top): `AnnotatedImage.ordered`.
 """
 
@@ -198,12 +198,12 @@ def _checked(image: ToolImage, limits: InputLimits) -> ToolImage:
     if image.problem is not None:
         return dataclasses.replace(image, shapes=())
     points = sum(len(p) // 2 for shape in image.shapes for p in shape.polygons)
-    if points > limits.coco_image_points:
+    if points > limits.image_points:
         return dataclasses.replace(
             image,
             shapes=(),
             problem=f"polygons of {points:,} points, more than the "
-            f"{limits.coco_image_points:,} one image may have",
+            f"{limits.image_points:,} one image may have",
             too_large=True,
         )
     shapes = []

@@ -164,10 +164,10 @@ class _Reader:
             if not isinstance(label, str):
                 raise ValueError(f"label {label!r} is not a string")
             points = shape.get("points") or []
-            if len(points) > self.limits.coco_polygon_points:
+            if len(points) > self.limits.polygon_points:
                 raise TooLargeError(
                     f"a shape of {len(points):,} points, more than the "
-                    f"{self.limits.coco_polygon_points:,} one polygon may have"
+                    f"{self.limits.polygon_points:,} one polygon may have"
                 )
             xy = np.asarray(points, dtype=np.float64).reshape(-1, 2) if points else None
             if kind == "polygon":

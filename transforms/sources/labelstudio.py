@@ -171,7 +171,7 @@ class _Reader:
             label = labels[0]
             if kind == "polygonlabels":
                 points = value["points"]
-                if len(points) > self.limits.coco_polygon_points:
+                if len(points) > self.limits.polygon_points:
                     return ToolImage(
                         name, h, w, problem=f"a polygon of {len(points):,} points", too_large=True
                     )
