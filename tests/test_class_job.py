@@ -379,7 +379,7 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
         ]
     )
     assert result.submission["mode"] == "template"
-    (staged,) = result.plan.job.annotations.staged  # 5 image records: one record file
+    (staged,) = result.plan.job.staged_images  # 5 image records: one record file
     assert staged.startswith(gcs.url(f"tpl/out/{SEGPREP_DIR}/runs/{result.plan.run_id}/"))
     data = gcs.read(staged.removeprefix(gcs.url()))
     records = list(read_records(io.BytesIO(data), staged, len(data), 1 << 20))

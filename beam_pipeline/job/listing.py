@@ -24,8 +24,8 @@ from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_pipeline.job.settings import AnnotationSettings
 from beam_pipeline.runtime.local_listing import read_staged
+from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
     Layout,
     Pair,
@@ -81,7 +81,7 @@ class _KeyAnnotatedImages(beam.DoFn):
     """(key, (MASK, AnnotatedEntry carrying its record)) per image record of one staged file; a
     reject for a file_name that is no image name."""
 
-    def __init__(self, annotations: AnnotationSettings, image_dir: str) -> None:
+    def __init__(self, annotations: str, image_dir: str) -> None:
         self._annotations = annotations
         self._image_dir = image_dir
 
@@ -89,16 +89,11 @@ class _KeyAnnotatedImages(beam.DoFn):
         settle_worker_credentials()  # it reads gs:// through Beam's file system
 
     def process(self, path: str):
-        for payload in _records(path, self._annotations.record_limit):
+        for payload in _records(path, STAGED_RECORD_BYTES):
             line = payload.decode("utf-8")
             record = json.loads(line)
-            outcome = annotated_entry(
-                self._annotations.annotations,
-                self._image_dir,
-                record["image_id"],
-                record["file_name"],
-                line,
-            )
+            image_id, name = record["image_id"], record["file_name"]
+            outcome = annotated_entry(self._annotations, self._image_dir, image_id, name, line)
             if isinstance(outcome, Reject):
                 yield beam.pvalue.TaggedOutput(REJECTS, outcome)
             else:
@@ -122,10 +117,9 @@ def _read_files(pbegin, label: str, paths: tuple[str, ...]):
     )
 
 
-def _annotated_images(pbegin, annotations: AnnotationSettings, image_dir: str):
-    staged = _read_files(pbegin, "StagedImages", annotations.staged)
-    return staged | "KeyAnnotatedImages" >> beam.ParDo(
-        _KeyAnnotatedImages(annotations, image_dir)
+def _annotated_images(pbegin, layout: Layout, staged: tuple[str, ...]):
+    return _read_files(pbegin, "StagedImages", staged) | "KeyAnnotatedImages" >> beam.ParDo(
+        _KeyAnnotatedImages(layout.annotations, layout.image_dir)
     ).with_outputs(REJECTS, main="keyed")
 
 
@@ -188,10 +182,10 @@ class ListAndPair(beam.PTransform):
     """List the folder(s) of a layout (any Beam file system) and pair the files by key; the
     image records of an annotation export are the masks."""
 
-    def __init__(self, layout: Layout, annotations: AnnotationSettings | None = None) -> None:
+    def __init__(self, layout: Layout, staged_images: tuple[str, ...] = ()) -> None:
         super().__init__()
         self._layout = layout
-        self._annotations = annotations
+        self._staged_images = staged_images
 
     def expand(self, pbegin):
         keyed, rejects = [], []
@@ -207,8 +201,8 @@ class ListAndPair(beam.PTransform):
             )
             keyed.append(listed.keyed)
             rejects.append(listed[REJECTS])
-        if self._annotations is not None:
-            records = _annotated_images(pbegin, self._annotations, self._layout.image_dir)
+        if self._staged_images:
+            records = _annotated_images(pbegin, self._layout, self._staged_images)
             keyed.append(records.keyed)
             rejects.append(records[REJECTS])
         resolved = (
@@ -249,18 +243,18 @@ class DiscoverEntries(beam.PTransform):
         self,
         layout: Layout,
         entries: StagedEntries | None,
-        annotations: AnnotationSettings | None = None,
+        staged_images: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self._layout = layout
         self._entries = entries
-        self._annotations = annotations
+        self._staged_images = staged_images
 
     def expand(self, pbegin):
         if self._entries is not None:
             found = pbegin | "FromListing" >> FromListing(self._entries)
         else:
-            found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._annotations)
+            found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._staged_images)
         counted = found["pairs"] | "CountPairs" >> beam.Map(_count, "paired_keys")
         rejected = found[REJECTS] | "CountListingRejects" >> beam.Map(_count_reject)
         return {"pairs": counted, REJECTS: rejected}

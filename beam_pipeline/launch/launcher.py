@@ -76,8 +76,8 @@ def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
 def _stage_inputs(plan: RunPlan) -> None:
     """What the job reads from the run's staging folder: an export's image records, when
     the job lists the images itself (a local listing's pairs carry them)."""
-    if plan.job.annotations is not None and plan.job.annotations.staged:
-        stage_images(plan.masks.dataset, plan.job.annotations.staged)
+    if plan.job.staged_images:
+        stage_images(plan.masks.dataset, plan.job.staged_images)
 
 
 def _recheck(plan: RunPlan) -> output_protocol.OutputState:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
-    AnnotationSettings,
     CommitSettings,
     JobSettings,
     PlanningSettings,
@@ -40,7 +39,6 @@ from beam_pipeline.launch.options import (
 from beam_pipeline.runtime import output_protocol, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
 from transforms import files
-from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
 from transforms.settings_error import SettingError
 from transforms.splits import MIN_SHARDS, FolderSplits, SplitFractions, SplitLists
@@ -270,13 +268,10 @@ def make_plan(argv: list[str]) -> RunPlan:
         annotations=None if mask_plan.dataset is None else mask_plan.dataset.metadata(),
         append=append,
     )
-    annotations = None
-    if mask_plan.dataset is not None:
+    staged_images = ()
+    if mask_plan.dataset is not None and not listing:
         # Pairs of a local listing carry their image records; the job lists anything else.
-        staged = () if listing else masks.staged_image_files(staging, mask_plan.dataset)
-        annotations = AnnotationSettings(
-            mask_plan.annotations, staged, mask_plan.annotation_fill, STAGED_RECORD_BYTES
-        )
+        staged_images = masks.staged_image_files(staging, mask_plan.dataset)
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -297,7 +292,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             planning,
             writing,
             commit,
-            annotations,
+            staged_images,
             duplicates,
         ),
         masks=mask_plan,

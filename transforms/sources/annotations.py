@@ -1,21 +1,15 @@
-"""Annotation sources behind one protocol: what each tool module implements, and the
-per-image payload every tool produces.
+"""Annotation tools behind one interface, and the per-image payload every tool produces.
 
-A tool is one module with one `TOOL` (an `AnnotationTool`), listed once in
-transforms/sources/tools.py:
-- `name`: the --annotation_format value, and the source name metadata.json stores;
-- `folder_of`: the export is a folder of such files (labelme's ".json"), or (None) one file;
-- `detect(head)`: whether an export's first bytes (or a folder) are this tool's;
-- `read(path, request)`: the local export streamed into an `AnnotatedDataset`, one staged
-  `AnnotatedImage` per image in a temporary folder, so memory stays flat in the export's size.
+A tool is one module with one `TOOL` (an `AnnotationTool`: its name, how to detect its
+export, how to read it), listed once in transforms/sources/tools.py. Reading streams the
+export into an `AnnotatedDataset`: one staged `AnnotatedImage` per image in a temporary
+folder, memory flat in the export's size. An `AnnotatedImage` is what the job carries for
+an image (`image_payload`, one line of JSON): its size and its shapes in pixels, each a
+class id with polygons or a COCO RLE, painted by transforms/sources/rasterize.py whichever
+tool wrote it.
 
-An `AnnotatedImage` is what the job carries for an image (`image_payload`, one line of JSON):
-its size and its shapes in pixel coordinates, each a class id with polygons or a COCO RLE.
-One rasteriser paints it, whichever tool wrote it (transforms/sources/rasterize.py).
-
-Class names (one rule for every tool): pixels no shape covers are class `background`, or
-the ignore index with unlabeled "ignore"; a --class_names file naming the ids must then
-name `background`.
+Unlabeled pixels are class `background`, or the ignore index with unlabeled "ignore"; a
+--class_names file must then name `background` (one rule for every tool).
 """
 
 from __future__ import annotations

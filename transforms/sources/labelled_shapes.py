@@ -75,14 +75,10 @@ class ToolStats:
 
 
 def class_ids(
-    labels: Iterable[str],
-    *,
-    tool_order: Sequence[str] | None,
-    class_names: Sequence[str] | None,
-    unlabeled: str,
-    source: str,
+    labels: Iterable[str], tool_order: Sequence[str] | None, request: ReadRequest
 ) -> tuple[tuple[str, ...], str]:
     """(class names by id, how the order was chosen)."""
+    source, class_names, unlabeled = request.origin, request.class_names, request.unlabeled
     if class_names is not None:
         check_class_names(class_names, unlabeled)
         return tuple(class_names), "--class_names"
@@ -128,13 +124,7 @@ def build_dataset(
         folder.cleanup()
         raise ValueError(f"{origin}: no images")
     stats = stats_of()
-    names, how = class_ids(
-        labels,
-        tool_order=stats.labels,
-        class_names=request.class_names,
-        unlabeled=unlabeled,
-        source=origin,
-    )
+    names, how = class_ids(labels, stats.labels, request)
     id_of = {name: index for index, name in enumerate(names)}
     staged = StagedImages(folder.name, limits)
     with open(raw_paths[0], "rb") as handle:

@@ -1,9 +1,9 @@
 """Every annotation tool by name: a new tool is one module plus one line here.
 
-A tool module holds one `TOOL` (transforms/sources/annotations.py: AnnotationTool) whose
-`name` is its key here. The registry is the one list of tools: --annotation_format's
-choices, the order detection tries them and the launcher's choice all come from it. Tool
-modules are imported when a tool is asked for, so the flags' help stays light.
+A tool module holds one `TOOL` (transforms/sources/annotations.py: AnnotationTool) named as
+its key. --annotation_format's choices, the order detection tries the tools and the
+launcher's reader come from here; a module is imported when its tool is asked for, so the
+flags' help stays light.
 """
 
 from __future__ import annotations
