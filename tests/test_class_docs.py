@@ -32,9 +32,8 @@ from transforms.class_stats import ClassStats, classes_section
 from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
 from transforms.format.naming import SEGPREP_DIR
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest
-# shows
-# every DeprecationWarning again).
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.rasterize;
+# pytest shows every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "classes.md").read_text(encoding="utf-8")

@@ -28,9 +28,8 @@ from tests.helpers.runs import RUNNER_ARGS
 from transforms.format.naming import REJECTS_FILE, SEGPREP_DIR
 from transforms.spill import read_records
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco; pytest
-# shows
-# every DeprecationWarning again).
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.rasterize;
+# pytest shows every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 # sha256 of the `prepared` fixture's shards (conftest: 60 samples, seed 7, --num_shards 3),
@@ -380,12 +379,12 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
         ]
     )
     assert result.submission["mode"] == "template"
-    (staged,) = result.plan.job.coco.staged  # 5 image records: one record file
+    (staged,) = result.plan.job.staged_images  # 5 image records: one record file
     assert staged.startswith(gcs.url(f"tpl/out/{SEGPREP_DIR}/runs/{result.plan.run_id}/"))
     data = gcs.read(staged.removeprefix(gcs.url()))
     records = list(read_records(io.BytesIO(data), staged, len(data), 1 << 20))
     assert sorted(json.loads(record)["file_name"] for record in records) == sorted(
-        image.file_name for image in result.plan.masks.coco.images.values()
+        image.file_name for image in result.plan.masks.dataset.images.values()
     )
     assert gcs.names("tpl/out/") == [staged.removeprefix(gcs.url())]  # nothing else written
     pipeline = gcs.read(
@@ -394,7 +393,7 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
         ]["pipelineUrl"].removeprefix(gcs.url())
     )
     # The job reads the staged files (their paths ride, compressed, in the graph's Create).
-    assert b"KeyCocoRecords" in pipeline and b"StagedCocoFiles" in pipeline
+    assert b"KeyAnnotatedImages" in pipeline and b"StagedImagesFiles" in pipeline
 
 
 # --- launcher memory ----------------------------------------------------------------------------
@@ -415,7 +414,7 @@ with open("/proc/self/clear_refs", "w") as refs:
     refs.write("5")  # VmHWM := the current RSS: the imports' peak must not hide growth
 before = peak()
 made = plan.make_plan(sys.argv[2:])
-masks.stage_coco(made.masks.coco, (sys.argv[1],))
+masks.stage_images(made.masks.dataset, (sys.argv[1],))
 print(peak() - before)
 """
 

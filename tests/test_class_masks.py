@@ -506,7 +506,9 @@ def test_class_records_follow_the_exif_rotation_like_binary_ones(shape, rotated)
 
 @pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # pycocotools
 def test_coco_records_follow_the_exif_rotation_and_count_their_pixels():
-    from transforms.sources.coco import CocoAnnotation, CocoImage, make_coco_record
+    from transforms.sources.annotations import AnnotatedImage as CocoImage
+    from transforms.sources.annotations import AnnotatedShape as CocoAnnotation
+    from transforms.sources.rasterize import make_annotated_record as make_coco_record
 
     square = np.array([2.0, 2.0, 10.0, 2.0, 10.0, 8.0, 2.0, 8.0])
     annotation = CocoAnnotation(1, 3, False, (square,))

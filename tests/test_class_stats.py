@@ -161,7 +161,9 @@ def test_classes_section_and_weights_from_it():
     validation = mask_stats(_masks(1, seed=9)[0], N, IGNORE)
     section = json.loads(
         json.dumps(
-            classes_section(settings, {"train": train, "validation": validation}, coco={"x": 1})
+            classes_section(
+                settings, {"train": train, "validation": validation}, annotations={"x": 1}
+            )
         )
     )
     assert section["names"] == list("abcdef") and section["ids"] == list(range(6))

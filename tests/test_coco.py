@@ -17,16 +17,11 @@ from pycocotools.coco import COCO
 
 from transforms.codecs.class_mask import ClassMaskSettings
 from transforms.rejects import Reason, RejectError
-from transforms.sources.coco import (
-    draw_order,
-    image_from_payload,
-    image_payload,
-    rasterize,
-    read_coco,
-    read_coco_file,
-)
+from transforms.sources.annotations import image_from_payload, image_payload
+from transforms.sources.coco import read_coco, read_coco_file
+from transforms.sources.rasterize import draw_order, rasterize
 
-# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.coco, but
+# pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.rasterize, but
 # pytest
 # shows every DeprecationWarning again).
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -244,7 +239,7 @@ def test_a_problem_travels_with_its_record(tmp_path):
 
 @pytest.mark.parametrize("line", ["", "{}", "[1]", '{"file_name": "a.jpg"}', "not json"])
 def test_a_line_it_did_not_write_is_a_value_error(line):
-    with pytest.raises(ValueError, match="not a staged COCO image record"):
+    with pytest.raises(ValueError, match="not a staged annotated image record"):
         image_from_payload(line)
 
 

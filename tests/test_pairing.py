@@ -5,7 +5,7 @@ from transforms.pairing import (
     Pair,
     Role,
     SourceFile,
-    coco_entry,
+    annotated_entry,
     image_key,
     is_hidden,
     mask_key,
@@ -85,16 +85,16 @@ def test_resolve_pair_outcomes():
 
 
 def test_coco_records_are_keyed_like_images_and_odd_names_rejected():
-    key, entry = coco_entry("/a/coco.json", "/img/", 7, "sub/0001.JPG")
+    key, entry = annotated_entry("/a/coco.json", "/img/", 7, "sub/0001.JPG")
     assert key == "sub/0001" and entry.image_path == "/img/sub/0001.JPG"
     assert entry.size == 0 and entry.regular and "coco.json image 7" in entry.name
-    odd = coco_entry("/a/coco.json", "/img/", 8, "clip.gif")
+    odd = annotated_entry("/a/coco.json", "/img/", 8, "clip.gif")
     assert isinstance(odd, Reject) and odd.reason == Reason.UNRECOGNIZED_FILE
     assert odd.key == "/a/coco.json#clip.gif" and odd.mask == "/a/coco.json"
 
 
 def test_a_coco_record_pairs_only_with_the_file_it_names():
-    _, entry = coco_entry("/a/coco.json", "/img/", 7, "k.jpg")
+    _, entry = annotated_entry("/a/coco.json", "/img/", 7, "k.jpg")
     pair = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [entry], "/a/coco.json")
     assert isinstance(pair, Pair) and pair.mask is entry
     other = resolve_pair("k", [SourceFile("/img/k.png", 5)], [entry], "/a/coco.json")
@@ -104,7 +104,7 @@ def test_a_coco_record_pairs_only_with_the_file_it_names():
     assert alone.reason == Reason.MISSING_IMAGE and alone.mask == "/a/coco.json"
     unlisted = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [], "/a/coco.json")
     assert unlisted.reason == Reason.MISSING_MASK and "coco.json" in unlisted.detail
-    _, twin = coco_entry("/a/coco.json", "/img/", 8, "k.png")
+    _, twin = annotated_entry("/a/coco.json", "/img/", 8, "k.png")
     both = resolve_pair("k", [SourceFile("/img/k.jpg", 5)], [entry, twin], "/a/coco.json")
     assert both.reason == Reason.DUPLICATE_KEY and "image 8 (k.png)" in both.detail
 

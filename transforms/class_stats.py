@@ -156,7 +156,7 @@ def classes_section(
     settings: ClassMaskSettings,
     stats_by_split: Mapping[str, ClassStats],
     *,
-    coco: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """metadata.json's `classes`: what the ids mean, how they are stored, and their counts."""
     n = settings.num_classes
@@ -174,8 +174,8 @@ def classes_section(
     }
     if settings.class_map is not None:
         section["class_map"] = settings.class_map.to_json()
-    if coco is not None:
-        section["coco"] = dict(coco)
+    if annotations is not None:  # how an export's labels became ids; "coco" in every output
+        section["coco"] = dict(annotations)
     return section
 
 

@@ -20,17 +20,17 @@ class InputLimits:
     mask_bytes: int = 64 * MB  # file size of one mask
     pixels: int = 40_000_000  # width x height of an image or a mask (decompression bombs)
     mask_array_bytes: int = 160 * MB  # a decoded mask array (40 Mpx of float32)
-    # One COCO image record, checked by the launcher as it reads the annotations file. Real
+    # One annotated image, checked by the launcher as it reads the export. Real
     # outlines have tens to a few thousand points; pycocotools walks every point, so the
     # count (not the outline's length: 10^7 identical points have none) is what costs.
-    coco_polygon_points: int = 100_000  # points of one polygon
-    coco_image_points: int = 1_000_000  # polygon points of all of one image's annotations
-    coco_rle_chars: int = 16_000_000  # one compressed RLE string (or uncompressed run count)
-    coco_record_bytes: int = 64 * MB  # one image's staged record, all annotations
+    polygon_points: int = 100_000  # points of one polygon
+    image_points: int = 1_000_000  # polygon points of all of one image's annotations
+    rle_chars: int = 16_000_000  # one compressed RLE string (or uncompressed run count)
+    annotation_record_bytes: int = 64 * MB  # one image's staged record, all annotations
     # Annotation files as they stream to a parser (transforms/bounded_text.py): parsers pay
-    # up to the square of a token's length. A COCO RLE string over coco_rle_chars is still
+    # up to the square of a token's length. A COCO RLE string over rle_chars is still
     # its image's reject, and a labelme imageData of a 48 MB image fits; a CVAT mask RLE
-    # over coco_rle_chars is its image's reject too, and expat is the slower parser.
+    # over rle_chars is its image's reject too, and expat is the slower parser.
     json_string_bytes: int = 64 * MB  # one JSON string
     xml_token_bytes: int = 32 * MB  # one XML tag, attribute or text (a stretch without '<')
     number_chars: int = 100  # one JSON number or literal (a float's repr takes 24)
@@ -82,9 +82,9 @@ def annotation_int(value: object, what: str, *, truncate: bool = False) -> int:
 
 
 DEFAULT_LIMITS = InputLimits()
-# One record the launcher stages for the job (a pair, a reject or a COCO image record): at
-# most one capped COCO record plus paths. A longer one was not written by this launcher.
-STAGED_RECORD_BYTES = DEFAULT_LIMITS.coco_record_bytes + MB
+# One record the launcher stages for the job (a pair, a reject or an annotated image): at
+# most one capped annotated image plus paths. A longer one was not written by this launcher.
+STAGED_RECORD_BYTES = DEFAULT_LIMITS.annotation_record_bytes + MB
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,9 +7,9 @@ Words used across segprep: an *entry* is one key with every input file that name
 a pair. Every entry, and every file that names no entry, ends up exactly once in a shard or
 in rejects.jsonl.
 
-With a COCO annotations file the mask side of an entry is the file's image record
-(`CocoEntry`), keyed like an image file by its `file_name`: it pairs with the image file at
-exactly that path under the image folder.
+With an annotation export the mask side of an entry is the export's image record
+(`AnnotatedEntry`), keyed like an image file by its `file_name`: it pairs with the image file
+at exactly that path under the image folder.
 """
 
 from __future__ import annotations
@@ -43,15 +43,14 @@ class SourceFile:
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class CocoEntry:
-    """The mask side of a COCO entry: one image record of the annotations file.
+class AnnotatedEntry:
+    """The mask side of an annotated entry: one image record of the annotation export.
 
-    Its annotations (`payload`, transforms.sources.coco's staged JSON of the image) are attached
-    inside
-    the job, from the run's staged annotations file, never carried in the job graph.
+    Its annotations (`payload`, transforms.sources.annotations' staged JSON of the image) are
+    attached inside the job, from the run's staged records, never carried in the job graph.
     """
 
-    path: str  # the annotations file; rejects.jsonl names it as the entry's mask
+    path: str  # the export; rejects.jsonl names it as the entry's mask
     image_id: int
     file_name: str
     image_path: str  # the one image file it names: image folder + file_name
@@ -75,17 +74,17 @@ class CocoEntry:
 class Pair:
     key: str
     image: SourceFile
-    mask: SourceFile | CocoEntry
+    mask: SourceFile | AnnotatedEntry
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where images and masks live: two folders, one folder holding both, or an image folder
-    and a COCO annotations file."""
+    and an annotation export."""
 
     image_dir: str  # normalised: absolute or gs://, ending in '/'
     mask_dir: str | None  # None: masks come from `annotations`
-    annotations: str | None = None  # a COCO annotations file (absolute or gs://)
+    annotations: str | None = None  # an annotation export (absolute or gs://)
     # Naming conventions, as data: `aachen_1_leftImg8bit.png` has key `aachen_1` with
     # image_suffix `_leftImg8bit.png`. None: the default names (IMAGE_EXTENSIONS,
     # MASK_SUFFIXES).
@@ -99,7 +98,7 @@ class Layout:
 
     def __post_init__(self) -> None:
         if (self.mask_dir is None) == (self.annotations is None):
-            raise ValueError("a layout has a mask folder or a COCO annotations file")
+            raise ValueError("a layout has a mask folder or an annotation export")
 
     @property
     def one_folder(self) -> bool:
@@ -265,10 +264,10 @@ def unrecognized(path: str, role: Role | None, layout: Layout | None = None) -> 
     )
 
 
-def coco_entry(
-    annotations: str, image_dir: str, image_id: int, file_name: str
-) -> tuple[str, CocoEntry] | Reject:
-    """(key, entry) of one image record of a COCO file; a reject for a name that is no image.
+def annotated_entry(
+    annotations: str, image_dir: str, image_id: int, file_name: str, payload: str | None = None
+) -> tuple[str, AnnotatedEntry] | Reject:
+    """(key, entry) of one image record of an export; a reject for a name that is no image.
 
     The key is the image key of `file_name`, so the record meets the image file it names.
     A name that gives no key is rejected under `annotations#file_name`: never an entry's key
@@ -284,19 +283,19 @@ def coco_entry(
             None,
             annotations,
         )
-    return key, CocoEntry(annotations, image_id, file_name, image_dir + file_name)
+    return key, AnnotatedEntry(annotations, image_id, file_name, image_dir + file_name, payload)
 
 
 def resolve_pair(
     key: str,
     images: list[SourceFile],
-    masks: list[SourceFile] | list[CocoEntry],
+    masks: list[SourceFile] | list[AnnotatedEntry],
     annotations: str | None = None,
     skip_unlabeled: bool = False,
 ) -> Pair | Reject:
     """Exactly one image and one mask, both regular files, make a pair; else a reject.
 
-    With masks from the COCO file `annotations`, an entry pairs only with the image file at
+    With masks from the export `annotations`, an entry pairs only with the image file at
     the path its file_name gives. With `skip_unlabeled`, one regular image and no mask is
     an `unlabeled` entry (Reason.UNLABELED, set apart from the rejects at the commit).
     """
@@ -316,7 +315,7 @@ def resolve_pair(
     if not masks:
         where = "no mask" if annotations is None else f"no image record in {basename(annotations)}"
         return Reject(key, Reason.MISSING_MASK, f"image {basename(image)} has {where}", image, None)
-    if isinstance(masks[0], CocoEntry) and masks[0].image_path != image:
+    if isinstance(masks[0], AnnotatedEntry) and masks[0].image_path != image:
         there = f"; the image folder has {basename(image)}" if images else ""
         return Reject(
             key,
@@ -341,8 +340,8 @@ def resolve_pair(
     return Pair(key, images[0], masks[0])
 
 
-def _name(source: SourceFile | CocoEntry) -> str:
-    return source.name if isinstance(source, CocoEntry) else basename(source.path)
+def _name(source: SourceFile | AnnotatedEntry) -> str:
+    return source.name if isinstance(source, AnnotatedEntry) else basename(source.path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,10 +358,10 @@ class Entries:
 
 # A keyed row: ((key, role, sequence number), source). The sequence number settles ties, so
 # sources are never compared and rows can go through an external sort (transforms/spill.py).
-KeyedRow = tuple[tuple[str, str, int], "SourceFile | CocoEntry"]
+KeyedRow = tuple[tuple[str, str, int], "SourceFile | AnnotatedEntry"]
 
 
-def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | CocoEntry) -> KeyedRow:
+def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | AnnotatedEntry) -> KeyedRow:
     return (key, role.value, sequence), source
 
 
@@ -380,11 +379,11 @@ def pair_sorted(
 
 
 def pair_files(
-    keyed: Iterable[tuple[Role, str, SourceFile | CocoEntry]],
+    keyed: Iterable[tuple[Role, str, SourceFile | AnnotatedEntry]],
     file_rejects: Iterable[Reject] = (),
     annotations: str | None = None,
 ) -> Entries:
-    """Group classified files (and the COCO file's image records, as masks) by key and
+    """Group classified files (and the export's image records, as masks) by key and
     resolve each key; in key order. In memory: the launcher streams through `pair_sorted`."""
     rows = sorted(
         keyed_row(key, role, sequence, source) for sequence, (role, key, source) in enumerate(keyed)

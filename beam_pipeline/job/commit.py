@@ -397,7 +397,7 @@ def _add_classes(
         )
         for split in split_names(shard.spec.split for shard in shards)
     }
-    info["classes"] = classes_section(classes, stats, coco=settings.coco)
+    info["classes"] = classes_section(classes, stats, annotations=settings.annotations)
     info["features"] = {
         **info["features"],
         features.MASK: {

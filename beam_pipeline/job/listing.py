@@ -6,17 +6,16 @@ per work item, so the job graph holds their paths, never a list of entries. Clou
 folders are listed by the job itself, in parallel; both paths apply the same pairing rule
 (transforms/pairing.py).
 
-COCO runs: with local folders each pair carries its image record from the launcher. With
+Annotated runs: with local folders each pair carries its image record from the launcher. With
 Cloud Storage folders the launcher staged the image records as record files
 (launch/masks.py), which the job reads in parallel and keys like image files. Record files,
 not text lines: Beam's text reader grows its buffer by concatenation, quadratic in a long
 line, and a record's length is checked against a cap before it is read. The graph never
-holds annotations: a large COCO file would outgrow Dataflow's job-graph limit (10 MB).
+holds annotations: a large export would outgrow Dataflow's job-graph limit (10 MB).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import apache_beam as beam
@@ -25,15 +24,15 @@ from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_pipeline.job.settings import CocoSettings
 from beam_pipeline.runtime.local_listing import read_staged
+from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
     Layout,
     Pair,
     Role,
     SourceFile,
     StagedEntries,
-    coco_entry,
+    annotated_entry,
     is_hidden,
     resolve_pair,
     unrecognized,
@@ -78,29 +77,27 @@ class _KeyFiles(beam.DoFn):
         yield key, (role, SourceFile(metadata.path, metadata.size_in_bytes))
 
 
-class _KeyCocoRecords(beam.DoFn):
-    """(key, (MASK, CocoEntry carrying its record)) per image record of one staged file; a
+class _KeyAnnotatedImages(beam.DoFn):
+    """(key, (MASK, AnnotatedEntry carrying its record)) per image record of one staged file; a
     reject for a file_name that is no image name."""
 
-    def __init__(self, coco: CocoSettings, image_dir: str) -> None:
-        self._coco = coco
+    def __init__(self, annotations: str, image_dir: str) -> None:
+        self._annotations = annotations
         self._image_dir = image_dir
 
     def setup(self) -> None:
         settle_worker_credentials()  # it reads gs:// through Beam's file system
 
     def process(self, path: str):
-        for payload in _records(path, self._coco.record_limit):
+        for payload in _records(path, STAGED_RECORD_BYTES):
             line = payload.decode("utf-8")
             record = json.loads(line)
-            outcome = coco_entry(
-                self._coco.annotations, self._image_dir, record["image_id"], record["file_name"]
-            )
+            image_id, name = record["image_id"], record["file_name"]
+            outcome = annotated_entry(self._annotations, self._image_dir, image_id, name, line)
             if isinstance(outcome, Reject):
                 yield beam.pvalue.TaggedOutput(REJECTS, outcome)
-                continue
-            key, entry = outcome
-            yield key, (Role.MASK, dataclasses.replace(entry, payload=line))
+            else:
+                yield outcome[0], (Role.MASK, outcome[1])
 
 
 def _records(path: str, limit: int):
@@ -120,9 +117,9 @@ def _read_files(pbegin, label: str, paths: tuple[str, ...]):
     )
 
 
-def _coco_records(pbegin, coco: CocoSettings, image_dir: str):
-    return _read_files(pbegin, "StagedCoco", coco.staged) | "KeyCocoRecords" >> beam.ParDo(
-        _KeyCocoRecords(coco, image_dir)
+def _annotated_images(pbegin, layout: Layout, staged: tuple[str, ...]):
+    return _read_files(pbegin, "StagedImages", staged) | "KeyAnnotatedImages" >> beam.ParDo(
+        _KeyAnnotatedImages(layout.annotations, layout.image_dir)
     ).with_outputs(REJECTS, main="keyed")
 
 
@@ -183,12 +180,12 @@ class _MatchFiles(beam.PTransform):
 
 class ListAndPair(beam.PTransform):
     """List the folder(s) of a layout (any Beam file system) and pair the files by key; the
-    image records of a COCO file are the masks."""
+    image records of an annotation export are the masks."""
 
-    def __init__(self, layout: Layout, coco: CocoSettings | None = None) -> None:
+    def __init__(self, layout: Layout, staged_images: tuple[str, ...] = ()) -> None:
         super().__init__()
         self._layout = layout
-        self._coco = coco
+        self._staged_images = staged_images
 
     def expand(self, pbegin):
         keyed, rejects = [], []
@@ -204,8 +201,8 @@ class ListAndPair(beam.PTransform):
             )
             keyed.append(listed.keyed)
             rejects.append(listed[REJECTS])
-        if self._coco is not None:
-            records = _coco_records(pbegin, self._coco, self._layout.image_dir)
+        if self._staged_images:
+            records = _annotated_images(pbegin, self._layout, self._staged_images)
             keyed.append(records.keyed)
             rejects.append(records[REJECTS])
         resolved = (
@@ -243,18 +240,21 @@ class DiscoverEntries(beam.PTransform):
     """Pairs and listing rejects, from the launcher's staged listing or listed here."""
 
     def __init__(
-        self, layout: Layout, entries: StagedEntries | None, coco: CocoSettings | None = None
+        self,
+        layout: Layout,
+        entries: StagedEntries | None,
+        staged_images: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self._layout = layout
         self._entries = entries
-        self._coco = coco
+        self._staged_images = staged_images
 
     def expand(self, pbegin):
         if self._entries is not None:
             found = pbegin | "FromListing" >> FromListing(self._entries)
         else:
-            found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._coco)
+            found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._staged_images)
         counted = found["pairs"] | "CountPairs" >> beam.Map(_count, "paired_keys")
         rejected = found[REJECTS] | "CountListingRejects" >> beam.Map(_count_reject)
         return {"pairs": counted, REJECTS: rejected}

@@ -19,7 +19,8 @@ from beam_pipeline.job.write_shards import WriteShards
 
 def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollection:
     """Adds the whole job to `pipeline`; returns the commit step's output (the metadata)."""
-    found = pipeline | "DiscoverEntries" >> DiscoverEntries(job.layout, job.entries, job.coco)
+    discover = DiscoverEntries(job.layout, job.entries, job.staged_images)
+    found = pipeline | "DiscoverEntries" >> discover
     discovered = (
         (found["pairs"], found[REJECTS])
         | "AllDiscovered" >> beam.Flatten()

@@ -43,23 +43,6 @@ class PlanningSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class CocoSettings:
-    """A COCO run: where the job finds each image's annotations.
-
-    Local image folders: the launcher pairs each image record with its image file and
-    stages the pairs, annotations included (`JobSettings.entries`). Cloud Storage folders:
-    the launcher stages the image records as record files (`staged`, in the run's staging
-    folder, launch/masks.py), and the job reads them in parallel, one file per work item,
-    while it lists the folder. The job graph carries paths, never annotations.
-    """
-
-    annotations: str  # the user's COCO file (rejects.jsonl names it)
-    staged: tuple[str, ...]  # record files of image records (image_payload JSON), if staged
-    fill: int  # the value of pixels no annotation covers: 0 or the ignore index
-    record_limit: int = 0  # bytes of one staged record, framing aside
-
-
-@dataclasses.dataclass(frozen=True)
 class ShardWriterSettings:
     """What writing a shard needs; resolved by the run plan, nothing left to guess here."""
 
@@ -69,7 +52,7 @@ class ShardWriterSettings:
     pool: str | None = None  # key of this run's local writer pool; None: write in this process
     progress_dir: str | None = None  # local folder for progress count files; None: no progress
     limits: InputLimits = DEFAULT_LIMITS
-    coco_fill: int | None = None  # COCO runs: CocoSettings.fill; None: masks are files
+    annotation_fill: int | None = None  # annotated runs: unlabeled pixels; None: masks are files
     mask_source: str = "binary_files"  # a name in transforms.sources.registry
     store_hashes: bool = False  # pairs carry image hashes: stage them per shard (job/hash_tables)
 
@@ -83,7 +66,7 @@ class ShardWriterSettings:
 
         return SourceSettings(
             self.spec,
-            self.coco_fill,
+            self.annotation_fill,
             self.limits,
             thumbnails=self.store_hashes,  # the duplicate search hashes in the validation decode
         )
@@ -111,7 +94,8 @@ class CommitSettings:
     max_reject_fraction: float = 1.0
     started_at: float | None = None  # epoch seconds when the run was planned
     release_lock: bool = False  # remote runners: the job, not the launcher, ends the run
-    coco: Mapping[str, Any] | None = None  # COCO runs: the category mapping, for metadata
+    # annotated runs: how the export's labels became class ids (metadata.json's classes.coco)
+    annotations: Mapping[str, Any] | None = None
     append: AppendSettings | None = None  # `--append`: a new version of the output
 
     @property
@@ -160,5 +144,7 @@ class JobSettings:
     planning: PlanningSettings
     writing: ShardWriterSettings
     commit: CommitSettings
-    coco: CocoSettings | None = None
+    # gs:// annotated runs: the export's image records, staged by the launcher as record files
+    # (launch/masks.py) that the job reads in parallel; the graph carries paths, never shapes
+    staged_images: tuple[str, ...] = ()
     duplicates: DuplicateSettings | None = None

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from beam_pipeline.launch.masks import stage_coco
+from beam_pipeline.launch.masks import stage_images
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import heap, output_protocol, writer_pool
 from transforms.format import dataset_info
@@ -43,7 +43,7 @@ def execute(plan: RunPlan) -> PrepareResult:
 
         return PrepareResult({}, {}, 0.0, submission=submission.dry_run(plan), plan=plan)
     if plan.runner.template:  # only writes a job description; its runs lock for themselves
-        _stage_inputs(plan)  # so a COCO template carries one run's annotations: it runs once
+        _stage_inputs(plan)  # so an annotated template carries one run's annotations: it runs once
         return _run_job(plan)
     heap.keep_freed_heap()  # the runner's in-process stages, as the writers (runtime/heap.py)
     lock = output_protocol.RunLock(plan.output_dir, plan.run_id, remote=not plan.runner.local)
@@ -75,10 +75,10 @@ def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
 
 
 def _stage_inputs(plan: RunPlan) -> None:
-    """What the job reads from the run's staging folder: a COCO file's image records, when
+    """What the job reads from the run's staging folder: an export's image records, when
     the job lists the images itself (a local listing's pairs carry them)."""
-    if plan.job.coco is not None and plan.job.coco.staged:
-        stage_coco(plan.masks.coco, plan.job.coco.staged)
+    if plan.job.staged_images:
+        stage_images(plan.masks.dataset, plan.job.staged_images)
 
 
 def _recheck(plan: RunPlan) -> output_protocol.OutputState:

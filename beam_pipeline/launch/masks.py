@@ -1,11 +1,11 @@
-"""The mask side of a run plan: mask type, class settings, stored format, COCO annotations.
+"""The mask side of a run plan: mask type, class settings, stored format, annotation exports.
 
 Every class-mask flag is checked here, once, into one frozen ClassMaskSettings that the shard
-writers and the commit share. A COCO file is read here too, by the launcher alone (streamed,
-transforms/sources/coco.py); the job never opens it: with local image folders each image record
-travels in its staged pair (runtime/local_listing.py); with Cloud Storage ones `stage_coco` writes
-the records as record files into the run's staging folder, which the job reads in parallel
-(job/listing.py).
+writers and the commit share. An annotation export is read here too, by the launcher alone,
+through its tool (transforms/sources/tools.py); the job never opens it: with local image
+folders each image record travels in its staged pair (runtime/local_listing.py); with Cloud
+Storage ones `stage_images` writes the records as record files into the run's staging
+folder, which the job reads in parallel (job/listing.py).
 Every mistake is a one-line UsageError (exit 2) before anything is written.
 """
 
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from transforms import files, spill
-from transforms.format.features import DEFAULT_COCO_UNLABELED
-from transforms.pairing import CocoEntry, coco_entry
+from transforms.format.features import DEFAULT_COCO_UNLABELED as DEFAULT_UNLABELED
+from transforms.pairing import AnnotatedEntry, annotated_entry
 from transforms.rejects import Reject
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
-    from transforms.sources.coco import CocoDataset
+    from transforms.sources.annotations import AnnotatedDataset, AnnotationTool
 
 CLASS_FLAGS = (
     "num_classes",
@@ -40,31 +40,33 @@ CLASS_FLAGS = (
     "class_map",
 )
 FLAG_FILE_LIMIT = 16 << 20  # a class-name or colormap file: 65,536 names fit many times over
-STAGED_COCO_PREFIX = "coco_images"  # record files in the run's staging folder
-STAGED_COCO_PER_FILE = 10_000  # image records per staged file: the job's unit of work
+STAGED_IMAGES_PREFIX = "annotated_images"  # record files in the run's staging folder
+STAGED_IMAGES_PER_FILE = 10_000  # image records per staged file: the job's unit of work
 
 
 @dataclasses.dataclass(frozen=True)
 class MaskPlan:
     """The mask side of a run, resolved once: what the writers, the commit and the launcher
-    (COCO staging) need."""
+    (staging the annotated images) need."""
 
     classes: ClassMaskSettings
     mask_format: str
-    coco: CocoDataset | None = None  # launcher only: staged for the job, never pickled into it
-    annotations: str | None = None  # the COCO file, normalised (absolute or gs://)
+    dataset: AnnotatedDataset | None = None  # launcher only: staged for the job, never pickled
+    annotations: str | None = None  # the export, normalised (absolute or gs://)
 
     @property
     def source(self) -> str:
         """The mask source's name in transforms.sources.registry."""
-        if self.coco is not None:
-            return getattr(self.coco, "source", "coco")
+        if self.dataset is not None:
+            return "annotations"
         return "class_files" if self.classes.is_classes else "binary_files"
 
     @property
-    def coco_fill(self) -> int | None:
-        """The value of pixels no annotation covers, for a COCO run."""
-        return None if self.coco is None else self.coco.fill_value(self.classes.ignore_index)
+    def annotation_fill(self) -> int | None:
+        """The value of pixels no annotation covers, for an annotated run."""
+        if self.dataset is None:
+            return None
+        return self.dataset.fill_value(self.classes.ignore_index)
 
     def parameters(self, args: argparse.Namespace) -> dict[str, Any]:
         """The mask flags as resolved, for metadata.json's parameters."""
@@ -77,9 +79,9 @@ class MaskPlan:
             "colormap": args.colormap,
             "class_map": args.class_map,
             "coco_annotations": self.annotations,
-            "coco_unlabeled": None if self.coco is None else self.coco.unlabeled,
+            "coco_unlabeled": None if self.dataset is None else self.dataset.unlabeled,
             "annotations": self.annotations,
-            "annotation_format": None if self.coco is None else self.source,
+            "annotation_format": None if self.dataset is None else self.dataset.tool,
         }
 
     def describe(self) -> dict[str, Any]:
@@ -91,11 +93,11 @@ class MaskPlan:
         if self.classes.is_classes:
             described["num_classes"] = self.classes.num_classes
             described["ignore_index"] = self.classes.ignore_index
-        if self.coco is not None:
-            described["coco"] = {
-                "images": self.coco.num_images,
-                "annotations": self.coco.num_annotations,
-                "orphan_annotations": self.coco.orphan_annotations,
+        if self.dataset is not None:
+            described["coco"] = {  # the dry run's name for it in every segprep so far
+                "images": self.dataset.num_images,
+                "annotations": self.dataset.num_annotations,
+                "orphan_annotations": self.dataset.orphan_annotations,
             }
         return described
 
@@ -106,18 +108,31 @@ class Annotations:
     path as given and the tool that wrote it (given, or told from the content)."""
 
     path: str
-    tool: str  # "coco", "cvat", "labelstudio" or "labelme"
+    tool: str  # a name in transforms.sources.tools
 
     @property
     def flag(self) -> str:
         """How messages name it: COCO by its shorthand, as the flags' help does."""
         return "--coco_annotations" if self.tool == "coco" else "--annotations"
 
+    @property
+    def reader(self) -> AnnotationTool:
+        from transforms.sources import tools
+
+        return tools.get(self.tool)
+
+    @property
+    def normalized(self) -> str:
+        """Absolute local path or gs:// path; a folder export's ends in '/'."""
+        if self.reader.folder_of is not None:
+            return files.normalize_dir(self.path)
+        return normalize_file(self.path)
+
 
 def resolve_annotations(args: argparse.Namespace) -> Annotations | None:
     """--annotations with its format, or --coco_annotations; None without either. A format
     that cannot be told is a one-line UsageError. The flags themselves stay as given."""
-    from transforms.sources.detect import detect_format
+    from transforms.sources import tools
 
     path, tool = args.annotations, args.annotation_format
     if args.coco_annotations is not None:
@@ -137,7 +152,7 @@ def resolve_annotations(args: argparse.Namespace) -> Annotations | None:
         if not os.path.exists(path):
             raise UsageError(f"--annotations {path}: no such file or folder")
         try:
-            tool = detect_format(path)
+            tool = tools.detect(path)
         except (ValueError, OSError) as error:
             raise UsageError(f"--annotations {error}") from None
     return Annotations(path, tool)
@@ -157,18 +172,12 @@ def check_mask_flags(args: argparse.Namespace) -> Annotations | None:
             "--mask_format jpeg would change class ids at every edge: class masks are stored "
             f"as {DEFAULT_MASK_FORMAT['classes']} (the default with --mask_type classes)"
         )
-    coco = annotations is not None and annotations.tool == "coco"
-    if annotations is not None and not coco:
-        for flag in ("mask_dir", "mask_key", "colormap"):
-            if getattr(args, flag) is not None:
-                raise UsageError(f"--{flag} does not apply with --annotations")
-        return annotations
-    if coco:
+    if annotations is not None:
         for flag in ("mask_dir", "mask_key", "colormap", "class_map"):
             if getattr(args, flag) is not None:
                 raise UsageError(
-                    f"--{flag} does not apply with --coco_annotations, which gives the masks "
-                    "and names the classes (its categories, or --class_names)"
+                    f"--{flag} does not apply with {annotations.flag}, which gives the masks "
+                    "and names the classes (its labels, or --class_names)"
                 )
     elif (
         args.num_classes is None
@@ -201,7 +210,7 @@ def plan_masks(args: argparse.Namespace, export: Annotations | None = None) -> M
     if args.mask_type != "classes":
         return MaskPlan(class_mask_settings(args.mask_type), mask_format)
     try:
-        names = colormap = coco = annotations = None
+        names = colormap = dataset = None
         if args.class_names in NAME_PRESETS:
             names = NAME_PRESETS[args.class_names]
         elif args.class_names is not None:
@@ -218,15 +227,9 @@ def plan_masks(args: argparse.Namespace, export: Annotations | None = None) -> M
             and args.num_classes in (None, len(preset_names))
         ):
             names = preset_names  # the dataset's own names for the preset's stored ids
-        if export is not None and export.tool == "coco":
-            annotations = normalize_file(export.path)
-            unlabeled = args.unlabeled_pixels or DEFAULT_COCO_UNLABELED
-            coco = read_annotations(annotations, unlabeled, names)
-            names = coco.class_names
-        elif export is not None:
-            annotations = _tool_path(export)
-            coco = read_tool_annotations(args, export, annotations, names)
-            names = coco.class_names
+        if export is not None:
+            dataset = read_export(args, export, names)
+            names = dataset.class_names
         classes = class_mask_settings(
             "classes",
             num_classes=args.num_classes,
@@ -237,20 +240,34 @@ def plan_masks(args: argparse.Namespace, export: Annotations | None = None) -> M
         )
     except ValueError as error:
         raise usage_error(error) from None
-    return MaskPlan(classes, mask_format, coco, annotations)
+    return MaskPlan(classes, mask_format, dataset, export.normalized if export else None)
 
 
-def _tool_path(export: Annotations) -> str:
-    """The export's path, normalised: a labelme folder ends in '/'; local paths must exist
-    (a gs:// one is found missing when it is downloaded)."""
-    path = export.path
-    if export.tool == "labelme":
-        if files.is_local(path) and not os.path.isdir(path):
-            raise UsageError(f"--annotations {path}: labelme needs a folder")
-        return files.normalize_dir(path)
-    if files.is_local(path):
-        _check_regular(f"--annotations {path}", path)
-    return normalize_file(path)
+def read_export(
+    args: argparse.Namespace, export: Annotations, names: tuple[str, ...] | None
+) -> AnnotatedDataset:
+    """The export, read by the launcher through its tool into staged images; from gs:// it
+    is first copied to a temporary folder (removed once read). A local export must exist,
+    as a folder or a regular file as its tool wants (a FIFO would block the read)."""
+    from transforms.sources.annotations import ReadRequest
+
+    tool, path = export.reader, export.normalized
+    origin = f"{export.flag} {export.path}"
+    image_dir = args.image_dir or args.data_dir or "."
+    image_dir = os.path.abspath(image_dir) if files.is_local(image_dir) else image_dir
+    request = ReadRequest(origin, image_dir, names, args.unlabeled_pixels or DEFAULT_UNLABELED)
+    if files.is_local(path) and tool.folder_of is not None and not os.path.isdir(path):
+        raise UsageError(f"{origin}: {tool.title} needs a folder")
+    if files.is_local(path) and tool.folder_of is None:
+        _check_regular(origin, path)
+    try:
+        with spill.temporary_folder("annotations") as folder:
+            if tool.folder_of is not None:
+                local, local_images = _local_folder(path, tool.folder_of, image_dir, folder, origin)
+                return tool.read(local, dataclasses.replace(request, image_dir=local_images))
+            return tool.read(_local_file(path, folder, origin), request)
+    except OSError as error:
+        raise UsageError(f"{origin}: {error.strerror or error}") from None
 
 
 def _check_regular(source: str, path: str) -> None:
@@ -259,32 +276,6 @@ def _check_regular(source: str, path: str) -> None:
         raise UsageError(f"{source}: no such file")
     if not os.path.isfile(path):
         raise UsageError(f"{source}: not a regular file (FIFO, device, socket or folder)")
-
-
-def read_tool_annotations(
-    args: argparse.Namespace, export: Annotations, path: str, names: tuple[str, ...] | None
-):
-    """A CVAT, Label Studio or labelme export, read by the launcher into staged records; from
-    gs:// it is first downloaded to a temporary folder (removed once read), as COCO is."""
-    from transforms.sources.cvat import read_cvat
-    from transforms.sources.labelme import read_labelme
-    from transforms.sources.labelstudio import read_labelstudio
-
-    origin = f"--annotations {export.path}"
-    image_dir = args.image_dir or args.data_dir or "."
-    image_dir = os.path.abspath(image_dir) if files.is_local(image_dir) else image_dir
-    common = {"class_names": names, "unlabeled": args.unlabeled_pixels or DEFAULT_COCO_UNLABELED}
-    try:
-        with spill.temporary_folder("annotations") as folder:
-            if export.tool == "labelme":
-                local, local_images = _local_labelme(path, image_dir, folder, origin)
-                return read_labelme(local, origin, image_dir=local_images, **common)
-            local = _local_file(path, folder, origin)
-            if export.tool == "cvat":
-                return read_cvat(local, origin, **common)
-            return read_labelstudio(local, origin, image_dir=image_dir, **common)
-    except OSError as error:
-        raise UsageError(f"{origin}: {error.strerror or error}") from None
 
 
 def _local_file(path: str, folder: str, origin: str) -> str:
@@ -298,16 +289,19 @@ def _local_file(path: str, folder: str, origin: str) -> str:
     return local
 
 
-def _local_labelme(path: str, image_dir: str, folder: str, origin: str) -> tuple[str, str]:
-    """(labelme folder, image folder) on local disk. From gs:// the .json files are copied to
-    `folder`/BUCKET/NAME, so imagePath (relative to its JSON file) still resolves to the
-    image's own path, which the gs:// image folder maps to alike."""
+def _local_folder(
+    path: str, suffix: str, image_dir: str, folder: str, origin: str
+) -> tuple[str, str]:
+    """(export folder, image folder) on local disk. From gs:// the export's files (those
+    ending in `suffix`) are copied to `folder`/BUCKET/NAME, so a path relative to its file
+    (labelme's imagePath) still resolves to the image's own path, which the gs:// image
+    folder maps to alike."""
     if files.is_local(path):
         return path, image_dir
-    jsons = [p for p in files.list_dir(path) if p.lower().endswith(".json")]
-    if not jsons:
-        raise UsageError(f"{origin}: no .json files")
-    for remote in jsons:
+    found = [p for p in files.list_dir(path) if p.lower().endswith(suffix)]
+    if not found:
+        raise UsageError(f"{origin}: no {suffix} files")
+    for remote in found:
         local = _mirrored(remote, folder)
         os.makedirs(os.path.dirname(local), exist_ok=True)
         files.download_file(remote, local)
@@ -351,75 +345,39 @@ def _read_flag_file(source: str, path: str) -> bytes:
         raise UsageError(f"{source}: {reason}") from None
 
 
-def read_annotations(
-    path: str, unlabeled: str, class_names: tuple[str, ...] | None = None
-) -> CocoDataset:
-    """The COCO file, streamed by the launcher; a gs:// file is copied to a local temporary
-    file first (one download for read_coco's three passes), removed afterwards."""
-    from transforms.sources.coco import read_coco
-
-    source = f"--coco_annotations {path}"
-    if files.is_local(path):
-        _check_regular(source, path)
-        return _read(read_coco, path, source, unlabeled, class_names)
-    with spill.temporary_folder("coco") as folder:
-        local = os.path.join(folder, "annotations.json")
-        try:
-            files.download_file(path, local)
-        except FileNotFoundError:
-            raise UsageError(f"{source}: no such file") from None
-        return _read(read_coco, local, source, unlabeled, class_names)
-
-
-def _read(
-    read_coco, path: str, source: str, unlabeled: str, class_names: tuple[str, ...] | None
-) -> CocoDataset:
-    try:
-        return read_coco(
-            lambda: files.open_regular(path), source, unlabeled=unlabeled, class_names=class_names
-        )
-    except OSError as error:
-        raise UsageError(f"{source}: {error.strerror or error}") from None
-
-
-def coco_entries(
-    dataset: CocoDataset, annotations: str, image_dir: str
-) -> Iterator[tuple[str, CocoEntry] | Reject]:
+def annotated_entries(
+    dataset: AnnotatedDataset, annotations: str, image_dir: str
+) -> Iterator[tuple[str, AnnotatedEntry] | Reject]:
     """Every image record of the file with its annotations, keyed for the pairing rule
     (transforms/pairing.py); streamed from the dataset's records."""
     for image_id, file_name, payload in dataset.staged():
-        outcome = coco_entry(annotations, image_dir, image_id, file_name)
-        if isinstance(outcome, Reject):
-            yield outcome
-        else:
-            key, entry = outcome
-            yield key, dataclasses.replace(entry, payload=payload)
+        yield annotated_entry(annotations, image_dir, image_id, file_name, payload)
 
 
-def staged_coco_files(staging: str, dataset: CocoDataset) -> tuple[str, ...]:
-    """Where `stage_coco` writes the image records: known before it runs, for the job graph."""
-    count = max(1, -(-dataset.num_images // STAGED_COCO_PER_FILE))
+def staged_image_files(staging: str, dataset: AnnotatedDataset) -> tuple[str, ...]:
+    """Where `stage_images` writes the image records: known before it runs, for the job graph."""
+    count = max(1, -(-dataset.num_images // STAGED_IMAGES_PER_FILE))
     return tuple(
-        files.join(staging, f"{STAGED_COCO_PREFIX}-{index:05d}.records") for index in range(count)
+        files.join(staging, f"{STAGED_IMAGES_PREFIX}-{index:05d}.records") for index in range(count)
     )
 
 
-def stage_coco(dataset: CocoDataset, staged: tuple[str, ...]) -> None:
-    """Write the image records (transforms.sources.coco.image_payload, as UTF-8) as record
-    files, STAGED_COCO_PER_FILE records each, to the paths `staged_coco_files` named.
+def stage_images(dataset: AnnotatedDataset, staged: tuple[str, ...]) -> None:
+    """Write the image records (transforms.sources.annotations.image_payload, as UTF-8) as record
+    files, STAGED_IMAGES_PER_FILE records each, to the paths `staged_image_files` named.
 
     Streamed from the dataset's records: memory holds one record at a time. Files for a
     gs:// staging folder are finished locally, then uploaded whole.
     """
     from transforms.spill import RecordFiles
 
-    with spill.temporary_folder("coco") as folder:
-        records = RecordFiles(os.path.join(folder, STAGED_COCO_PREFIX), STAGED_COCO_PER_FILE)
+    with spill.temporary_folder("annotations") as folder:
+        records = RecordFiles(os.path.join(folder, STAGED_IMAGES_PREFIX), STAGED_IMAGES_PER_FILE)
         for _, _, payload in dataset.staged():
             records.write(payload.encode("utf-8"))
         written = records.close()
         if len(written) != len(staged):
-            raise RuntimeError(f"{len(written)} staged COCO files, {len(staged)} planned")
+            raise RuntimeError(f"{len(written)} staged image files, {len(staged)} planned")
         for local, target in zip(written, staged, strict=True):
             if files.is_local(target):
                 os.makedirs(os.path.dirname(target), exist_ok=True)  # a template run: no folder yet

@@ -23,6 +23,7 @@ from transforms.format.features import (
     MASK_FORMATS,
     MASK_TYPES,
 )
+from transforms.sources import tools
 
 DEFAULT_RUNNER = "FnApiRunner"  # in this process; see launch/plan.py
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
@@ -54,9 +55,6 @@ PRICE_FLAGS = {
     "price_gb_hour": "one GB of worker memory for an hour",
     "price_shuffle_gb": "one GB shuffled",
 }
-
-ANNOTATION_FORMATS = ("coco", "cvat", "labelstudio", "labelme")
-
 
 # An integer as a flag spells it: ASCII digits and an optional sign. int() would also take
 # "1_0" and non-ASCII digits, and word a 5000-digit one with Python's own limit hint.
@@ -186,7 +184,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     inputs.add_argument(
         "--annotation_format",
-        choices=ANNOTATION_FORMATS,
+        choices=tools.names(),
         help="the export's format; default: told from its content",
     )
     classes = parser.add_argument_group(

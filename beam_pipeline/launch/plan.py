@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.errors import UsageError, usage_error
 from beam_pipeline.job.settings import (
-    CocoSettings,
     CommitSettings,
     JobSettings,
     PlanningSettings,
@@ -40,7 +39,6 @@ from beam_pipeline.launch.options import (
 from beam_pipeline.runtime import output_protocol, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
 from transforms import files
-from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import Layout
 from transforms.settings_error import SettingError
 from transforms.splits import MIN_SHARDS, FolderSplits, SplitFractions, SplitLists
@@ -178,7 +176,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
         )
     remote_data = any(not files.is_local(path) for path in paths)
-    # Class-name, colormap and COCO files are read while planning, dry run or not.
+    # Class-name, colormap and annotation files are read while planning, dry run or not.
     remote_files = any(
         path is not None and not files.is_local(path)
         for path in (args.class_names, args.colormap, export.path if export else None)
@@ -231,7 +229,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         threads=threads,
         pool=run_id if processes > 1 else None,
         progress_dir=os.path.join(staging, "progress") if progress else None,
-        coco_fill=mask_plan.coco_fill,
+        annotation_fill=mask_plan.annotation_fill,
         mask_source=mask_plan.source,
         store_hashes=duplicates is not None,
     )
@@ -267,14 +265,13 @@ def make_plan(argv: list[str]) -> RunPlan:
         args.max_reject_fraction,
         started_at,
         release_lock=not runner.local and not runner.template,
-        coco=None if mask_plan.coco is None else mask_plan.coco.metadata(),
+        annotations=None if mask_plan.dataset is None else mask_plan.dataset.metadata(),
         append=append,
     )
-    coco = None
-    if mask_plan.coco is not None:
+    staged_images = ()
+    if mask_plan.dataset is not None and not listing:
         # Pairs of a local listing carry their image records; the job lists anything else.
-        staged = () if listing else masks.staged_coco_files(staging, mask_plan.coco)
-        coco = CocoSettings(mask_plan.annotations, staged, mask_plan.coco_fill, STAGED_RECORD_BYTES)
+        staged_images = masks.staged_image_files(staging, mask_plan.dataset)
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
@@ -295,7 +292,7 @@ def make_plan(argv: list[str]) -> RunPlan:
             planning,
             writing,
             commit,
-            coco,
+            staged_images,
             duplicates,
         ),
         masks=mask_plan,
@@ -339,10 +336,12 @@ def _inputs(
     listing = None
     if all(files.is_local(folder) for folder in folders):
         if not args.dry_run or os.path.isdir(layout.image_dir):
-            coco = (
+            annotated = (
                 ()
-                if mask_plan.coco is None
-                else masks.coco_entries(mask_plan.coco, layout.annotations, layout.image_dir)
+                if mask_plan.dataset is None
+                else masks.annotated_entries(
+                    mask_plan.dataset, layout.annotations, layout.image_dir
+                )
             )
             lists = fractions.keys if isinstance(fractions, SplitLists) else {}
             if lists and args.append:
@@ -353,7 +352,7 @@ def _inputs(
             listing = list_local(
                 layout,
                 *flags,
-                coco=coco,
+                annotated=annotated,
                 left_out=lambda key: fractions.split_of(key) is None,
                 listed=fractions.listed,
                 listed_keys=lists,
@@ -500,7 +499,7 @@ def _layout(args: argparse.Namespace, export: masks.Annotations | None) -> Layou
         if suffix is not None and ("/" in suffix or not suffix.strip()):
             raise UsageError(f"{flag} {suffix!r}: a suffix of a file name, e.g. _leftImg8bit.png")
     if args.mask_suffix is not None and layout.annotations is not None:
-        raise UsageError("--mask_suffix names mask files: COCO masks come from the annotations")
+        raise UsageError("--mask_suffix names mask files: these masks come from the annotations")
     if (
         args.image_suffix is not None
         and args.mask_suffix is not None
@@ -521,9 +520,7 @@ def _folders(args: argparse.Namespace, export: masks.Annotations | None) -> Layo
         if (args.data_dir is None) == (args.image_dir is None):
             raise UsageError(f"{export.flag} goes with --image_dir (or --data_dir), one of them")
         folder = files.normalize_dir(args.image_dir or args.data_dir)
-        if export.tool == "labelme":
-            return Layout(folder, None, files.normalize_dir(export.path))
-        return Layout(folder, None, masks.normalize_file(export.path))
+        return Layout(folder, None, export.normalized)
     if args.data_dir is not None:
         if args.image_dir is not None or args.mask_dir is not None:
             raise UsageError("give --data_dir, or --image_dir and --mask_dir, not both")

@@ -26,7 +26,7 @@ from beam_pipeline.runtime.refusal import Refusal
 from transforms import spill
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
-    CocoEntry,
+    AnnotatedEntry,
     Layout,
     Pair,
     Role,
@@ -87,13 +87,13 @@ def list_local(
     image_flag: str = "--image_dir",
     mask_flag: str = "--mask_dir",
     *,
-    coco: Iterable[tuple[str, CocoEntry] | Reject] = (),
+    annotated: Iterable[tuple[str, AnnotatedEntry] | Reject] = (),
     left_out: Callable[[str], bool] | None = None,
     listed: Callable[[str], bool] | None = None,
     listed_keys: Mapping[str, str] | None = None,
     check_missing: Callable[[Mapping[str, int], int], None] | None = None,
 ) -> LocalListing:
-    """Walk the folder(s) of `layout` and pair what they hold; with a COCO file, its keyed
+    """Walk the folder(s) of `layout` and pair what they hold; with an annotation export, its keyed
     image records (launch/masks.py) are the masks. `left_out(key)`: a key no split takes.
 
     `listed(key)`: a key an official split list names (--split_file); `listed_keys` all of
@@ -112,7 +112,7 @@ def list_local(
         rejects.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
         rejected[outcome.reason.value] += 1
 
-    for outcome in coco:
+    for outcome in annotated:
         if isinstance(outcome, Reject):
             reject(outcome)
         else:

@@ -1,4 +1,4 @@
-"""CVAT for images 1.1 (XML) -> class-id masks, through the COCO records (sources/annotated.py).
+"""CVAT for images 1.1 (XML): the CVAT tool (transforms/sources/annotations.py).
 
 The XML is parsed by defusedxml's iterparse: streamed (each `<image>` is dropped once read,
 so a 500 MB export never sits in memory), and an entity declaration (the billion-laughs
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 import numpy as np
 from defusedxml import DefusedXmlException
@@ -29,14 +29,13 @@ from defusedxml.ElementTree import iterparse
 from transforms.bounded_text import XmlReader
 from transforms.files import open_regular
 from transforms.limits import (
-    DEFAULT_LIMITS,
     InputLimits,
     TooLargeError,
     annotation_int,
     check_pixels,
 )
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -44,32 +43,27 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 DRAWN = ("polygon", "box", "mask")
 IGNORED = ("polyline", "points", "skeleton", "tag", "ellipse", "cuboid", "track")
 
 
-def read_cvat(
-    path: str,
-    origin: str,
-    *,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+def read_cvat(path: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a CVAT for images 1.1 file; ValueError (one line) for a file that is not one."""
-    reader = _Reader(origin, limits, needs_labels=class_names is None)
+    origin, limits = request.origin, request.limits
+    reader = _Reader(origin, limits, needs_labels=request.class_names is None)
     with open_regular(path) as stream:
-        return build_dataset(
-            "cvat",
-            reader.images(XmlReader(stream, origin, limits)),
-            reader.stats,
-            origin=origin,
-            class_names=class_names,
-            unlabeled=unlabeled,
-            limits=limits,
-        )
+        images = reader.images(XmlReader(stream, origin, limits))
+        return build_dataset("cvat", images, reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "cvat",
+    "CVAT",
+    "CVAT for images 1.1 XML, with <annotations>",
+    detect=lambda head: head.text.startswith(b"<") and b"<annotations" in head.start,
+    read=read_cvat,
+)
 
 
 class _Reader:
@@ -153,13 +147,12 @@ class _Reader:
                 if kind == "polygon":
                     text = child.get("points") or ""
                     points += text.count(";") + 1
-                    if points > self.limits.coco_image_points:
+                    if points > self.limits.image_points:
                         return ToolImage(
                             name,
                             height,
                             width,
-                            problem=f"polygons of more than {self.limits.coco_image_points:,} "
-                            "points",
+                            problem=f"polygons of more than {self.limits.image_points:,} points",
                             too_large=True,
                         )
                     shape = ToolShape(label, (_points(text),))
@@ -185,8 +178,8 @@ class _Reader:
             for k in ("left", "top", "width", "height")
         )
         text = child.get("rle") or ""
-        if len(text) > self.limits.coco_rle_chars:
-            raise TooLargeError(f"an RLE of more than {self.limits.coco_rle_chars:,} characters")
+        if len(text) > self.limits.rle_chars:
+            raise TooLargeError(f"an RLE of more than {self.limits.rle_chars:,} characters")
         if box_width <= 0 or box_height <= 0 or box_width * box_height > 4 * height * width:
             raise ValueError(f"mask box {box_width}x{box_height} does not fit the image")
         check_pixels(box_height, box_width, self.limits, "mask box")
@@ -219,9 +212,3 @@ def _points(text: str) -> np.ndarray:
     if len(values) % 2:
         raise ValueError("points are not x,y pairs")
     return np.asarray(values, dtype=np.float64)
-
-
-class CvatSource(CocoSource):
-    """Masks from a CVAT for images 1.1 export (staged as COCO image records)."""
-
-    name: ClassVar[str] = "cvat"

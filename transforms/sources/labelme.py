@@ -1,4 +1,4 @@
-"""labelme JSON files -> class-id masks, through the COCO records (sources/annotated.py).
+"""labelme JSON files: the labelme tool (transforms/sources/annotations.py).
 
 The annotations are a folder of labelme `.json` files (every one under it, sorted by path;
 hidden ones skipped), which may be the image folder itself: labelme saves `a.json` beside
@@ -32,16 +32,16 @@ import os
 import posixpath
 import warnings
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import ijson
 import numpy as np
 
 from transforms.bounded_text import JsonReader, Oversized, TextLimitError, bounded_entries
 from transforms.files import NotAFileError, open_regular
-from transforms.limits import DEFAULT_LIMITS, InputLimits, TooLargeError, check_pixels
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.limits import InputLimits, TooLargeError, check_pixels
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -49,7 +49,6 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 CIRCLE_POINTS = 64
 JSON_FILE_LIMIT = 256 << 20  # one labelme file, imageData included
@@ -70,29 +69,24 @@ def labelme_files(folder: str) -> list[str]:
     return sorted(found)
 
 
-def read_labelme(
-    folder: str,
-    origin: str,
-    *,
-    image_dir: str,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+def read_labelme(folder: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a folder of labelme files; ValueError (one line) if it holds none."""
     files = labelme_files(folder)
     if not files:
-        raise ValueError(f"{origin}: no .json files")
-    reader = _Reader(folder, image_dir, limits)
-    return build_dataset(
-        "labelme",
-        reader.images(files),
-        reader.stats,
-        origin=origin,
-        class_names=class_names,
-        unlabeled=unlabeled,
-        limits=limits,
-    )
+        raise ValueError(f"{request.origin}: no .json files")
+    reader = _Reader(folder, request.image_dir or ".", request.limits)
+    return build_dataset("labelme", reader.images(files), reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "labelme",
+    "labelme",
+    "a folder of labelme JSON files",
+    # One labelme file is detected too, so the launcher can say to give its folder.
+    detect=lambda head: head.is_folder or "shapes" in head.top_keys,
+    read=read_labelme,
+    folder_of=".json",
+)
 
 
 class _Reader:
@@ -170,10 +164,10 @@ class _Reader:
             if not isinstance(label, str):
                 raise ValueError(f"label {label!r} is not a string")
             points = shape.get("points") or []
-            if len(points) > self.limits.coco_polygon_points:
+            if len(points) > self.limits.polygon_points:
                 raise TooLargeError(
                     f"a shape of {len(points):,} points, more than the "
-                    f"{self.limits.coco_polygon_points:,} one polygon may have"
+                    f"{self.limits.polygon_points:,} one polygon may have"
                 )
             xy = np.asarray(points, dtype=np.float64).reshape(-1, 2) if points else None
             if kind == "polygon":
@@ -221,9 +215,3 @@ def _png_mask(data: Any, limits: InputLimits) -> np.ndarray:
         raise TooLargeError(f"mask PNG: {error}") from None
     except (OSError, SyntaxError, EOFError) as error:  # PIL's errors for broken files
         raise ValueError(f"mask PNG unreadable: {error}") from None
-
-
-class LabelmeSource(CocoSource):
-    """Masks from labelme JSON files (staged as COCO image records)."""
-
-    name: ClassVar[str] = "labelme"

@@ -1,4 +1,4 @@
-"""Label Studio JSON export -> class-id masks, through the COCO records (sources/annotated.py).
+"""Label Studio JSON export: the Label Studio tool (transforms/sources/annotations.py).
 
 The export is a list of tasks, streamed one task at a time with ijson through the bounded
 reader (transforms/bounded_text.py: UTF-8, depth and token caps, as COCO's), each task built
@@ -13,7 +13,7 @@ skipped), result by result in result order, later on top:
 - `brushlabels`: `value.rle`, Label Studio's own RLE of the RGBA canvas
   (label-studio-converter's brush format), decoded exactly; a pixel is set where alpha > 0.
 Other result types are counted and not drawn. Labels get ids sorted by name (Label Studio
-keeps no order); the class-id rule is annotated.py's.
+keeps no order); the class-id rule is labelled_shapes.py's.
 
 Image names: `/data/upload/N/1a2b3c4d-cat.jpg`, `/data/local-files/?d=dir/cat.jpg`,
 `gs://bucket/dir/cat.jpg`, `s3://...`, URLs and plain paths. Matched against the images
@@ -34,7 +34,7 @@ import posixpath
 import re
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import ijson
 import numpy as np
@@ -43,15 +43,14 @@ from transforms import files
 from transforms.bounded_text import JsonReader, Oversized, bounded_entries
 from transforms.files import open_regular
 from transforms.limits import (
-    DEFAULT_LIMITS,
     InputLimits,
     TooLargeError,
     annotation_int,
     check_pixels,
 )
 from transforms.pairing import IMAGE_EXTENSIONS
-from transforms.sources.annotated import (
-    ToolDataset,
+from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
+from transforms.sources.labelled_shapes import (
     ToolImage,
     ToolShape,
     ToolStats,
@@ -59,35 +58,28 @@ from transforms.sources.annotated import (
     build_dataset,
     rle_of_bitmap,
 )
-from transforms.sources.coco import CocoSource
 
 MAX_DEPTH = 32
 UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-(.+)$")
 DRAWN = ("polygonlabels", "rectanglelabels", "brushlabels")
 
 
-def read_labelstudio(
-    path: str,
-    origin: str,
-    *,
-    image_dir: str | None = None,
-    class_names: tuple[str, ...] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
+def read_labelstudio(path: str, request: ReadRequest) -> AnnotatedDataset:
     """Stage a Label Studio JSON export; ValueError (one line) for a file that is not one.
-    `image_dir`: a local image folder to match names against (module doc), or None."""
-    reader = _Reader(origin, image_dir, limits)
+    `request.image_dir`: the image folder to match names against (module doc), or None."""
+    reader = _Reader(request.origin, request.image_dir, request.limits)
     with open_regular(path) as stream:
-        return build_dataset(
-            "labelstudio",
-            reader.images(JsonReader(stream, origin, MAX_DEPTH, limits)),
-            reader.stats,
-            origin=origin,
-            class_names=class_names,
-            unlabeled=unlabeled,
-            limits=limits,
-        )
+        tasks = reader.images(JsonReader(stream, request.origin, MAX_DEPTH, request.limits))
+        return build_dataset("labelstudio", tasks, reader.stats, request)
+
+
+TOOL = AnnotationTool(
+    "labelstudio",
+    "Label Studio",
+    "a JSON list of tasks",
+    detect=lambda head: head.text.startswith(b"["),
+    read=read_labelstudio,
+)
 
 
 class _Reader:
@@ -179,7 +171,7 @@ class _Reader:
             label = labels[0]
             if kind == "polygonlabels":
                 points = value["points"]
-                if len(points) > self.limits.coco_polygon_points:
+                if len(points) > self.limits.polygon_points:
                     return ToolImage(
                         name, h, w, problem=f"a polygon of {len(points):,} points", too_large=True
                     )
@@ -352,9 +344,3 @@ class _Bits:
         self.at = end
         weights = (1 << np.arange(size - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
         return (chunk * weights).sum(axis=1).astype(np.uint8)
-
-
-class LabelStudioSource(CocoSource):
-    """Masks from a Label Studio JSON export (staged as COCO image records)."""
-
-    name: ClassVar[str] = "labelstudio"

@@ -1,24 +1,19 @@
-"""Every mask source by name: adding a source is its module plus one line here."""
+"""Every mask source by name: adding a source is its module plus one line here (an annotation
+tool is not a source of its own: transforms/sources/tools.py)."""
 
 from __future__ import annotations
 
 from transforms.sources.base import MaskSource
 from transforms.sources.class_files import ClassMaskFiles
-from transforms.sources.coco import CocoSource
-from transforms.sources.cvat import CvatSource
-from transforms.sources.labelme import LabelmeSource
-from transforms.sources.labelstudio import LabelStudioSource
 from transforms.sources.mask_files import BinaryMaskFiles
+from transforms.sources.rasterize import AnnotationSource
 
 SOURCES: dict[str, MaskSource] = {
     source.name: source
     for source in (
         BinaryMaskFiles(),
         ClassMaskFiles(),
-        CocoSource(),
-        CvatSource(),
-        LabelStudioSource(),
-        LabelmeSource(),
+        AnnotationSource(),  # every annotation tool's (transforms/sources/tools.py)
     )
 }
 

@@ -1,25 +1,22 @@
-"""Annotation-tool exports (CVAT, Label Studio, labelme) -> the per-image records COCO's path
-rasterises (transforms/sources/coco.py), so rasterising, staging, pairing by file name,
-rejects and statistics are one code path for every tool.
+"""Exports whose shapes name labels (CVAT, Label Studio, labelme) -> staged annotated images.
 
-A tool's module reads its export into `ToolImage`s: a file name relative to the image
+A tool module reads its export into `ToolImage`s: a file name relative to the image
 folder, the size the export states, and its shapes in draw order, each a label name with
 polygons in pixel coordinates or a full-image bitmap (stored as a compressed COCO RLE).
-`build_dataset` then names the classes and writes one staged record per image, in two
+`build_dataset` then names the classes and stages one `AnnotatedImage` per image, in two
 streamed passes through a temporary record file, so memory holds one image at a time.
 
-Class ids (one rule for every tool): by default unlabeled pixels are class 0 `background`
-and the labels get ids 1..K; with unlabeled "ignore" they take the ignore index and labels
-get 0..K-1. The label order is the tool's own where it has one (CVAT's meta labels list),
-else labels sorted by name. `class_names` (the --class_names file) overrides it: line i is
-id i, and with unlabeled "background" it must name `background`, whose id unlabeled pixels
-take. A label the file does not name makes its image a reject naming the label; nothing
-ever gets an id silently.
+Class ids (one rule for every such tool): by default unlabeled pixels are class 0
+`background` and the labels get ids 1..K; with unlabeled "ignore" they take the ignore
+index and labels get 0..K-1. The label order is the tool's own where it has one (CVAT's
+meta labels list), else labels sorted by name. `class_names` (the --class_names file)
+overrides it: line i is id i. A label the file does not name makes its image a reject
+naming the label; nothing ever gets an id silently.
 
 Geometry: polygons are clipped to the image (one pixel of margin) before pycocotools
 rasterises them with COCO's convention; non-finite coordinates and more points than
-`InputLimits.coco_image_points` make the image a reject. Shapes are painted in the order the
-tool module gives (later on top): `CocoImage.ordered`.
+`InputLimits.image_points` make the image a reject. Shapes are painted in the order the
+tool module gives (later on top): `AnnotatedImage.ordered`.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import dataclasses
 import math
 import os
 import pickle
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -36,13 +32,18 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from transforms import spill
-from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.format.features import MAX_CLASS_ID
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, check_pixels
-from transforms.sources.coco import BACKGROUND_NAME, CocoAnnotation, CocoImage, image_payload
+from transforms.sources.annotations import (
+    BACKGROUND_NAME,
+    AnnotatedDataset,
+    AnnotatedImage,
+    AnnotatedShape,
+    ReadRequest,
+    StagedImages,
+    check_class_names,
+)
 from transforms.spill import RecordFiles, read_records
-
-FORMATS = ("coco", "cvat", "labelstudio", "labelme")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -73,71 +74,14 @@ class ToolStats:
     labels: tuple[str, ...] | None = None  # the tool's own label order, where it has one
 
 
-@dataclasses.dataclass(frozen=True)
-class ToolDataset:
-    """The duck type of CocoDataset that the launcher plans, stages and commits with."""
-
-    source: str  # the registry's name: cvat, labelstudio or labelme
-    names: tuple[str, ...]  # class names by id
-    unlabeled: str
-    fill: int | None  # None: the ignore index
-    label_order: str
-    num_images: int
-    num_annotations: int
-    orphan_annotations: int
-    stats: ToolStats
-    records: str
-    folder: tempfile.TemporaryDirectory = dataclasses.field(repr=False)
-
-    def staged(self) -> Iterator[tuple[int, str, str]]:
-        with open(self.records, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            for payload in read_records(handle, self.records, size, STAGED_RECORD_BYTES):
-                yield pickle.loads(payload)
-
-    @property
-    def class_names(self) -> tuple[str, ...]:
-        return self.names
-
-    def fill_value(self, ignore_index: int) -> int:
-        return ignore_index if self.fill is None else self.fill
-
-    def settings(self, ignore_index: int | None = None) -> ClassMaskSettings:
-        return class_mask_settings("classes", class_names=self.names, ignore_index=ignore_index)
-
-    def metadata(self) -> dict[str, Any]:
-        return {
-            "format": self.source,
-            "unlabeled": self.unlabeled,
-            "label_order": self.label_order,
-            "classes": [{"class_id": i, "name": name} for i, name in enumerate(self.names)],
-            "num_annotations": self.num_annotations,
-            "ignored_shapes": dict(sorted(self.stats.ignored_shapes.items())),
-            "skipped": dict(sorted(self.stats.skipped.items())),
-            "orphan_annotations": self.orphan_annotations,
-            "orphan_example_id": None,
-        }
-
-
 def class_ids(
-    labels: Iterable[str],
-    *,
-    tool_order: Sequence[str] | None,
-    class_names: Sequence[str] | None,
-    unlabeled: str,
-    source: str,
-) -> tuple[tuple[str, ...], int | None, str]:
-    """(class names by id, fill value or None for the ignore index, how the order was chosen)."""
+    labels: Iterable[str], tool_order: Sequence[str] | None, request: ReadRequest
+) -> tuple[tuple[str, ...], str]:
+    """(class names by id, how the order was chosen)."""
+    source, class_names, unlabeled = request.origin, request.class_names, request.unlabeled
     if class_names is not None:
-        names = tuple(class_names)
-        if unlabeled == "background":
-            if BACKGROUND_NAME not in names:
-                raise ValueError(
-                    f"--class_names must name {BACKGROUND_NAME!r} (the id of unlabeled pixels), "
-                    "or give --unlabeled_pixels ignore"
-                )
-            return names, names.index(BACKGROUND_NAME), "--class_names"
-        return names, None, "--class_names"
+        check_class_names(class_names, unlabeled)
+        return tuple(class_names), "--class_names"
     if tool_order is not None:
         order, how = list(dict.fromkeys(tool_order)), f"{source}'s label list"
     else:
@@ -153,25 +97,19 @@ def class_ids(
         order = [BACKGROUND_NAME, *order]
     if len(order) > MAX_CLASS_ID:
         raise ValueError(f"{source}: more than {MAX_CLASS_ID:,} labels")
-    return tuple(order), (0 if unlabeled == "background" else None), how
+    return tuple(order), how
 
 
 def build_dataset(
-    source: str,
-    images: Iterator[ToolImage],
-    stats_of: Any,
-    *,
-    origin: str,
-    class_names: Sequence[str] | None = None,
-    unlabeled: str = "background",
-    limits: InputLimits = DEFAULT_LIMITS,
-) -> ToolDataset:
-    """Stage every image of `images` (a tool module's reader) as a COCO image record.
+    source: str, images: Iterator[ToolImage], stats_of: Any, request: ReadRequest
+) -> AnnotatedDataset:
+    """Stage every image of `images` (a tool module's reader) as an AnnotatedImage.
 
     `stats_of` is called after `images` is exhausted and returns its ToolStats. Two passes:
     the first spills the images with their label names and collects the label set; the
-    second, once ids are known, writes the records the job reads.
+    second, once ids are known, stages the images the job reads.
     """
+    origin, limits, unlabeled = request.origin, request.limits, request.unlabeled
     folder = spill.temporary_folder(source)
     raw = RecordFiles(os.path.join(folder.name, "raw"), per_file=2**62)
     labels: set[str] = set()
@@ -186,39 +124,42 @@ def build_dataset(
         folder.cleanup()
         raise ValueError(f"{origin}: no images")
     stats = stats_of()
-    names, fill, how = class_ids(
-        labels, tool_order=stats.labels, class_names=class_names, unlabeled=unlabeled, source=origin
-    )
+    names, how = class_ids(labels, stats.labels, request)
     id_of = {name: index for index, name in enumerate(names)}
-    records = RecordFiles(os.path.join(folder.name, "images"), per_file=2**62)
+    staged = StagedImages(folder.name, limits)
     with open(raw_paths[0], "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         for image_id, payload in enumerate(
             read_records(handle, raw_paths[0], size, STAGED_RECORD_BYTES)
         ):
-            coco_image = _coco_image(pickle.loads(payload), image_id, id_of)
-            staged = image_payload(coco_image)
-            records.write(
-                pickle.dumps((image_id, coco_image.file_name, staged), pickle.HIGHEST_PROTOCOL)
-            )
-    paths = records.close()
+            staged.write(_annotated_image(pickle.loads(payload), image_id, id_of))
+    records = staged.close()
     os.remove(raw_paths[0])
-    return ToolDataset(
+    description = {
+        "format": source,
+        "unlabeled": unlabeled,
+        "label_order": how,
+        "classes": [{"class_id": i, "name": name} for i, name in enumerate(names)],
+        "num_annotations": total,
+        "ignored_shapes": dict(sorted(stats.ignored_shapes.items())),
+        "skipped": dict(sorted(stats.skipped.items())),
+        "orphan_annotations": stats.orphan_annotations,
+        "orphan_example_id": None,
+    }
+    return AnnotatedDataset(
         source,
         names,
         unlabeled,
-        fill,
-        how,
-        records.records,
+        staged.count,
         total,
         stats.orphan_annotations,
-        stats,
-        paths[0],
+        description,
+        records,
         folder,
     )
 
 
-def _coco_image(image: ToolImage, image_id: int, id_of: dict[str, int]) -> CocoImage:
+def _annotated_image(image: ToolImage, image_id: int, id_of: dict[str, int]) -> AnnotatedImage:
     problem = image.problem
     unknown = sorted({shape.label for shape in image.shapes} - id_of.keys())
     if problem is None and unknown:
@@ -226,10 +167,10 @@ def _coco_image(image: ToolImage, image_id: int, id_of: dict[str, int]) -> CocoI
     annotations = ()
     if problem is None:
         annotations = tuple(
-            CocoAnnotation(index, id_of[shape.label], False, shape.polygons, shape.rle)
+            AnnotatedShape(index, id_of[shape.label], False, shape.polygons, shape.rle)
             for index, shape in enumerate(image.shapes)
         )
-    return CocoImage(
+    return AnnotatedImage(
         image.file_name,
         image_id,
         image.height,
@@ -247,12 +188,12 @@ def _checked(image: ToolImage, limits: InputLimits) -> ToolImage:
     if image.problem is not None:
         return dataclasses.replace(image, shapes=())
     points = sum(len(p) // 2 for shape in image.shapes for p in shape.polygons)
-    if points > limits.coco_image_points:
+    if points > limits.image_points:
         return dataclasses.replace(
             image,
             shapes=(),
             problem=f"polygons of {points:,} points, more than the "
-            f"{limits.coco_image_points:,} one image may have",
+            f"{limits.image_points:,} one image may have",
             too_large=True,
         )
     shapes = []
@@ -344,11 +285,3 @@ def box_polygon(
             axis=1,
         ) + np.asarray(pivot)
     return corners.reshape(-1)
-
-
-def finite_number(value: Any) -> float:
-    """A float from a JSON or XML value; ValueError otherwise (NaN and infinity pass, and are
-    caught per image by `_checked`)."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a number: {value!r}")
-    return float(value)
