@@ -17,8 +17,8 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from transforms.format.naming import (
 from transforms.format.record_index import FRAME_OVERHEAD, is_count
 from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
 from transforms.limits import FILE_LIMITS
+
+if TYPE_CHECKING:
+    from transforms.codecs.class_mask import ClassMaskSettings
 
 # Longest `.idx` line: two uint64 in decimal, a space and a newline.
 INDEX_LINE_BYTES = 2 * 20 + 2
@@ -67,6 +70,94 @@ class FileRef:
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectCounts:
+    """metadata.json's `num_rejected`: rejects.jsonl's rows counted by reason, with each
+    reason's first key (example_key is absent from outputs older than it: None)."""
+
+    total: int
+    by_reason: Mapping[str, int]
+    example_key: Mapping[str, str] | None = None
+
+    @classmethod
+    def count(cls, rows: Iterable[tuple[str, str]]) -> RejectCounts:
+        """Of (key, reason) rows in rejects.jsonl's order."""
+        reasons: Counter[str] = Counter()
+        examples: dict[str, str] = {}
+        for key, reason in rows:
+            reasons[reason] += 1
+            examples.setdefault(reason, key)
+        by_reason = dict(sorted(reasons.items()))
+        return cls(sum(by_reason.values()), by_reason, dict(sorted(examples.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"total": self.total, "by_reason": dict(self.by_reason)}
+        if self.example_key is not None:
+            data["example_key"] = dict(self.example_key)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> RejectCounts:
+        examples = data.get("example_key") if isinstance(data, dict) else None
+        if not (
+            isinstance(data, dict)
+            and is_count(data.get("total"))
+            and isinstance(data.get("by_reason"), dict)
+            and isinstance(examples, dict | None)
+        ):
+            raise MetadataError("metadata.json num_rejected is not {total, by_reason, example_key}")
+        return cls(data["total"], dict(data["by_reason"]), examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnlabeledCount:
+    """metadata.json's `num_unlabeled` (--images_without_mask skip): images set apart
+    without a mask, and the file listing them."""
+
+    total: int
+    file: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "file": self.file}
+
+    @classmethod
+    def from_json(cls, data: Any) -> UnlabeledCount:
+        if not (isinstance(data, dict) and is_count(data.get("total"))) or not isinstance(
+            data.get("file"), str
+        ):
+            raise MetadataError("metadata.json num_unlabeled is not {total, file}")
+        return cls(data["total"], data["file"])
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """metadata.json's `run`: the run that wrote the latest version, and its figures (none
+    when the run had no start time)."""
+
+    run_id: str
+    started_at: str | None = None  # ISO 8601, UTC
+    wall_seconds: float | None = None
+    records_per_second: float | None = None
+    bytes_written: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {key: value for key, value in data.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunInfo:
+        numbers = ("wall_seconds", "records_per_second", "bytes_written")
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("run_id"), str)
+            and isinstance(data.get("started_at"), str | None)
+            and all(isinstance(data.get(name), int | float | None) for name in numbers)
+        ):
+            raise MetadataError("metadata.json run is not {run_id, started_at, ...}")
+        fields = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{name: data[name] for name in fields if name in data})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,8 +335,8 @@ RGB = tuple[int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class ClassesInfo:
-    """metadata.json's `classes` section (transforms.class_stats.classes_section): what the
-    stored mask values of a `--mask_type classes` output mean, and their counts per split."""
+    """metadata.json's `classes` section: what the stored mask values of a `--mask_type
+    classes` output mean, and their counts per split."""
 
     num_classes: int
     ignore_index: int
@@ -291,6 +382,34 @@ class ClassesInfo:
             splits={split: stats.to_json() for split, stats in self.stats.items()},
         )
         return data
+
+    @classmethod
+    def of(
+        cls,
+        settings: ClassMaskSettings,
+        stats: Mapping[str, ClassStats],
+        coco: Mapping[str, Any] | None = None,
+    ) -> ClassesInfo:
+        """The section a run writes: what its ids mean, how they are stored, their counts."""
+        for split, counted in stats.items():
+            if counted.num_classes != settings.num_classes:
+                raise ValueError(
+                    f"{split} stats have {counted.num_classes} classes, "
+                    f"expected {settings.num_classes}"
+                )
+        extra: dict[str, Any] = {}
+        if settings.class_map is not None:
+            extra["class_map"] = settings.class_map.to_json()
+        if coco is not None:
+            extra["coco"] = dict(coco)
+        return cls(
+            num_classes=settings.num_classes,
+            ignore_index=settings.ignore_index,
+            names=None if settings.class_names is None else tuple(settings.class_names),
+            colormap=None if settings.colormap is None else tuple(settings.colormap),
+            stats=dict(sorted(stats.items())),
+            extra=extra,
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> ClassesInfo:
@@ -360,6 +479,20 @@ class DatasetInfo:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
     # metadata.json's record_format; absent in outputs older than the field: tfrecord.
     record_format: str = record_formats.DEFAULT
+    # What the run saw and how it ran; each None in outputs older than its field.
+    num_discovered: int | None = None  # every entry the latest version accounts for
+    num_rejected: RejectCounts | None = None
+    num_unlabeled: UnlabeledCount | None = None
+    exif_orientation_ignored: int | None = None  # accepted images, all versions
+    run: RunInfo | None = None
+    # Sections kept as written: the run's parameters (flags, output_dir), package versions,
+    # the record features, the record spec (transforms/record_spec.py), the duplicates
+    # search's report (beam_pipeline/job/duplicates.py, docs/duplicates.md).
+    parameters: Mapping[str, Any] | None = None
+    versions: Mapping[str, str] | None = None
+    features: Mapping[str, Any] | None = None
+    record_spec: Mapping[str, Any] | None = None
+    duplicates: Mapping[str, Any] | None = None
 
     @property
     def adapter(self) -> record_formats.RecordFormat:
@@ -432,7 +565,7 @@ class DatasetInfo:
                 names.add(hashes["file"])
         for version in self.dataset_versions:
             names.update(ref.file for ref in version.digest_tables.values())
-        listed = (self.extra.get("duplicates") or {}).get("file")
+        listed = (self.duplicates or {}).get("file")
         if isinstance(listed, dict) and isinstance(listed.get("file"), str):
             names.add(listed["file"])
         return names
@@ -451,7 +584,16 @@ class DatasetInfo:
             data["classes"] = self.classes.to_json()
         if self.dataset_versions:
             data["dataset_versions"] = [version.to_json() for version in self.dataset_versions]
+        for name in _OPTIONAL_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value.to_json() if hasattr(value, "to_json") else value
         return data
+
+    def to_bytes(self) -> bytes:
+        """metadata.json's bytes: sorted keys, so equal values are equal bytes."""
+        text = json.dumps(self.to_json(), indent=2, sort_keys=True, ensure_ascii=False)
+        return (text + "\n").encode()
 
     @classmethod
     def from_json(cls, data: Any) -> DatasetInfo:
@@ -504,18 +646,53 @@ class DatasetInfo:
         )
         parsed = {name: _split(name, entry, adapter) for name, entry in splits.items()}
         versions = _versions(data.get("dataset_versions"), parsed)
+        known = (*known, "record_format", *_OPTIONAL_FIELDS)
         return cls(
             format_version=version,
             mask_format=mask_format,
             splits=parsed,
             tfds_files=tfds_files,
             classes=classes,
-            extra={
-                key: value for key, value in data.items() if key not in (*known, "record_format")
-            },
+            extra={key: value for key, value in data.items() if key not in known},
             record_format=record_format,
             dataset_versions=versions,
+            **_optional_fields(data),
         )
+
+
+# DatasetInfo's fields that an output older than them lacks: written only when set.
+_OPTIONAL_FIELDS = (
+    "num_discovered",
+    "num_rejected",
+    "num_unlabeled",
+    "exif_orientation_ignored",
+    "run",
+    "parameters",
+    "versions",
+    "features",
+    "record_spec",
+    "duplicates",
+)
+_SECTIONS = {"num_rejected": RejectCounts, "num_unlabeled": UnlabeledCount, "run": RunInfo}
+_COUNTS = ("num_discovered", "exif_orientation_ignored")
+
+
+def _optional_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional fields present in `data`, typed: counts are counts, sections parse,
+    the sections kept as written are objects."""
+    fields: dict[str, Any] = {}
+    for name in _OPTIONAL_FIELDS:
+        value = data.get(name)
+        if value is None:
+            continue
+        if name in _SECTIONS:
+            value = _SECTIONS[name].from_json(value)
+        elif name in _COUNTS and not is_count(value):
+            raise MetadataError(f"metadata.json {name} {value!r} is not a count")
+        elif name not in _COUNTS and not isinstance(value, dict):
+            raise MetadataError(f"metadata.json {name} is not an object")
+        fields[name] = value
+    return fields
 
 
 def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, ...]:
