@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo, RejectCounts, SplitInfo
-from transforms.format.naming import DUPLICATES_FILE
+from transforms.format.naming import DUPLICATES_FILE, UNLABELED_FILE
 from transforms.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
@@ -44,11 +44,10 @@ def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
     for reason, count in rejected.by_reason.items():
         example = (rejected.example_key or {}).get(reason, "")
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
-    unlabeled = info.num_unlabeled
-    if unlabeled:
+    if info.num_unlabeled:
         lines.append(
-            f"  unlabeled {unlabeled.total:>25,}   images with no mask, not rejects "
-            f"(--images_without_mask skip): listed in {unlabeled.file}"
+            f"  unlabeled {info.num_unlabeled:>25,}   images with no mask, not rejects "
+            f"(--images_without_mask skip): listed in {UNLABELED_FILE}"
         )
     run = info.run
     if run is not None and run.wall_seconds is not None:

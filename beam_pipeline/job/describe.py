@@ -24,9 +24,8 @@ from transforms.format.dataset_info import (
     RunInfo,
     ShardInfo,
     SplitInfo,
-    UnlabeledCount,
 )
-from transforms.format.naming import FIRST_VERSION, UNLABELED_FILE, index_name, parse_shard_name
+from transforms.format.naming import FIRST_VERSION, index_name, parse_shard_name
 from transforms.rejects import Reject
 from transforms.splits import split_names
 
@@ -80,7 +79,7 @@ def describe(
         classes=_classes(shards, settings, previous),
         num_discovered=num_discovered,
         num_rejected=run.num_rejected,
-        num_unlabeled=UnlabeledCount(run.unlabeled, UNLABELED_FILE) if run.unlabeled else None,
+        num_unlabeled=run.unlabeled or None,
         exif_orientation_ignored=_exif_ignored(shards, previous),
         run=_run_info(shards, settings, run.finished_at),
         parameters=_parameters(settings, previous),

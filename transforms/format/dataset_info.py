@@ -18,7 +18,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from transforms.format.naming import (
     METADATA_FILE,
     SEGPREP_DIR,
     TFDS_FILES,
+    UNLABELED_FILE,
     digest_table_name,
     index_name,
     key_table_name,
@@ -72,11 +73,32 @@ class FileRef:
         return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
 
 
-@dataclasses.dataclass(frozen=True)
-class RejectCounts:
-    """metadata.json's `num_rejected`: rejects.jsonl's rows counted by reason, with each
-    reason's first key (example_key is absent from outputs older than it: None)."""
+class _Section:
+    """A small metadata.json object: each field of a JSON kind (KINDS), None ones left out."""
 
+    KINDS: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {key: value for key, value in data.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(name), kind) and not isinstance(data.get(name), bool)
+            for name, kind in cls.KINDS.items()
+        ):
+            names = ", ".join(cls.KINDS)
+            raise MetadataError(f"metadata.json {cls.__name__} is not {{{names}}} as written")
+        return cls(**{name: data[name] for name in cls.KINDS if name in data})
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectCounts(_Section):
+    """metadata.json's `num_rejected`: rejects.jsonl's rows counted by reason, with each
+    reason's first key (absent from outputs older than it: None)."""
+
+    KINDS = {"total": int, "by_reason": dict, "example_key": (dict, type(None))}
     total: int
     by_reason: Mapping[str, int]
     example_key: Mapping[str, str] | None = None
@@ -92,72 +114,23 @@ class RejectCounts:
         by_reason = dict(sorted(reasons.items()))
         return cls(sum(by_reason.values()), by_reason, dict(sorted(examples.items())))
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"total": self.total, "by_reason": dict(self.by_reason)}
-        if self.example_key is not None:
-            data["example_key"] = dict(self.example_key)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any) -> RejectCounts:
-        examples = data.get("example_key") if isinstance(data, dict) else None
-        if not (
-            isinstance(data, dict)
-            and is_count(data.get("total"))
-            and isinstance(data.get("by_reason"), dict)
-            and isinstance(examples, dict | None)
-        ):
-            raise MetadataError("metadata.json num_rejected is not {total, by_reason, example_key}")
-        return cls(data["total"], dict(data["by_reason"]), examples)
-
 
 @dataclasses.dataclass(frozen=True)
-class UnlabeledCount:
-    """metadata.json's `num_unlabeled` (--images_without_mask skip): images set apart
-    without a mask, and the file listing them."""
-
-    total: int
-    file: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"total": self.total, "file": self.file}
-
-    @classmethod
-    def from_json(cls, data: Any) -> UnlabeledCount:
-        if not (isinstance(data, dict) and is_count(data.get("total"))) or not isinstance(
-            data.get("file"), str
-        ):
-            raise MetadataError("metadata.json num_unlabeled is not {total, file}")
-        return cls(data["total"], data["file"])
-
-
-@dataclasses.dataclass(frozen=True)
-class RunInfo:
+class RunInfo(_Section):
     """metadata.json's `run`: the run that wrote the latest version, and its figures (none
     when the run had no start time)."""
 
+    KINDS = {
+        "run_id": str,
+        "started_at": (str, type(None)),  # ISO 8601, UTC
+        **dict.fromkeys(("wall_seconds", "records_per_second"), (int, float, type(None))),
+        "bytes_written": (int, type(None)),
+    }
     run_id: str
-    started_at: str | None = None  # ISO 8601, UTC
+    started_at: str | None = None
     wall_seconds: float | None = None
     records_per_second: float | None = None
     bytes_written: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        return {key: value for key, value in data.items() if value is not None}
-
-    @classmethod
-    def from_json(cls, data: Any) -> RunInfo:
-        numbers = ("wall_seconds", "records_per_second", "bytes_written")
-        if not (
-            isinstance(data, dict)
-            and isinstance(data.get("run_id"), str)
-            and isinstance(data.get("started_at"), str | None)
-            and all(isinstance(data.get(name), int | float | None) for name in numbers)
-        ):
-            raise MetadataError("metadata.json run is not {run_id, started_at, ...}")
-        fields = [field.name for field in dataclasses.fields(cls)]
-        return cls(**{name: data[name] for name in fields if name in data})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,7 +455,7 @@ class DatasetInfo:
     # What the run saw and how it ran; each None in outputs older than its field.
     num_discovered: int | None = None  # every entry the latest version accounts for
     num_rejected: RejectCounts | None = None
-    num_unlabeled: UnlabeledCount | None = None
+    num_unlabeled: int | None = None  # --images_without_mask skip: listed in unlabeled.jsonl
     exif_orientation_ignored: int | None = None  # accepted images, all versions
     run: RunInfo | None = None
     # Sections kept as written: the run's parameters (flags, output_dir), package versions,
@@ -588,6 +561,8 @@ class DatasetInfo:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value.to_json() if hasattr(value, "to_json") else value
+        if self.num_unlabeled is not None:
+            data["num_unlabeled"] = {"total": self.num_unlabeled, "file": UNLABELED_FILE}
         return data
 
     def to_bytes(self) -> bytes:
@@ -646,7 +621,7 @@ class DatasetInfo:
         )
         parsed = {name: _split(name, entry, adapter) for name, entry in splits.items()}
         versions = _versions(data.get("dataset_versions"), parsed)
-        known = (*known, "record_format", *_OPTIONAL_FIELDS)
+        known = (*known, "record_format", "num_unlabeled", *_OPTIONAL_FIELDS)
         return cls(
             format_version=version,
             mask_format=mask_format,
@@ -664,7 +639,6 @@ class DatasetInfo:
 _OPTIONAL_FIELDS = (
     "num_discovered",
     "num_rejected",
-    "num_unlabeled",
     "exif_orientation_ignored",
     "run",
     "parameters",
@@ -673,7 +647,7 @@ _OPTIONAL_FIELDS = (
     "record_spec",
     "duplicates",
 )
-_SECTIONS = {"num_rejected": RejectCounts, "num_unlabeled": UnlabeledCount, "run": RunInfo}
+_SECTIONS = {"num_rejected": RejectCounts, "run": RunInfo}
 _COUNTS = ("num_discovered", "exif_orientation_ignored")
 
 
@@ -692,6 +666,13 @@ def _optional_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         elif name not in _COUNTS and not isinstance(value, dict):
             raise MetadataError(f"metadata.json {name} is not an object")
         fields[name] = value
+    unlabeled = data.get("num_unlabeled")
+    if unlabeled is not None:
+        if not (isinstance(unlabeled, dict) and is_count(unlabeled.get("total"))) or (
+            unlabeled.get("file") != UNLABELED_FILE
+        ):
+            raise MetadataError(f"metadata.json num_unlabeled is not {{total, {UNLABELED_FILE}}}")
+        fields["num_unlabeled"] = unlabeled["total"]
     return fields
 
 
