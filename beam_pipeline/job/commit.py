@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
-import json
 import time
 from typing import Any
 
@@ -251,7 +250,7 @@ def _publish(
     data = info.to_bytes()
     # Checked as every reader loads it: a commit cannot publish a metadata.json that its own
     # readers would refuse.
-    DatasetInfo.from_json(json.loads(data))
+    DatasetInfo.from_json(dataset_info.parse_json(data))
     keep: list[str] = []
     if previous is not None:
         # Every earlier file stays where it is, untouched; only these are replaced.
@@ -320,7 +319,7 @@ def _previous(settings: CommitSettings) -> DatasetInfo:
             f"{settings.output_dir}{METADATA_FILE} changed while the append ran: nothing was "
             "published"
         )
-    return DatasetInfo.from_json(json.loads(data))
+    return DatasetInfo.from_json(dataset_info.parse_json(data))
 
 
 def _stage_key_table(
