@@ -74,7 +74,7 @@ def _prepare(argv: list[str]) -> int:
 
         _print(format_description(result.submission))
         return 0
-    _print(format_summary(result.metadata, plan))
+    _print(format_summary(result.info, plan))
     return 0
 
 

@@ -28,8 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from beam_pipeline.commands.sample_data import jpeg_bytes, portrait  # noqa: E402
 from transforms.codecs.mask import encode_mask  # noqa: E402
 from transforms.format import tfrecord  # noqa: E402
+from transforms.format.dataset_info import (  # noqa: E402
+    FORMAT_VERSION,
+    DatasetInfo,
+    RejectCounts,
+    ShardInfo,
+    SplitInfo,
+)
 from transforms.format.example import build_example  # noqa: E402
-from transforms.format.metadata import build_metadata, dumps  # noqa: E402
+from transforms.format.features import SCHEMA  # noqa: E402
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, shard_name  # noqa: E402
 
 
@@ -47,20 +54,20 @@ def synthesize(directory: Path, entries: int, shards: int) -> None:
                 key = f"img{number:05d}_{index:05d}"
                 writer.write(build_example(key, *record_template, 48, 64))
         data = (directory / name).read_bytes()
-        rows.append(
-            {
-                "split": "train",
-                "file": name,
-                "num_examples": per_shard,
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "image_shapes": [[48, 64]],
-            }
-        )
-    metadata = build_metadata(
-        rows, [], mask_format="jpeg", parameters={}, versions={"segprep": "bench"}
+        rows.append(ShardInfo(name, per_shard, len(data), hashlib.sha256(data).hexdigest()))
+    info = DatasetInfo(
+        format_version=FORMAT_VERSION,
+        mask_format="jpeg",
+        splits={
+            "train": SplitInfo("train", per_shard * shards, (48, 64), tuple(rows)),
+            "validation": SplitInfo("validation", 0, None, ()),
+        },
+        num_rejected=RejectCounts(0, {}, {}),
+        features=SCHEMA,
+        parameters={},
+        versions={"segprep": "bench"},
     )
-    (directory / METADATA_FILE).write_bytes(dumps(metadata))
+    (directory / METADATA_FILE).write_bytes(info.to_bytes())
     with open(directory / REJECTS_FILE, "w") as handle:
         for index in range(entries // 5):
             reason = f"reason_{index % 12}"

@@ -197,7 +197,7 @@ def test_commit_publishes_the_staged_run_and_writes_metadata_last(tmp_path):
         info = {"shards": shards, "rejects": rejects, "discovered": discovered} | CommitOutput(
             settings
         )
-        assert_that(info | beam.Map(lambda m: m["splits"]["train"]["num_examples"]), equal_to([5]))
+        assert_that(info | beam.Map(lambda m: m.splits["train"].num_examples), equal_to([5]))
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert metadata["num_rejected"] == {
         "total": 1,

@@ -348,9 +348,9 @@ def test_an_exif_orientation_kept_as_stored_is_counted_and_told(catalogue):
     """Square photos give no size evidence: the summary says how many kept their pixels."""
     from beam_pipeline.commands.summary import format_summary
 
-    metadata = catalogue["result"].metadata
-    assert metadata["exif_orientation_ignored"] == 1  # as_stored; as_displayed was rotated
-    assert "note: 1 image carries an EXIF orientation kept as stored" in format_summary(metadata)
+    info = catalogue["result"].info
+    assert info.exif_orientation_ignored == 1  # as_stored; as_displayed was rotated
+    assert "note: 1 image carries an EXIF orientation kept as stored" in format_summary(info)
 
 
 def test_reject_limit_publishes_nothing(catalogue, tmp_path, capsys):

@@ -28,8 +28,9 @@ from tests.helpers.class_outputs import (
     write_coco_set,
 )
 from tests.helpers.images import encode, rgb_jpeg
-from transforms.class_stats import ClassStats, classes_section
+from transforms.class_stats import ClassStats
 from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
+from transforms.format.dataset_info import ClassesInfo
 from transforms.format.naming import SEGPREP_DIR
 
 # pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.rasterize;
@@ -69,7 +70,7 @@ def test_the_example_files_parse():
 
 def test_the_metadata_example_has_the_sections_keys():
     settings = class_mask_settings("classes", num_classes=21)
-    section = classes_section(settings, {"train": ClassStats.empty(21)})
+    section = ClassesInfo.of(settings, {"train": ClassStats.empty(21)}).to_json()
     example = _blocks("json")[1]
     for key in [*section, *section["splits"]["train"]]:
         assert f'"{key}"' in example, key

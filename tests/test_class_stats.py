@@ -12,13 +12,13 @@ from transforms.class_stats import (
     ClassStats,
     absent_classes,
     class_weights,
-    classes_section,
     mask_stats,
     median_frequency_weights,
     rarest_and_most_frequent,
     sum_stats,
 )
 from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
+from transforms.format.dataset_info import ClassesInfo
 
 N, IGNORE = 6, 255
 
@@ -161,9 +161,9 @@ def test_classes_section_and_weights_from_it():
     validation = mask_stats(_masks(1, seed=9)[0], N, IGNORE)
     section = json.loads(
         json.dumps(
-            classes_section(
+            ClassesInfo.of(
                 settings, {"train": train, "validation": validation}, annotations={"x": 1}
-            )
+            ).to_json()
         )
     )
     assert section["names"] == list("abcdef") and section["ids"] == list(range(6))
@@ -176,10 +176,10 @@ def test_classes_section_and_weights_from_it():
     )
     with pytest.raises(ValueError, match="test"):
         class_weights(section, "test")
-    bare = classes_section(ClassMaskSettings("classes", N), {"train": train})
+    bare = ClassesInfo.of(ClassMaskSettings("classes", N), {"train": train}).to_json()
     assert bare["names"] is None and bare["colormap"] is None
     with pytest.raises(ValueError):
-        classes_section(ClassMaskSettings("classes", 4), {"train": train})
+        ClassesInfo.of(ClassMaskSettings("classes", 4), {"train": train})
 
 
 def test_rarest_and_most_frequent():

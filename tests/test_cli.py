@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import pytest
 
 from beam_pipeline.cli import main
 from tests.helpers.runs import RUNNER_ARGS, job_args
+from transforms.format import dataset_info
 
 
 def _prepare_args(dataset, output_dir, *extra) -> list[str]:
@@ -272,11 +274,11 @@ def test_swapped_folders_get_a_hint_before_the_job(sample_dataset, tmp_path, cap
 def test_summary_counts_one_shard_in_the_singular(prepared):
     from beam_pipeline.commands.summary import format_summary
 
-    metadata = json.loads((Path(prepared[0]) / "metadata.json").read_text())
-    assert {split["num_shards"] for split in metadata["splits"].values()} >= {1}
-    summary = format_summary(metadata)
+    info = dataset_info.load(prepared[0])
+    assert {split.num_shards for split in info.splits.values()} >= {1}
+    summary = format_summary(info)
     assert "1 shard " in summary and "1 shards" not in summary
-    assert f"{sum(s['num_shards'] for s in metadata['splits'].values())} shards," in summary
+    assert f"{sum(s.num_shards for s in info.splits.values())} shards," in summary
 
 
 @pytest.mark.parametrize(
@@ -319,16 +321,17 @@ def test_summary_notes_a_split_left_empty(sample_dataset, prepared, tmp_path):
     from beam_pipeline.commands.summary import format_summary
     from beam_pipeline.launch.plan import make_plan
 
-    metadata = json.loads((Path(prepared[0]) / "metadata.json").read_text())
+    info = dataset_info.load(prepared[0])
     plan = make_plan(job_args(sample_dataset, tmp_path / "o", "--dry_run"))
-    assert "got no examples" not in format_summary(metadata, plan)
-    metadata["splits"]["validation"].update(num_examples=0, num_shards=0, shards=[])
-    (note,) = [line for line in format_summary(metadata, plan).splitlines() if "no ex" in line]
+    assert "got no examples" not in format_summary(info, plan)
+    empty = dataclasses.replace(info.splits["validation"], num_examples=0, shards=())
+    info = dataclasses.replace(info, splits={**info.splits, "validation": empty})
+    (note,) = [line for line in format_summary(info, plan).splitlines() if "no ex" in line]
     assert "validation got no examples: --validation_size 0.1 of" in note
     train_only = make_plan(
         job_args(sample_dataset, tmp_path / "o", "--validation_size", "0", "--dry_run")
     )
-    assert "got no examples" not in format_summary(metadata, train_only)
+    assert "got no examples" not in format_summary(info, train_only)
 
 
 def test_data_dir_holding_two_folders_names_them(sample_dataset, tmp_path, capsys):

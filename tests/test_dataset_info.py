@@ -18,7 +18,6 @@ from transforms.format.dataset_info import (
     IncompleteOutputError,
     MetadataError,
 )
-from transforms.format.metadata import build_metadata
 from transforms.format.naming import METADATA_FILE
 
 
@@ -41,7 +40,10 @@ def test_typed_view(raw):
     assert train.num_shards == 2 and train.image_shape == (160, 120)
     assert train.key_table.file == "index/train.keys.jsonl"
     assert train.shards[0].index.file == f"index/{train.shards[0].file}.idx"
-    assert info.extra["num_discovered"] == 60
+    assert info.num_discovered == 60 and info.num_rejected.total == sum(
+        info.num_rejected.by_reason.values()
+    )
+    assert info.run.run_id and info.parameters["output_dir"] and "num_discovered" not in info.extra
     with pytest.raises(ValueError, match="unknown split 'test'"):
         info.split("test")
 
@@ -93,35 +95,6 @@ def test_bad_metadata_is_refused_with_a_reason(raw, change, message):
 def test_not_an_object():
     with pytest.raises(MetadataError, match="not a JSON object"):
         DatasetInfo.from_json([1, 2])
-
-
-def test_build_metadata_lists_the_index():
-    shard = {
-        "split": "train",
-        "file": "train-00000-of-00001.tfrecord",
-        "num_examples": 2,
-        "bytes": 50,
-        "sha256": "ab",
-        "image_shapes": [[4, 3]],
-        "index": {"file": "index/train-00000-of-00001.tfrecord.idx", "bytes": 9, "sha256": "cd"},
-    }
-    metadata = build_metadata(
-        [shard],
-        [],
-        mask_format="png",
-        parameters={},
-        versions={},
-        key_tables={"train": {"file": "index/train.keys.jsonl", "bytes": 3, "sha256": "ef"}},
-        tfds_files=[{"file": "features.json", "bytes": 4, "sha256": "01"}],
-    )
-    info = DatasetInfo.from_json(metadata)
-    assert info.split("train").has_index and info.split("train").shards[0].index.bytes == 9
-    assert [ref.file for ref in info.tfds_files] == ["features.json"]
-    # The signature the job calls today still works and lists no index.
-    del shard["index"]
-    plain = build_metadata([shard], [], mask_format="png", parameters={}, versions={})
-    assert "key_table" not in plain["splits"]["train"] and "tfds_files" not in plain
-    assert "index" not in plain["splits"]["train"]["shards"][0]
 
 
 def test_missing_path_says_it_does_not_exist(tmp_path):

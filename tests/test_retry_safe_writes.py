@@ -57,7 +57,7 @@ class Run:
         """One bundle of the writer: every shard, as the DoFn calls write_shard."""
         return [write_shard(self.settings, spec, self.pairs(spec)) for spec in SPECS]
 
-    def commit(self, *bundles) -> dict:
+    def commit(self, *bundles) -> DatasetInfo:
         shards = [shard for bundle in bundles for shard, _ in bundle]
         rejects = [reject for bundle in bundles for _, found in bundle for reject in found]
         settings = CommitSettings(self.out, RUN_ID, {"train_size": 1.0})
@@ -104,9 +104,9 @@ def test_a_bundle_run_twice_publishes_each_key_once(run):
     # Worst case: the runner delivers both attempts of every shard to the commit.
     info = run.commit(second, first)
     _assert_each_key_once_and_nothing_stray(run)
-    assert sum(split["num_examples"] for split in info["splits"].values()) == 11
+    assert sum(split.num_examples for split in info.splits.values()) == 11
     chosen = {s.spec.name: s for s in attempts.one_per_shard(s for s, _ in [*first, *second])}
-    assert sorted(shard["sha256"] for shard in info["splits"]["train"]["shards"]) == sorted(
+    assert sorted(shard.sha256 for shard in info.splits["train"].shards) == sorted(
         shard.sha256 for shard in chosen.values()
     )
 
@@ -145,5 +145,5 @@ def test_a_late_attempt_never_overwrites_the_one_that_reached_the_commit(run):
     assert zombie.sha256 != delivered[0][0].sha256
     info = run.commit(delivered)
     _assert_each_key_once_and_nothing_stray(run)
-    published = {shard["sha256"] for shard in info["splits"]["train"]["shards"]}
+    published = {shard.sha256 for shard in info.splits["train"].shards}
     assert published == {shard.sha256 for shard, _ in delivered}

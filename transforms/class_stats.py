@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from transforms.codecs.class_mask import ClassMaskSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,33 +147,6 @@ class StatsSum:
     def result(self) -> ClassStats:
         pixels, images, image_pixels = (tuple(row) for row in self._vectors.tolist())
         return ClassStats(pixels, images, image_pixels, self._ignored, self._images)
-
-
-def classes_section(
-    settings: ClassMaskSettings,
-    stats_by_split: Mapping[str, ClassStats],
-    *,
-    annotations: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """metadata.json's `classes`: what the ids mean, how they are stored, and their counts."""
-    n = settings.num_classes
-    for split, stats in stats_by_split.items():
-        if stats.num_classes != n:
-            raise ValueError(f"{split} stats have {stats.num_classes} classes, expected {n}")
-    section: dict[str, Any] = {
-        "num_classes": n,
-        "ids": list(range(n)),
-        "names": None if settings.class_names is None else list(settings.class_names),
-        "ignore_index": settings.ignore_index,
-        "colormap": None if settings.colormap is None else [list(c) for c in settings.colormap],
-        "png_bit_depth": settings.bit_depth,
-        "splits": {split: stats.to_json() for split, stats in sorted(stats_by_split.items())},
-    }
-    if settings.class_map is not None:
-        section["class_map"] = settings.class_map.to_json()
-    if annotations is not None:  # how an export's labels became ids; "coco" in every output
-        section["coco"] = dict(annotations)
-    return section
 
 
 def median_frequency_weights(stats: ClassStats) -> np.ndarray:

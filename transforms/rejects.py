@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+from collections.abc import Iterable
 
 
 class Reason(enum.StrEnum):
@@ -61,3 +63,11 @@ class Reject:
             "reason": self.reason.value,
             "detail": self.detail,
         }
+
+
+def rejects_jsonl(rejects: Iterable[Reject]) -> bytes:
+    """rejects.jsonl's bytes: one sorted-key JSON line per reject, in reject order."""
+    lines = [
+        json.dumps(r.to_json_dict(), ensure_ascii=False, sort_keys=True) for r in sorted(rejects)
+    ]
+    return ("\n".join(lines) + "\n" if lines else "").encode()

@@ -18,11 +18,11 @@ import posixpath
 import time
 import uuid
 
-from beam_pipeline.commands.shard_records import record_format, shard_records
+from beam_pipeline.commands.shard_records import shard_records
 from beam_pipeline.errors import UsageError
 from beam_pipeline.runtime import output_protocol
 from transforms import files
-from transforms.format import dataset_info, metadata, record_formats, record_index, tfds_info
+from transforms.format import dataset_info, record_formats, record_index, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.features import KEY
@@ -68,8 +68,7 @@ def index_output(directory: str) -> IndexResult:
     state = output_protocol.inspect_output(output)
     output_protocol.check_output(state, overwrite=True)  # only the lock and foreign names
     try:
-        raw = dataset_info.read_metadata_json(base)
-        info = DatasetInfo.from_json(raw)
+        info = dataset_info.load(base)
     except (MetadataError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
     if not state.finished:
@@ -78,14 +77,11 @@ def index_output(directory: str) -> IndexResult:
     with output_protocol.RunLock(output, run_id):
         output_protocol.make_staging_dir(output, run_id)
         try:
-            adapter = record_format(raw)
-            staged, records, info = _stage(base, run_dir(run_id), info, adapter)
+            staged, records, info = _stage(base, run_dir(run_id), info, info.adapter)
             _check_targets(base, staged, state)
             moves = [(name, name) for name in staged]
             keep = [name for name in state.ours if name not in staged and name != METADATA_FILE]
-            output_protocol.publish(
-                output, run_id, moves, metadata.dumps(info.to_json()), keep=keep
-            )
+            output_protocol.publish(output, run_id, moves, info.to_bytes(), keep=keep)
         except BaseException:
             output_protocol.discard_staged(output, run_id, keep=())
             raise

@@ -1,11 +1,13 @@
-"""The end-of-run summary: the same figures metadata.json holds, for a person."""
+"""The end-of-run summary: the figures of the published DatasetInfo, for a person."""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from transforms.format.naming import DUPLICATES_FILE
+from transforms.format.dataset_info import ClassesInfo, DatasetInfo, RejectCounts, SplitInfo
+from transforms.format.naming import DUPLICATES_FILE, UNLABELED_FILE
 from transforms.splits import SplitFractions, num_shards_note
 
 SHOWN_CLASSES = 3  # rarest and most frequent classes per split
@@ -17,57 +19,54 @@ if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
 
-def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str:
-    run = metadata.get("run", {})
-    splits = metadata["splits"]
-    accepted = sum(split["num_examples"] for split in splits.values())
-    shards = sum(split["num_shards"] for split in splits.values())
-    rejected = metadata["num_rejected"]
+def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
+    splits = info.splits
+    accepted = sum(split.num_examples for split in splits.values())
+    shards = sum(split.num_shards for split in splits.values())
+    rejected = info.num_rejected or RejectCounts(0, {})
     lines = [
-        f"segprep: {metadata['num_discovered']:,} entries discovered, {accepted:,} accepted, "
-        f"{rejected['total']:,} rejected",
+        f"segprep: {info.num_discovered or 0:,} entries discovered, {accepted:,} accepted, "
+        f"{rejected.total:,} rejected",
     ]
-    versions = metadata.get("dataset_versions") or []
-    if len(versions) > 1:  # an append: what this run did, then the dataset as it now is
-        latest = versions[-1]
-        added = sum(latest["added"].values())
+    if len(info.dataset_versions) > 1:  # an append: what this run did, then the dataset now
+        latest = info.dataset_versions[-1]
         lines.append(
-            f"  version {latest['version']}: {added:,} added, {latest['skipped_identical']:,} "
-            f"already present with the same bytes, {sum(latest['num_rejected'].values()):,} "
-            "rejected by this run"
+            f"  version {latest.version}: {sum(latest.added.values()):,} added, "
+            f"{latest.skipped_identical:,} already present with the same bytes, "
+            f"{sum(latest.num_rejected.values()):,} rejected by this run"
         )
     for name, split in splits.items():
-        size = sum(shard["bytes"] for shard in split["shards"])
+        size = sum(shard.bytes for shard in split.shards)
         lines.append(
-            f"  {name:<12}{split['num_examples']:>9,} examples  {split['num_shards']:>4} "
-            f"{_shards(split['num_shards']):<6}  {size / 1e6:>9.1f} MB"
+            f"  {name:<12}{split.num_examples:>9,} examples  {split.num_shards:>4} "
+            f"{_shards(split.num_shards):<6}  {size / 1e6:>9.1f} MB"
         )
-    for reason, count in rejected["by_reason"].items():
-        example = rejected.get("example_key", {}).get(reason, "")
+    for reason, count in rejected.by_reason.items():
+        example = (rejected.example_key or {}).get(reason, "")
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
-    unlabeled = metadata.get("num_unlabeled")
-    if unlabeled:
+    if info.num_unlabeled:
         lines.append(
-            f"  unlabeled {unlabeled['total']:>25,}   images with no mask, not rejects "
-            f"(--images_without_mask skip): listed in {unlabeled['file']}"
+            f"  unlabeled {info.num_unlabeled:>25,}   images with no mask, not rejects "
+            f"(--images_without_mask skip): listed in {UNLABELED_FILE}"
         )
-    if run:
+    run = info.run
+    if run is not None and run.wall_seconds is not None:
         rate = ""
-        if run["wall_seconds"] >= MIN_RATE_SECONDS:
-            rate = f" ({run['records_per_second']:.0f} records/s)"
+        if run.wall_seconds >= MIN_RATE_SECONDS:
+            rate = f" ({run.records_per_second:.0f} records/s)"
         lines.append(
-            f"  {shards} {_shards(shards)}, {run['bytes_written'] / 1e6:.1f} MB written in "
-            f"{run['wall_seconds']:.1f} s{rate}"
+            f"  {shards} {_shards(shards)}, {(run.bytes_written or 0) / 1e6:.1f} MB written in "
+            f"{run.wall_seconds:.1f} s{rate}"
         )
-    if "classes" in metadata:
-        lines.extend(classes_lines(metadata["classes"]))
-    lines.extend(duplicates_lines(metadata.get("duplicates"), splits))
+    if info.classes is not None:
+        lines.extend(classes_lines(info.classes))
+    lines.extend(duplicates_lines(info.duplicates, splits))
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
         lines.append(f"  {note}")
     if plan is not None:
         lines.extend(_empty_split_notes(splits, plan.job.planning.fractions, accepted))
-    exif = metadata.get("exif_orientation_ignored")
+    exif = info.exif_orientation_ignored
     if exif:
         lines.append(
             f"  note: {exif:,} {'image carries' if exif == 1 else 'images carry'} an EXIF "
@@ -84,7 +83,7 @@ def format_summary(metadata: dict[str, Any], plan: RunPlan | None = None) -> str
         lines.append(f"  ignored {ignored} matching --ignore_files {globs} (not read)")
     if plan is not None and plan.listing is not None and plan.listing.side_files:
         lines.append(f"  {side_files_line(plan.listing.side_files, plan.listing.side_kinds)}")
-    output = metadata["parameters"]["output_dir"]
+    output = (info.parameters or {})["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
     return "\n".join(lines)
@@ -98,7 +97,7 @@ def side_files_line(count: int, kinds: tuple[tuple[str, int], ...]) -> str:
 
 
 def duplicates_lines(
-    section: dict[str, Any] | None, splits: dict[str, Any] | None = None
+    section: Mapping[str, Any] | None, splits: Mapping[str, SplitInfo] | None = None
 ) -> list[str]:
     """The duplicate groups (docs/duplicates.md): how many, how splits were kept or moved,
     the groups crossing official splits (a leakage warning), and leakage if checked."""
@@ -139,7 +138,7 @@ def duplicates_lines(
     return lines
 
 
-def _append_line(found: dict[str, Any]) -> str:
+def _append_line(found: Mapping[str, Any]) -> str:
     """What an append's search found: its new images' near copies of stored images."""
     matches = found.get("in_output_matches", 0)
     if found.get("mode") == "drop":
@@ -159,19 +158,19 @@ def _append_line(found: dict[str, Any]) -> str:
     return line
 
 
-def _moved_line(moved: dict[str, int], splits: dict[str, Any]) -> str:
+def _moved_line(moved: Mapping[str, int], splits: Mapping[str, SplitInfo]) -> str:
     """`grouping moved 12 entries: train 180 -> 183, validation 20 -> 17` (sizes now, and
     what they would be had every entry kept its key's split)."""
     entries = sum(change for change in moved.values() if change > 0)
     sizes = []
     for name, change in moved.items():
-        now = splits.get(name, {}).get("num_examples", 0)
+        now = splits[name].num_examples if name in splits else 0
         sizes.append(f"{name} {now - change:,} -> {now:,}")
     noun = "entry" if entries == 1 else "entries"
     return f"grouping moved {entries:,} {noun}: {', '.join(sizes)}"
 
 
-def _crossing_line(section: dict[str, Any]) -> str:
+def _crossing_line(section: Mapping[str, Any]) -> str:
     """The leakage warning: groups holding near copies on both sides of official splits."""
     crossing = section["cross_split_groups"]
     held = " and ".join(section.get("cross_split_held_in") or ["another split"])
@@ -188,15 +187,14 @@ def _crossing_line(section: dict[str, Any]) -> str:
     return f"{crossing:,} {groups} your splits: {what} ({DUPLICATES_FILE})"
 
 
-def classes_lines(classes: dict[str, Any]) -> list[str]:
+def classes_lines(classes: ClassesInfo) -> list[str]:
     """Per split: the most frequent and rarest classes by pixels, and the absent ones."""
-    from transforms.class_stats import ClassStats, absent_classes, rarest_and_most_frequent
+    from transforms.class_stats import absent_classes, rarest_and_most_frequent
 
-    count = classes["num_classes"]
-    names = classes.get("names") or [f"class {index}" for index in range(count)]
-    lines = [f"  classes: {count}, ignore index {classes['ignore_index']}"]
-    for split, data in classes["splits"].items():
-        stats = ClassStats.from_json(data)
+    count = classes.num_classes
+    names = classes.names or [f"class {index}" for index in range(count)]
+    lines = [f"  classes: {count}, ignore index {classes.ignore_index}"]
+    for split, stats in classes.stats.items():
         labelled = sum(stats.pixels)
         if not labelled:
             continue
@@ -211,17 +209,16 @@ def classes_lines(classes: dict[str, Any]) -> list[str]:
             shown = ", ".join(names[c] for c in absent[:SHOWN_ABSENT])
             more = f", ... ({len(absent)} in all)" if len(absent) > SHOWN_ABSENT else ""
             lines.append(f"  {'':<12}absent: {shown}{more}")
-    orphans = (classes.get("coco") or {}).get("orphan_annotations")
-    if orphans:
-        example = classes["coco"].get("orphan_example_id")
+    coco = classes.extra.get("coco") or {}
+    if coco.get("orphan_annotations"):
         lines.append(
-            f"  COCO: {orphans:,} annotations name no image of the file (e.g. id {example}): "
-            "not drawn"
+            f"  COCO: {coco['orphan_annotations']:,} annotations name no image of the file "
+            f"(e.g. id {coco.get('orphan_example_id')}): not drawn"
         )
     return lines
 
 
-def _shares(ids: list[int], stats, names: list[str], labelled: int) -> str:
+def _shares(ids: list[int], stats, names: Sequence[str], labelled: int) -> str:
     """`name 12 %, ...`: two significant digits, so a rare class never shows as 0.0 %."""
     return ", ".join(f"{names[c]} {_percent(stats.pixels[c] / labelled * 100)} %" for c in ids)
 
@@ -241,13 +238,15 @@ def _shards(count: int) -> str:
     return "shard" if count == 1 else "shards"
 
 
-def _empty_split_notes(splits: dict[str, Any], fractions: object, accepted: int) -> list[str]:
+def _empty_split_notes(
+    splits: Mapping[str, SplitInfo], fractions: object, accepted: int
+) -> list[str]:
     """A split asked for but left empty: its readers would fail later, say it now."""
     if not isinstance(fractions, SplitFractions):
         return [
             f"  note: {name} got no examples from its official split"
             for name, split in splits.items()
-            if name in getattr(fractions, "sources", {}) and not split.get("num_examples")
+            if name in getattr(fractions, "sources", {}) and not split.num_examples
         ]
     asked = {"train": fractions.train, "validation": fractions.validation}
     return [
@@ -255,5 +254,5 @@ def _empty_split_notes(splits: dict[str, Any], fractions: object, accepted: int)
         "accepted entries, each placed by a hash of its key, left it empty; more data or a "
         f"larger --{name}_size fills it"
         for name, fraction in asked.items()
-        if fraction > 0 and not splits.get(name, {}).get("num_examples")
+        if fraction > 0 and not (name in splits and splits[name].num_examples)
     ]

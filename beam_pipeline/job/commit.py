@@ -1,15 +1,14 @@
-"""The last step: check that every entry is accounted for, then publish the staged run
-(runtime/output_protocol.py: shards and rejects.jsonl to their final names, metadata.json last)."""
+"""The last step: check that every entry is accounted for, stage the side tables, describe
+the run (job/describe.py) and publish it (runtime/output_protocol.py: shards and rejects.jsonl
+to their final names, metadata.json last, through the commit journal)."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
 import dataclasses
-import datetime
 import hashlib
 import importlib.metadata
-import json
 import time
 from typing import Any
 
@@ -17,21 +16,16 @@ import apache_beam as beam
 
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job import attempts, versions
-from beam_pipeline.job.hash_tables import add_duplicates, staged_hash_rows
+from beam_pipeline.job.describe import Accounting, StagedTables, describe
+from beam_pipeline.job.hash_tables import stage_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol
 from transforms import files
-from transforms.format import (
-    dataset_info,
-    features,
-    metadata,
-    record_formats,
-    record_index,
-    tfds_info,
-)
-from transforms.format.dataset_info import DatasetInfo
+from transforms.format import dataset_info, record_formats, record_index, tfds_info
+from transforms.format.dataset_info import DatasetInfo, FileRef, RejectCounts
 from transforms.format.naming import (
+    DUPLICATES_FILE,
     FIRST_VERSION,
     METADATA_FILE,
     REJECTS_FILE,
@@ -42,7 +36,7 @@ from transforms.format.naming import (
     parse_shard_name,
     shard_name,
 )
-from transforms.rejects import Reason, Reject
+from transforms.rejects import Reason, Reject, rejects_jsonl
 from transforms.splits import split_names
 
 _VERSIONED_PACKAGES = (
@@ -89,19 +83,6 @@ def final_names(shards: list[WrittenShard], version: int = FIRST_VERSION) -> dic
     return names
 
 
-def _shard_dict(shard: WrittenShard, name: str, offsets: bool) -> dict[str, Any]:
-    index = {"file": index_name(name), "bytes": shard.index_bytes, "sha256": shard.index_sha256}
-    return {
-        "split": shard.spec.split,
-        "file": name,
-        "index": index if offsets else None,
-        "num_examples": shard.num_examples,
-        "bytes": shard.bytes,
-        "sha256": shard.sha256,
-        "image_shapes": [list(shape) for shape in shard.image_shapes],
-    }
-
-
 def commit(
     _,
     shards: list[WrittenShard],
@@ -110,11 +91,45 @@ def commit(
     settings: CommitSettings,
     skipped: int = 0,
     duplicates: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Check the accounting and the reject limit, then publish the staged run.
+) -> DatasetInfo:
+    """Check the accounting and the reject limit, stage the side tables, describe the run
+    (job/describe.py) and publish it through the commit journal.
 
     `skipped`: an append's keys already in the output with the same content."""
     shards, rejects = _one_attempt_per_shard(shards, rejects, settings, duplicates is not None)
+    _check_accounting(shards, rejects, discovered, skipped)
+    # Unlabeled images (--images_without_mask skip) are set apart: listed, counted, no rejects.
+    unlabeled = [reject for reject in rejects if reject.reason == Reason.UNLABELED]
+    judged = [reject for reject in rejects if reject.reason != Reason.UNLABELED]
+    previous = _previous(settings) if settings.append else None
+    published = final_names(shards, settings.append.version if settings.append else FIRST_VERSION)
+    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
+    rejects_bytes = rejects_jsonl(judged)
+    commit_journal.hook("accounted")
+    commit_journal.check_space(
+        settings.output_dir, _commit_bytes(staged, shards, published, len(rejects_bytes))
+    )
+    # The refusal comes before any further staging: its rejects are all a refused run keeps.
+    _stage_rejects(staged, rejects_bytes, unlabeled)
+    _check_reject_limit(judged, len(unlabeled), discovered, settings, staged)
+    tables, new_keys = _stage_tables(staged, shards, published, settings, previous, duplicates)
+    if previous is None:
+        num_rejected = RejectCounts.count((r.key, r.reason.value) for r in sorted(judged))
+    else:
+        accounted = new_keys | {reject.key for reject in rejects}
+        num_rejected = _stage_merged_rejects(staged, settings, rejects_bytes, accounted)
+    run = Accounting(
+        discovered, judged, len(unlabeled), skipped, num_rejected, duplicates,
+        package_versions(), time.time(),
+    )  # fmt: skip
+    info = _stage_tfds_files(staged, describe(shards, published, tables, run, settings, previous))
+    _publish(info, settings, _moves(info, published, tables, bool(unlabeled)), previous)
+    return info
+
+
+def _check_accounting(
+    shards: list[WrittenShard], rejects: list[Reject], discovered: int, skipped: int
+) -> None:
     accepted = sum(shard.num_examples for shard in shards)
     keys = [reject.key for reject in rejects]
     if accepted + len(rejects) + skipped != discovered or len(set(keys)) != len(keys):
@@ -123,27 +138,22 @@ def commit(
             f"+ {skipped} already present ({len(keys) - len(set(keys))} duplicate reject "
             "keys): refusing to publish"
         )
-    # Unlabeled images (--unlabeled_images skip) are set apart: listed, counted, no rejects.
-    unlabeled = [reject for reject in rejects if reject.reason == Reason.UNLABELED]
-    rejects = [reject for reject in rejects if reject.reason != Reason.UNLABELED]
-    append = settings.append
-    version = append.version if append else FIRST_VERSION
-    previous = _previous(settings) if append else None
-    published = final_names(shards, version)
-    staged = output_protocol.staging_dir(settings.output_dir, settings.run_id)
-    rejects_bytes = metadata.rejects_jsonl(rejects)
-    commit_journal.hook("accounted")
-    commit_journal.check_space(
-        settings.output_dir, _commit_bytes(staged, shards, published, len(rejects_bytes))
-    )
-    # The refusal comes before any further staging: its rejects are all a refused run keeps.
+
+
+def _stage_rejects(staged: str, rejects_bytes: bytes, unlabeled: list[Reject]) -> None:
     files.write_bytes(staged + REJECTS_FILE, rejects_bytes)
     if unlabeled:
-        files.write_bytes(staged + UNLABELED_FILE, metadata.rejects_jsonl(unlabeled))
+        files.write_bytes(staged + UNLABELED_FILE, rejects_jsonl(unlabeled))
+
+
+def _check_reject_limit(
+    rejects: list[Reject], unlabeled: int, discovered: int, settings: CommitSettings, staged: str
+) -> None:
+    """Above --max_reject_fraction bad entries, nothing is published."""
     bad = sum(reject.reason != Reason.NOT_IN_SPLIT for reject in rejects)
     # Unlabeled and not_in_split entries are set aside, not judged: counted in neither part of
     # the fraction, so a dataset's many unlabeled images never dilute its bad ones.
-    judged = discovered - len(unlabeled) - (len(rejects) - bad)
+    judged = discovered - unlabeled - (len(rejects) - bad)
     if judged and bad / judged > settings.max_reject_fraction:
         aside = discovered - judged
         raise RejectLimitError(
@@ -153,9 +163,21 @@ def commit(
             + f"), more than --max_reject_fraction {settings.max_reject_fraction:g}: nothing "
             f"was published; {_commonest_reasons(rejects)}; all in {staged}{REJECTS_FILE}"
         )
-    splits = split_names(
-        [*(shard.spec.split for shard in shards), *(previous.splits if previous else ())]
-    )
+
+
+def _stage_tables(
+    staged: str,
+    shards: list[WrittenShard],
+    published: dict[str, str],
+    settings: CommitSettings,
+    previous: DatasetInfo | None,
+    duplicates: dict[str, Any] | None,
+) -> tuple[StagedTables, set[str]]:
+    """Each split's key and digest tables (and, for a first version that searched for
+    duplicates, its hash table and duplicates.jsonl); the keys the digest tables add."""
+    version = settings.append.version if settings.append else FIRST_VERSION
+    splits = split_names([*(s.spec.split for s in shards), *(previous.splits if previous else ())])
+    earlier = previous.splits if previous else {}
     key_tables = {
         split: _stage_key_table(
             staged,
@@ -163,7 +185,7 @@ def commit(
             shards,
             published,
             version,
-            previous.splits[split].num_shards if previous and split in previous.splits else 0,
+            earlier[split].num_shards if split in earlier else 0,
         )
         for split in splits
     }
@@ -172,113 +194,72 @@ def commit(
         split: versions.stage_digest_table(staged, split, shards, published, version, new_keys)
         for split in splits
     }
-    adapter = record_formats.get(settings.spec.record_format)
-    written = [
-        _shard_dict(shard, published[shard.spec.name], adapter.offset_index)
-        for shard in shards
-        if shard.num_examples
-    ]
-    info = metadata.build_metadata(
-        written,
-        rejects,
-        mask_format=settings.spec.mask_format,
-        parameters=settings.parameters,
-        versions=package_versions(),
-        key_tables=key_tables,
-        record_format=adapter.name,
-    )
-    info["num_discovered"] = discovered
-    info["record_spec"] = settings.spec.stored()
-    if unlabeled:
-        info["num_unlabeled"] = {"total": len(unlabeled), "file": UNLABELED_FILE}
-    if previous is None:
-        duplicate_files = add_duplicates(info, staged, shards, published, duplicates)
-    else:  # an append leaves duplicates.jsonl and the hash tables as they were
-        duplicate_files = []
-        if "duplicates" in previous.extra:
-            info["duplicates"] = previous.extra["duplicates"]
-        if duplicates is not None and isinstance(info.get("duplicates"), dict):
-            # what this append's search found among its new images (docs/duplicates.md)
-            info["duplicates"] = {**info["duplicates"], "latest_append": duplicates}
-    info["exif_orientation_ignored"] = sum(shard.exif_ignored_images for shard in shards)
-    if settings.classes.is_classes:
-        _add_classes(info, shards, settings, previous)
-    if previous is not None:
-        info["splits"] = versions.merged_splits(previous, info["splits"])
-        accounted = new_keys | set(keys)
-        old_rejects = files.read_bounded(files.join(settings.output_dir, REJECTS_FILE), 1 << 32)
-        rejects_bytes = versions.merged_rejects(old_rejects, rejects_bytes, accounted)
-        files.write_bytes(staged + REJECTS_FILE, rejects_bytes)
-        info["num_rejected"] = versions.rejected_by_reason(rejects_bytes)
-        for field in ("parameters", "format_version"):
-            if field in previous.extra:
-                info[field] = previous.extra[field]
-        if isinstance(info.get("parameters"), dict):
-            # The output may have been copied or moved since: name the folder written now.
-            info["parameters"] = {**info["parameters"], "output_dir": settings.output_dir}
-        info["exif_orientation_ignored"] += previous.extra.get("exif_orientation_ignored", 0)
-        # The entries the latest version accounts for: each key once, in a shard or rejected.
-        records = sum(split["num_examples"] for split in info["splits"].values())
-        info["num_discovered"] = records + info["num_rejected"]["total"]
-    added_files = {split: [] for split in splits}
-    for name in published.values():
-        added_files[parse_shard_name(name)[0]].append(name)
-    record = versions.version_info(
-        info,
-        version=version,
-        run_id=settings.run_id,
-        added_files=added_files,
-        key_tables=key_tables,
-        digest_tables=digest_tables,
-        rejects=rejects,
-        skipped_identical=skipped,
-    )
-    earlier = [v.to_json() for v in previous.dataset_versions] if previous else []
-    info["dataset_versions"] = [*earlier, record.to_json()]
-    info["run"] = {"run_id": settings.run_id}
-    if settings.started_at is not None:
-        wall = max(time.time() - settings.started_at, 1e-6)
-        started = datetime.datetime.fromtimestamp(settings.started_at, datetime.UTC)
-        info["run"].update(
-            started_at=started.isoformat(timespec="seconds"),
-            wall_seconds=round(wall, 2),
-            records_per_second=round(accepted / wall, 1),
-            bytes_written=sum(shard.bytes for shard in shards),
-        )
-    tfds = []
-    for name, data in tfds_info.tfds_files(DatasetInfo.from_json(info)).items():
+    tables = StagedTables(key_tables, digest_tables)
+    if previous is None and duplicates is not None:  # an append leaves them as they were
+        listed = split_names(parse_shard_name(name)[0] for name in published.values())
+        found, hashes = stage_duplicates(staged, listed, shards, published)
+        tables = dataclasses.replace(tables, hash_tables=hashes, duplicates_file=found)
+    return tables, new_keys
+
+
+def _stage_merged_rejects(
+    staged: str, settings: CommitSettings, rejects_bytes: bytes, accounted: set[str]
+) -> RejectCounts:
+    """An append's rejects.jsonl: the earlier rejects of keys this run did not account for
+    again, then this run's; counted by reason."""
+    old_rejects = files.read_bounded(files.join(settings.output_dir, REJECTS_FILE), 1 << 32)
+    merged = versions.merged_rejects(old_rejects, rejects_bytes, accounted)
+    files.write_bytes(staged + REJECTS_FILE, merged)
+    return versions.rejected_by_reason(merged)
+
+
+def _stage_tfds_files(staged: str, info: DatasetInfo) -> DatasetInfo:
+    """What `tfds.builder_from_directory` reads, written from the description, listed in it."""
+    refs = []
+    for name, data in sorted(tfds_info.tfds_files(info).items()):
         files.write_bytes(staged + name, data)
-        tfds.append({"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    info = metadata.with_tfds_files(info, tfds)
-    moves = [
+        refs.append(FileRef(name, len(data), hashlib.sha256(data).hexdigest()))
+    return dataclasses.replace(info, tfds_files=tuple(refs))
+
+
+def _moves(
+    info: DatasetInfo, published: dict[str, str], tables: StagedTables, unlabeled: bool
+) -> list[tuple[str, str]]:
+    """(staged name, final name) of every file the run publishes besides metadata.json."""
+    offsets = info.adapter.offset_index
+    return [
         *sorted(published.items()),
-        *sorted(
-            (index_name(old), index_name(new))
-            for old, new in published.items()
-            if adapter.offset_index
-        ),
-        *sorted((ref["file"], ref["file"]) for ref in key_tables.values()),
-        *sorted((ref["file"], ref["file"]) for ref in digest_tables.values()),
-        *((ref["file"], ref["file"]) for ref in info["tfds_files"]),
+        *sorted((index_name(old), index_name(new)) for old, new in published.items() if offsets),
+        *sorted((ref.file, ref.file) for ref in tables.key_tables.values()),
+        *sorted((ref.file, ref.file) for ref in tables.digest_tables.values()),
+        *((ref.file, ref.file) for ref in info.tfds_files),
         (REJECTS_FILE, REJECTS_FILE),
         *([(UNLABELED_FILE, UNLABELED_FILE)] if unlabeled else []),
-        *((name, name) for name in duplicate_files),
+        *([(DUPLICATES_FILE, DUPLICATES_FILE)] if tables.duplicates_file else []),
+        *((ref.file, ref.file) for ref in tables.hash_tables.values()),
     ]
+
+
+def _publish(
+    info: DatasetInfo,
+    settings: CommitSettings,
+    moves: list[tuple[str, str]],
+    previous: DatasetInfo | None,
+) -> None:
+    """metadata.json last, through the journal (runtime/commit_journal.py)."""
+    data = info.to_bytes()
+    # Checked as every reader loads it: a commit cannot publish a metadata.json that its own
+    # readers would refuse.
+    DatasetInfo.from_json(dataset_info.parse_json(data))
     keep: list[str] = []
     if previous is not None:
         # Every earlier file stays where it is, untouched; only these are replaced.
         replaced = {METADATA_FILE, REJECTS_FILE, *TFDS_FILES}
         state = output_protocol.inspect_output(settings.output_dir, holder=False)
         keep = [name for name in state.ours if name not in replaced]
-    # Written through the typed DatasetInfo every reader loads: a commit cannot publish a
-    # metadata.json that its own readers would refuse (from_json checks it here first).
-    info = DatasetInfo.from_json(info).to_json()
-    output_protocol.publish(
-        settings.output_dir, settings.run_id, moves, metadata.dumps(info), keep=keep
-    )
+    output_protocol.publish(settings.output_dir, settings.run_id, moves, data, keep=keep)
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
-    return info
 
 
 def _one_attempt_per_shard(
@@ -338,7 +319,7 @@ def _previous(settings: CommitSettings) -> DatasetInfo:
             f"{settings.output_dir}{METADATA_FILE} changed while the append ran: nothing was "
             "published"
         )
-    return DatasetInfo.from_json(json.loads(data))
+    return DatasetInfo.from_json(dataset_info.parse_json(data))
 
 
 def _stage_key_table(
@@ -348,9 +329,9 @@ def _stage_key_table(
     published: dict[str, str],
     version: int = FIRST_VERSION,
     first_shard: int = 0,
-) -> dict[str, Any]:
+) -> FileRef:
     """The split's key table, streamed from its shards' staged key rows in published order:
-    no more than one shard's rows are ever held. Its {file, bytes, sha256}.
+    no more than one shard's rows are ever held. Its reference.
 
     An append's table numbers its shards after the `first_shard` ones the split had, so the
     split's tables, concatenated, number every shard as the split lists it."""
@@ -372,40 +353,7 @@ def _stage_key_table(
             table.write(rows)
             digest.update(rows)
             size += len(rows)
-    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
-
-
-def _add_classes(
-    info: dict[str, Any],
-    shards: list[WrittenShard],
-    settings: CommitSettings,
-    previous: DatasetInfo | None = None,
-) -> None:
-    """metadata.json's `classes` section: the shards' class statistics summed per split (an
-    append adds them to the earlier version's sums), and what the stored mask holds."""
-    from transforms.class_stats import ClassStats, classes_section, sum_stats
-
-    classes = settings.classes
-    earlier = previous.classes.stats if previous and previous.classes else {}
-    stats = {
-        split: sum_stats(
-            (
-                *(ClassStats.from_json(s.class_stats) for s in shards if s.spec.split == split),
-                *((earlier[split],) if split in earlier else ()),
-            ),
-            classes.num_classes,
-        )
-        for split in split_names(shard.spec.split for shard in shards)
-    }
-    info["classes"] = classes_section(classes, stats, annotations=settings.annotations)
-    info["features"] = {
-        **info["features"],
-        features.MASK: {
-            **info["features"][features.MASK],
-            "description": f"single-channel {classes.bit_depth}-bit PNG of class ids "
-            f"0..{classes.num_classes - 1}, {classes.ignore_index} = ignore",
-        },
-    }
+    return FileRef(name, size, digest.hexdigest())
 
 
 class CommitOutput(beam.PTransform):

@@ -16,6 +16,7 @@ from beam_pipeline.job.attempts import attempt_name
 from beam_pipeline.job.image_hashes import hashes_of
 from transforms import files
 from transforms.duplicates import hash_rows_bytes
+from transforms.format.dataset_info import FileRef
 from transforms.format.naming import DUPLICATES_FILE, HASHES_SUFFIX, INDEX_DIR, hashes_name
 from transforms.pairing import Pair
 from transforms.rejects import Reject
@@ -48,8 +49,8 @@ def stage_shard_hashes(
 
 def stage_hash_table(
     staged: str, split: str, shards: Sequence[Any], published: dict[str, str]
-) -> dict[str, Any]:
-    """Join a split's staged shard rows in published order; its {file, bytes, sha256}."""
+) -> FileRef:
+    """Join a split's staged shard rows in published order; its reference."""
     name = hashes_name(split)
     digest, size = hashlib.sha256(), 0
     kept = sorted(
@@ -64,33 +65,13 @@ def stage_hash_table(
             table.write(rows)
             digest.update(rows)
             size += len(rows)
-    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
+    return FileRef(name, size, digest.hexdigest())
 
 
-def add_duplicates(
-    info: dict[str, Any],
-    staged: str,
-    shards: Sequence[Any],
-    published: dict[str, str],
-    report: dict[str, Any] | None,
-) -> list[str]:
-    """metadata.json's `duplicates` section and each split's `hashes` reference; the staged
-    names the commit publishes (none when the run did not search: --duplicates off)."""
-    if report is None:
-        info["duplicates"] = {"mode": "off"}
-        return []
+def stage_duplicates(
+    staged: str, splits: Sequence[str], shards: Sequence[Any], published: dict[str, str]
+) -> tuple[FileRef, dict[str, FileRef]]:
+    """The staged duplicates.jsonl's reference and each split's joined hash table."""
     data = files.read_own(staged + DUPLICATES_FILE)
-    info["duplicates"] = {
-        **report,
-        "file": {
-            "file": DUPLICATES_FILE,
-            "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        },
-    }
-    names = [DUPLICATES_FILE]
-    for split, entry in info["splits"].items():
-        ref = stage_hash_table(staged, split, shards, published)
-        entry["hashes"] = ref
-        names.append(ref["file"])
-    return names
+    listed = FileRef(DUPLICATES_FILE, len(data), hashlib.sha256(data).hexdigest())
+    return listed, {split: stage_hash_table(staged, split, shards, published) for split in splits}

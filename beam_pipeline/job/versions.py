@@ -10,16 +10,22 @@ plus this run's: O(new entries), never a re-read of earlier shards.
 
 from __future__ import annotations
 
-import datetime
+import collections
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows
 from transforms import files
 from transforms.format import digest_table
-from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo, VersionInfo
+from transforms.format.dataset_info import (
+    DatasetInfo,
+    FileRef,
+    RejectCounts,
+    SplitInfo,
+    VersionInfo,
+)
 from transforms.format.naming import digest_table_name
 from transforms.rejects import Reject
 from transforms.splits import split_names
@@ -39,9 +45,9 @@ def stage_digest_table(
     published: dict[str, str],
     version: int,
     new_keys: set[str] | None = None,
-) -> dict[str, Any]:
+) -> FileRef:
     """The split's digest table for `version`, merged in key order from its shards' staged
-    rows (each already sorted): one line per shard held at a time. Its {file, bytes, sha256};
+    rows (each already sorted): one line per shard held at a time. Its reference;
     adds the keys to `new_keys` when given."""
     name = digest_table_name(split, version)
     kept = sorted(
@@ -58,7 +64,7 @@ def stage_digest_table(
             table.write(line)
             digest.update(line)
             size += len(line)
-    return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
+    return FileRef(name, size, digest.hexdigest())
 
 
 def _lines(path: str):
@@ -72,91 +78,70 @@ def _lines(path: str):
         yield from files.read_bounded(path, 1 << 30).splitlines(keepends=True)
 
 
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
 def version_info(
-    info: Mapping[str, Any],
+    info: DatasetInfo,
     *,
     version: int,
     run_id: str,
+    created_at: str,
     added_files: Mapping[str, list[str]],
-    key_tables: Mapping[str, Mapping[str, Any]],
-    digest_tables: Mapping[str, Mapping[str, Any]],
+    key_tables: Mapping[str, FileRef],
+    digest_tables: Mapping[str, FileRef],
     rejects: Iterable[Reject],
     skipped_identical: int = 0,
 ) -> VersionInfo:
-    """The record of `version` in a metadata dict whose splits already include its shards."""
-    splits = info["splits"]
+    """The record of `version` in a description whose splits already include its shards."""
+    splits = info.splits
     names = split_names(splits)  # train, validation, then any other (--split_file's test)
     sizes = {
-        split: {shard["file"]: shard["num_examples"] for shard in splits[split]["shards"]}
-        for split in names
+        split: {shard.file: shard.num_examples for shard in splits[split].shards} for split in names
     }
-    reasons: dict[str, int] = {}
-    for reject in rejects:
-        reasons[reject.reason.value] = reasons.get(reject.reason.value, 0) + 1
-    classes = info.get("classes")
+    reasons = collections.Counter(reject.reason.value for reject in rejects)
+    classes = info.classes
     return VersionInfo(
         version=version,
-        created_at=now_iso(),
+        created_at=created_at,
         run_id=run_id,
         shards={split: tuple(sorted(added_files.get(split, ()))) for split in names},
         added={
             split: sum(sizes[split][name] for name in added_files.get(split, ())) for split in names
         },
-        num_examples={split: splits[split]["num_examples"] for split in names},
-        image_shape={
-            split: tuple(splits[split]["image_shape"]) if splits[split]["image_shape"] else None
-            for split in names
-        },
-        key_tables={split: _ref(key_tables[split]) for split in names},
-        digest_tables={split: _ref(digest_tables[split]) for split in names},
+        num_examples={split: splits[split].num_examples for split in names},
+        image_shape={split: splits[split].image_shape for split in names},
+        key_tables={split: key_tables[split] for split in names},
+        digest_tables={split: digest_tables[split] for split in names},
         skipped_identical=skipped_identical,
         num_rejected=dict(sorted(reasons.items())),
-        class_stats=None if classes is None else dict(classes["splits"]),
+        class_stats=None
+        if classes is None
+        else {split: stats.to_json() for split, stats in classes.stats.items()},
     )
 
 
-def _ref(ref: Mapping[str, Any]) -> FileRef:
-    return FileRef(ref["file"], ref["bytes"], ref["sha256"])
-
-
-def merged_splits(previous: DatasetInfo, added: Mapping[str, Any]) -> dict[str, Any]:
-    """metadata.json's splits after an append: each earlier split's shards, then this run's
-    (whose names sort after them), the counts summed, the key tables extended."""
+def merged_splits(previous: DatasetInfo, added: Mapping[str, SplitInfo]) -> dict[str, SplitInfo]:
+    """The splits after an append: each earlier split's shards, then this run's (whose
+    names sort after them), the counts summed, the key tables extended."""
     splits = {}
     for name in split_names([*previous.splits, *added]):
         old = previous.splits.get(name) or SplitInfo(name, 0, None, ())
         new = added[name]
-        shape = _shape(old, new)
-        merged = old.to_json()
-        merged.update(
-            num_examples=old.num_examples + new["num_examples"],
-            num_shards=old.num_shards + new["num_shards"],
-            image_shape=list(shape) if shape else None,
-            shards=[*merged["shards"], *new["shards"]],
-        )
-        table = new.get("key_table")
         if old.key_table is None:
-            merged["key_table"] = table
+            tables = {"key_table": new.key_table}
         else:
-            merged["appended_key_tables"] = [
-                *(ref.to_json() for ref in old.appended_key_tables),
-                table,
-            ]
-        splits[name] = merged
+            tables = {"appended_key_tables": (*old.appended_key_tables, new.key_table)}
+        splits[name] = dataclasses.replace(
+            old,
+            num_examples=old.num_examples + new.num_examples,
+            image_shape=_shape(old, new),
+            shards=(*old.shards, *new.shards),
+            **tables,
+        )
     return splits
 
 
-def _shape(old: SplitInfo, new: Mapping[str, Any]) -> tuple[int, int] | None:
+def _shape(old: SplitInfo, new: SplitInfo) -> tuple[int, int] | None:
     """One shape for the merged split only if both parts have it (an empty part agrees)."""
-    shapes = []
-    if old.num_examples:
-        shapes.append(old.image_shape)
-    if new["num_examples"]:
-        shapes.append(tuple(new["image_shape"]) if new["image_shape"] else None)
+    shapes = [part.image_shape for part in (old, new) if part.num_examples]
     if not shapes or None in shapes or len(set(shapes)) != 1:
         return None
     return shapes[0]
@@ -177,16 +162,7 @@ def merged_rejects(previous_jsonl: bytes, new_rejects_jsonl: bytes, now_keys: se
     return b"".join(line + b"\n" for line in rows)
 
 
-def rejected_by_reason(rejects_jsonl: bytes) -> dict[str, Any]:
+def rejected_by_reason(rejects_jsonl: bytes) -> RejectCounts:
     """metadata.json's num_rejected of a rejects.jsonl."""
-    reasons: dict[str, int] = {}
-    examples: dict[str, str] = {}
-    for line in rejects_jsonl.splitlines():
-        row = json.loads(line)
-        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
-        examples.setdefault(row["reason"], row["key"])
-    return {
-        "total": sum(reasons.values()),
-        "by_reason": dict(sorted(reasons.items())),
-        "example_key": dict(sorted(examples.items())),
-    }
+    rows = (json.loads(line) for line in rejects_jsonl.splitlines())
+    return RejectCounts.count((row["key"], row["reason"]) for row in rows)

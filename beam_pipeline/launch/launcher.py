@@ -16,16 +16,22 @@ from beam_pipeline.launch.masks import stage_images
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import heap, output_protocol, writer_pool
 from transforms.format import dataset_info
+from transforms.format.dataset_info import DatasetInfo
 
 
 @dataclasses.dataclass(frozen=True)
 class PrepareResult:
-    metadata: dict[str, Any]
+    info: DatasetInfo | None  # the published metadata.json, as its readers load it
     counters: dict[str, int]
     seconds: float
-    # Set instead of metadata when the job was only planned, templated or submitted.
+    # Set instead of info when the job was only planned, templated or submitted.
     submission: dict[str, Any] | None = None
     plan: RunPlan | None = None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """metadata.json's JSON value ({} when nothing was published), to compare with files."""
+        return {} if self.info is None else self.info.to_json()
 
 
 class JobFailedError(RuntimeError):
@@ -41,7 +47,7 @@ def execute(plan: RunPlan) -> PrepareResult:
     if plan.dry_run:
         from beam_pipeline.launch import submission
 
-        return PrepareResult({}, {}, 0.0, submission=submission.dry_run(plan), plan=plan)
+        return PrepareResult(None, {}, 0.0, submission=submission.dry_run(plan), plan=plan)
     if plan.runner.template:  # only writes a job description; its runs lock for themselves
         _stage_inputs(plan)  # so an annotated template carries one run's annotations: it runs once
         return _run_job(plan)
@@ -103,14 +109,14 @@ def _run_job(plan: RunPlan) -> PrepareResult:
         result = pipeline.run()
         if plan.runner.submit_only:  # a template or a no-wait submission: outputs come later
             described = submission.describe_job(pipeline, plan, result=result)
-            return PrepareResult({}, {}, time.monotonic() - started, described, plan)
+            return PrepareResult(None, {}, time.monotonic() - started, described, plan)
         if plan.runner.dataflow:
             _announce_dataflow_job(result, plan)
             job_monitor.watch(result)
         state = result.wait_until_finish()
         if plan.runner.dataflow and str(state) != "DONE":
             raise JobFailedError(f"Dataflow job {result.job_id()} ended {state}: see its logs")
-    info = dataset_info.read_metadata_json(plan.output_dir)
+    info = dataset_info.load(plan.output_dir)
     return PrepareResult(info, job_monitor.counters(result), time.monotonic() - started, plan=plan)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transforms.format.naming import METADATA_FILE, shard_name
+from transforms.format.naming import METADATA_FILE, SPLITS, shard_name
 
 
 def write_output(
@@ -27,11 +27,18 @@ def write_output(
     from beam_pipeline.commands.index import index_output
     from beam_pipeline.commands.sample_data import jpeg_bytes, portrait
     from transforms.codecs.mask import encode_mask
+    from transforms.format.dataset_info import (
+        FORMAT_VERSION,
+        DatasetInfo,
+        RejectCounts,
+        ShardInfo,
+        SplitInfo,
+    )
     from transforms.format.example import build_example
-    from transforms.format.metadata import build_metadata, dumps
+    from transforms.format.features import SCHEMA
 
     directory.mkdir(parents=True, exist_ok=True)
-    written, entries = {}, []
+    written, entries, shapes = {}, [], set()
     for number, sizes in enumerate(shards):
         name = shard_name(split, number, len(shards))
         with tf.io.TFRecordWriter(str(directory / name)) as writer:
@@ -44,21 +51,21 @@ def write_output(
                 )
                 writer.write(record)
         data = (directory / name).read_bytes()
-        entries.append(
-            {
-                "split": split,
-                "file": name,
-                "num_examples": len(sizes),
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "image_shapes": sorted(list(size) for size in set(sizes)),
-            }
-        )
-    versions = {"segprep": "handmade"}  # what marks a metadata.json as segprep's
-    metadata = build_metadata(
-        entries, [], mask_format=mask_format, parameters={}, versions=versions
+        entries.append(ShardInfo(name, len(sizes), len(data), hashlib.sha256(data).hexdigest()))
+        shapes.update(sizes)
+    shape = next(iter(shapes)) if len(shapes) == 1 else None
+    splits = {name: SplitInfo(name, 0, None, ()) for name in SPLITS}
+    splits[split] = SplitInfo(split, len(written), shape, tuple(entries))
+    info = DatasetInfo(
+        format_version=FORMAT_VERSION,
+        mask_format=mask_format,
+        splits=splits,
+        num_rejected=RejectCounts(0, {}, {}),
+        features=SCHEMA,
+        parameters={},
+        versions={"segprep": "handmade"},  # what marks a metadata.json as segprep's
     )
-    (directory / METADATA_FILE).write_bytes(dumps(metadata))
+    (directory / METADATA_FILE).write_bytes(info.to_bytes())
     (directory / "rejects.jsonl").write_bytes(b"")
     if index:
         index_output(str(directory))

@@ -17,8 +17,8 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from transforms.format.naming import (
     METADATA_FILE,
     SEGPREP_DIR,
     TFDS_FILES,
+    UNLABELED_FILE,
     digest_table_name,
     index_name,
     key_table_name,
@@ -41,6 +42,9 @@ from transforms.format.naming import (
 from transforms.format.record_index import FRAME_OVERHEAD, is_count
 from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
 from transforms.limits import FILE_LIMITS
+
+if TYPE_CHECKING:
+    from transforms.codecs.class_mask import ClassMaskSettings
 
 # Longest `.idx` line: two uint64 in decimal, a space and a newline.
 INDEX_LINE_BYTES = 2 * 20 + 2
@@ -67,6 +71,66 @@ class FileRef:
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
+
+
+class _Section:
+    """A small metadata.json object: each field of a JSON kind (KINDS), None ones left out."""
+
+    KINDS: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {key: value for key, value in data.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(name), kind) and not isinstance(data.get(name), bool)
+            for name, kind in cls.KINDS.items()
+        ):
+            names = ", ".join(cls.KINDS)
+            raise MetadataError(f"metadata.json {cls.__name__} is not {{{names}}} as written")
+        return cls(**{name: data[name] for name in cls.KINDS if name in data})
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectCounts(_Section):
+    """metadata.json's `num_rejected`: rejects.jsonl's rows counted by reason, with each
+    reason's first key (absent from outputs older than it: None)."""
+
+    KINDS = {"total": int, "by_reason": dict, "example_key": (dict, type(None))}
+    total: int
+    by_reason: Mapping[str, int]
+    example_key: Mapping[str, str] | None = None
+
+    @classmethod
+    def count(cls, rows: Iterable[tuple[str, str]]) -> RejectCounts:
+        """Of (key, reason) rows in rejects.jsonl's order."""
+        reasons: Counter[str] = Counter()
+        examples: dict[str, str] = {}
+        for key, reason in rows:
+            reasons[reason] += 1
+            examples.setdefault(reason, key)
+        by_reason = dict(sorted(reasons.items()))
+        return cls(sum(by_reason.values()), by_reason, dict(sorted(examples.items())))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo(_Section):
+    """metadata.json's `run`: the run that wrote the latest version, and its figures (none
+    when the run had no start time)."""
+
+    KINDS = {
+        "run_id": str,
+        "started_at": (str, type(None)),  # ISO 8601, UTC
+        **dict.fromkeys(("wall_seconds", "records_per_second"), (int, float, type(None))),
+        "bytes_written": (int, type(None)),
+    }
+    run_id: str
+    started_at: str | None = None
+    wall_seconds: float | None = None
+    records_per_second: float | None = None
+    bytes_written: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,8 +308,8 @@ RGB = tuple[int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class ClassesInfo:
-    """metadata.json's `classes` section (transforms.class_stats.classes_section): what the
-    stored mask values of a `--mask_type classes` output mean, and their counts per split."""
+    """metadata.json's `classes` section: what the stored mask values of a `--mask_type
+    classes` output mean, and their counts per split."""
 
     num_classes: int
     ignore_index: int
@@ -291,6 +355,34 @@ class ClassesInfo:
             splits={split: stats.to_json() for split, stats in self.stats.items()},
         )
         return data
+
+    @classmethod
+    def of(
+        cls,
+        settings: ClassMaskSettings,
+        stats: Mapping[str, ClassStats],
+        annotations: Mapping[str, Any] | None = None,
+    ) -> ClassesInfo:
+        """The section a run writes: what its ids mean, how they are stored, their counts."""
+        for split, counted in stats.items():
+            if counted.num_classes != settings.num_classes:
+                raise ValueError(
+                    f"{split} stats have {counted.num_classes} classes, "
+                    f"expected {settings.num_classes}"
+                )
+        extra: dict[str, Any] = {}
+        if settings.class_map is not None:
+            extra["class_map"] = settings.class_map.to_json()
+        if annotations is not None:  # how an export's labels became ids: "coco" in every output
+            extra["coco"] = dict(annotations)
+        return cls(
+            num_classes=settings.num_classes,
+            ignore_index=settings.ignore_index,
+            names=None if settings.class_names is None else tuple(settings.class_names),
+            colormap=None if settings.colormap is None else tuple(settings.colormap),
+            stats=dict(sorted(stats.items())),
+            extra=extra,
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> ClassesInfo:
@@ -360,6 +452,20 @@ class DatasetInfo:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # rejects, run, ...
     # metadata.json's record_format; absent in outputs older than the field: tfrecord.
     record_format: str = record_formats.DEFAULT
+    # What the run saw and how it ran; each None in outputs older than its field.
+    num_discovered: int | None = None  # every entry the latest version accounts for
+    num_rejected: RejectCounts | None = None
+    num_unlabeled: int | None = None  # --images_without_mask skip: listed in unlabeled.jsonl
+    exif_orientation_ignored: int | None = None  # accepted images, all versions
+    run: RunInfo | None = None
+    # Sections kept as written: the run's parameters (flags, output_dir), package versions,
+    # the record features, the record spec (transforms/record_spec.py), the duplicates
+    # search's report (beam_pipeline/job/duplicates.py, docs/duplicates.md).
+    parameters: Mapping[str, Any] | None = None
+    versions: Mapping[str, str] | None = None
+    features: Mapping[str, Any] | None = None
+    record_spec: Mapping[str, Any] | None = None
+    duplicates: Mapping[str, Any] | None = None
 
     @property
     def adapter(self) -> record_formats.RecordFormat:
@@ -432,7 +538,7 @@ class DatasetInfo:
                 names.add(hashes["file"])
         for version in self.dataset_versions:
             names.update(ref.file for ref in version.digest_tables.values())
-        listed = (self.extra.get("duplicates") or {}).get("file")
+        listed = (self.duplicates or {}).get("file")
         if isinstance(listed, dict) and isinstance(listed.get("file"), str):
             names.add(listed["file"])
         return names
@@ -451,7 +557,18 @@ class DatasetInfo:
             data["classes"] = self.classes.to_json()
         if self.dataset_versions:
             data["dataset_versions"] = [version.to_json() for version in self.dataset_versions]
+        for name in _OPTIONAL_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value.to_json() if hasattr(value, "to_json") else value
+        if self.num_unlabeled is not None:
+            data["num_unlabeled"] = {"total": self.num_unlabeled, "file": UNLABELED_FILE}
         return data
+
+    def to_bytes(self) -> bytes:
+        """metadata.json's bytes: sorted keys, so equal values are equal bytes."""
+        text = json.dumps(self.to_json(), indent=2, sort_keys=True, ensure_ascii=False)
+        return (text + "\n").encode()
 
     @classmethod
     def from_json(cls, data: Any) -> DatasetInfo:
@@ -504,18 +621,59 @@ class DatasetInfo:
         )
         parsed = {name: _split(name, entry, adapter) for name, entry in splits.items()}
         versions = _versions(data.get("dataset_versions"), parsed)
+        known = (*known, "record_format", "num_unlabeled", *_OPTIONAL_FIELDS)
         return cls(
             format_version=version,
             mask_format=mask_format,
             splits=parsed,
             tfds_files=tfds_files,
             classes=classes,
-            extra={
-                key: value for key, value in data.items() if key not in (*known, "record_format")
-            },
+            extra={key: value for key, value in data.items() if key not in known},
             record_format=record_format,
             dataset_versions=versions,
+            **_optional_fields(data),
         )
+
+
+# DatasetInfo's fields that an output older than them lacks: written only when set.
+_OPTIONAL_FIELDS = (
+    "num_discovered",
+    "num_rejected",
+    "exif_orientation_ignored",
+    "run",
+    "parameters",
+    "versions",
+    "features",
+    "record_spec",
+    "duplicates",
+)
+_SECTIONS = {"num_rejected": RejectCounts, "run": RunInfo}
+_COUNTS = ("num_discovered", "exif_orientation_ignored")
+
+
+def _optional_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional fields present in `data`, typed: counts are counts, sections parse,
+    the sections kept as written are objects."""
+    fields: dict[str, Any] = {}
+    for name in _OPTIONAL_FIELDS:
+        value = data.get(name)
+        if value is None:
+            continue
+        if name in _SECTIONS:
+            value = _SECTIONS[name].from_json(value)
+        elif name in _COUNTS and not is_count(value):
+            raise MetadataError(f"metadata.json {name} {value!r} is not a count")
+        elif name not in _COUNTS and not isinstance(value, dict):
+            raise MetadataError(f"metadata.json {name} is not an object")
+        fields[name] = value
+    unlabeled = data.get("num_unlabeled")
+    if unlabeled is not None:
+        if not (isinstance(unlabeled, dict) and is_count(unlabeled.get("total"))) or (
+            unlabeled.get("file") != UNLABELED_FILE
+        ):
+            raise MetadataError(f"metadata.json num_unlabeled is not {{total, {UNLABELED_FILE}}}")
+        fields["num_unlabeled"] = unlabeled["total"]
+    return fields
 
 
 def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, ...]:

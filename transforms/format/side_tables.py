@@ -235,7 +235,7 @@ def listed_refs(info: DatasetInfo) -> dict[str, tuple[int, str]]:
     for version in info.dataset_versions:
         for ref in version.digest_tables.values():
             refs[ref.file] = (ref.bytes, ref.sha256)
-    listed = (info.extra.get("duplicates") or {}).get("file")
+    listed = (info.duplicates or {}).get("file")
     if isinstance(listed, dict) and isinstance(listed.get("file"), str):
         refs[listed["file"]] = (listed.get("bytes"), listed.get("sha256"))
     return refs
