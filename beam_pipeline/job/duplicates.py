@@ -188,28 +188,29 @@ class _CompareInBuckets(beam.DoFn):
             ) from error
 
 
-def _by_first(candidate):
-    return image_hashes.identity(candidate[0]), candidate
+def _by_image(candidate):
+    """A candidate, keyed by each of its two images (its side named): one join gives both
+    their whole hashes."""
+    for side in (0, 1):
+        yield image_hashes.identity(candidate[side]), (side, candidate)
 
 
-def _with_first(element):
-    """Candidates keyed by their first image, with its whole hash -> keyed by the second."""
+def _with_whole(element):
+    """An image's whole hash, given to each candidate it is in -> keyed by the candidate."""
     _, joined = element
     for whole in joined[HASHES][:1]:
-        for candidate in joined["candidates"]:
-            yield image_hashes.identity(candidate[1]), (candidate, whole)
+        for side, candidate in joined["candidates"]:
+            yield candidate, (side, whole)
 
 
 def _verified(element, min_similarity: float):
-    """Candidates with both whole hashes -> verified pairs, and leaks (tagged)."""
-    _, joined = element
-    for whole in joined[HASHES][:1]:
-        for candidate, first in joined["halves"]:
-            found = image_hashes.verify(candidate, first, whole, min_similarity)
-            if found is None:
-                continue
-            tag, value = found
-            yield value if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
+    """A candidate with both whole hashes -> a verified pair, or a leak (tagged)."""
+    candidate, sides = element
+    by_side = dict(sides)
+    found = image_hashes.verify(candidate, by_side[0], by_side[1], min_similarity)
+    if found is not None:
+        tag, value = found
+        yield value if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
 
 
 def _other_hashes(pbegin, number: int, check, distance: int):
@@ -481,15 +482,12 @@ class FindDuplicates(beam.PTransform):
             | "CompareInBucket" >> beam.ParDo(_CompareInBuckets(distance, settings.pool))
         )
         # Each candidate gets its two images' whole hashes (signature, digests) by key: they
-        # travel once each, not D + 1 times through the bucket shuffle.
-        halves = (
-            {HASHES: whole, "candidates": candidates | "ByFirst" >> beam.Map(_by_first)}
-            | "JoinFirst" >> beam.CoGroupByKey()
-            | "WithFirst" >> beam.FlatMap(_with_first)
-        )
+        # travel once each, not D + 1 times through the bucket shuffle; one join for both.
         found = (
-            {HASHES: whole, "halves": halves}
-            | "JoinSecond" >> beam.CoGroupByKey()
+            {HASHES: whole, "candidates": candidates | "ByImage" >> beam.FlatMap(_by_image)}
+            | "JoinHashes" >> beam.CoGroupByKey()
+            | "WithWholeHashes" >> beam.FlatMap(_with_whole)
+            | "ByCandidate" >> beam.GroupByKey()
             | "Verify"
             >> beam.FlatMap(_verified, settings.min_similarity).with_outputs("leaks", main="pairs")
         )
