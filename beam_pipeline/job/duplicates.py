@@ -1,20 +1,25 @@
 """Duplicates and leakage, found before the split (docs/duplicates.md).
 
 Build every record once, hashing in its validation decode (job/built_records.py, in the
-run's writer pool on local runs) -> key each hash by its D + 1 band values (gathered into
-lists per bundle) -> compare inside each band bucket (transforms/duplicates.py: pigeonhole,
-every pair within D shares a band; in the writer pool on local runs), keeping the pairs
-whose colour signatures confirm them -> collect those pairs in one place for the
-complete-linkage groups -> without official splits, the groups a chain of pairs links all
-follow one split (the smallest key's, or the split an appended output already stores a
-member in); under --split_file / --split_by_folder nobody moves and groups that cross splits
-are reported; drop keeps one member per group (per split under official splits, train's
-copies of validation/test images going). Hashes of other outputs (--leakage_check) join the
-same buckets (this run's images close to one of them become rejects), and so do, on an
-append, the hashes the output stores.
+run's writer pool on local runs) -> key each hash's probe (source, key, phash, a sha256
+prefix) by its D + 1 band values (gathered into lists per bundle) -> inside each band bucket
+(writer pool on local runs) this run's exact copies stand as one, and the pairs within D
+(transforms/duplicates.py: pigeonhole, every pair within D shares a band) are candidates ->
+one join by key gives each candidate its two images' whole hashes (signature, digests),
+which travel once rather than D + 1 times -> the pairs whose colour signatures confirm them
+are collected in one place for the complete-linkage groups -> without official splits, the
+groups a chain of pairs links all follow one split (the smallest key's, or the split an
+appended output already stores a member in); under --split_file / --split_by_folder nobody
+moves and groups that cross splits are reported; drop keeps one member per group (per split
+under official splits, train's copies of validation/test images going). Hashes of other
+outputs (--leakage_check) join the same buckets (this run's images close to one of them
+become rejects), and so do, on an append, the hashes the output stores.
 
-No step holds every hash: buckets hold the images sharing one band value, and the side
-inputs hold what concerns duplicates only (group members, rejected keys).
+No step holds every hash: buckets hold the probes sharing one band value, the join one
+image's hash and its candidates, and the side inputs what concerns duplicates only (group
+members, rejected keys). The pairs are gathered by a one-key shuffle: exact copies are
+reported once each (with the key standing for their bytes), so they number about the
+images that have a copy, not their copies squared.
 """
 
 from __future__ import annotations
