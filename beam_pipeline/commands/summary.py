@@ -59,7 +59,8 @@ def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
             f"{run.wall_seconds:.1f} s{rate}"
         )
     if info.classes is not None:
-        lines.extend(classes_lines(info.classes))
+        tool = (info.parameters or {}).get("annotation_format") or "coco"
+        lines.extend(classes_lines(info.classes, tool))
     lines.extend(duplicates_lines(info.duplicates, splits))
     note = num_shards_note(plan.job.planning.num_shards, shards) if plan is not None else None
     if note:
@@ -187,7 +188,7 @@ def _crossing_line(section: Mapping[str, Any]) -> str:
     return f"{crossing:,} {groups} your splits: {what} ({DUPLICATES_FILE})"
 
 
-def classes_lines(classes: ClassesInfo) -> list[str]:
+def classes_lines(classes: ClassesInfo, tool: str = "coco") -> list[str]:
     """Per split: the most frequent and rarest classes by pixels, and the absent ones."""
     from transforms.class_stats import absent_classes, rarest_and_most_frequent
 
@@ -212,10 +213,22 @@ def classes_lines(classes: ClassesInfo) -> list[str]:
     coco = classes.extra.get("coco") or {}
     if coco.get("orphan_annotations"):
         lines.append(
-            f"  COCO: {coco['orphan_annotations']:,} annotations name no image of the file "
+            f"  {_tool_title(tool)}: {coco['orphan_annotations']:,} annotations name no image "
+            "of the file "
             f"(e.g. id {coco.get('orphan_example_id')}): not drawn"
         )
     return lines
+
+
+def _tool_title(name: str) -> str:
+    """The export's tool as people call it (metadata.json's classes.coco holds any tool's
+    label counts, under the name its first tool gave it)."""
+    from transforms.sources import tools
+
+    try:
+        return tools.get(name).title
+    except ValueError:  # a tool this segprep does not know: its stored name
+        return name
 
 
 def _shares(ids: list[int], stats, names: Sequence[str], labelled: int) -> str:
