@@ -229,10 +229,12 @@ def _other_hashes(pbegin, number: int, check, distance: int):
 def _existing_hashes(pbegin, settings: DuplicateSettings):
     """--append: the bucket lists of the hashes the output stores, each tagged with the
     split that holds it (read as another output's are, sha256 kept: exact copies)."""
+    # Labels name the table, not only the split: a split has one table per version that
+    # searched, and Beam labels are unique.
     return [
         pbegin
-        | f"ExistingHashTable{split}" >> beam.Create([ref])
-        | f"ExistingBuckets{split}"
+        | f"ExistingHashTable[{ref.file}]" >> beam.Create([ref])
+        | f"ExistingBuckets[{ref.file}]"
         >> beam.ParDo(
             _OtherBuckets(settings.existing_dir, settings.distance, dups.existing_source(split))
         ).with_outputs(HASHES, main="buckets")
