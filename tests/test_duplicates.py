@@ -21,6 +21,7 @@ from tests.helpers.process_tree import SEGPREP
 from tests.helpers.runs import RUNNER_ARGS
 from transforms import duplicates as dups
 from transforms.format import record_index
+from transforms.format.dataset_info import DatasetInfo
 from transforms.splits import SplitFractions
 
 FRACTIONS = SplitFractions(0.5, 0.5)  # half and half: a copy straddles by key one time in two
@@ -723,6 +724,8 @@ def test_an_appends_hashes_are_stored_one_row_per_record(appended):
     assert sorted(key for rows in hashes.values() for key in rows) == stored
     assert len(stored) == 10
     assert before == {name: (out / "index" / name).read_bytes() for name in before}
+    first = DatasetInfo.from_json(info).at_version(1)  # pinned: version 1's tables only
+    assert all(not split.appended_hashes for split in first.splits.values())
     assert _segprep("verify", str(out)).stdout.startswith("OK ")
 
 
