@@ -698,9 +698,10 @@ def _split_of_every_version(out: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def appended(tmp_path_factory):
-    """(out, first hash tables' bytes): 6 distinct photos prepared, then all 10 appended."""
+    """(out, first hash tables' bytes): 6 distinct photos prepared, then all 12 appended
+    (photo010 is the one whose key gives train: both splits get appended records)."""
     root = tmp_path_factory.mktemp("appended")
-    photos = _distinct_dataset(root / "all", count=10)
+    photos = _distinct_dataset(root / "all", count=12)
     _copy_entries(root / "all", root / "first", sorted(photos)[:6])
     out = root / "out"
     _prepare(root / "first", out)
@@ -722,7 +723,9 @@ def test_an_appends_hashes_are_stored_one_row_per_record(appended):
             assert hashes[table] == keys[table.replace(".hashes.", ".keys.")]
     stored = sorted(key for rows in keys.values() for key in rows)
     assert sorted(key for rows in hashes.values() for key in rows) == stored
-    assert len(stored) == 10
+    assert len(stored) == 12 and all(
+        hashes[f"{s}.v2.hashes.jsonl"] for s in ("train", "validation")
+    )
     assert before == {name: (out / "index" / name).read_bytes() for name in before}
     first = DatasetInfo.from_json(info).at_version(1)  # pinned: version 1's tables only
     assert all(not split.appended_hashes for split in first.splits.values())
@@ -749,7 +752,7 @@ def test_verify_and_append_catch_a_tampered_appended_hash_table(appended, tmp_pa
 def test_leakage_check_sees_an_appended_images_near_copy(appended, tmp_path):
     test_out, _ = appended
     added = _table_rows(test_out, ".v2.keys.jsonl")
-    original = sorted(key for rows in added.values() for key in rows)[-1]  # photo009
+    original = sorted(key for rows in added.values() for key in rows)[-1]  # photo011
     data = tmp_path / "data"
     _distinct_dataset(data, count=6, first_seed=200)
     copy = _smooth_photo(int(original.removeprefix("photo"))).resize((200, 200), Image.LANCZOS)
@@ -798,4 +801,4 @@ def test_an_append_over_an_output_without_hashes_stores_its_own(tmp_path):
         tmp_path / "first", tmp_path / "other", "--leakage_check", str(out), check=False
     )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "has no image hashes" in done.stderr
+    assert "split 'validation': some of its images have no image hashes" in done.stderr

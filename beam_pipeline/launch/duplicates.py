@@ -76,10 +76,11 @@ def _leakage_check(folder: str) -> LeakageCheck:
         f"--leakage_check {folder}",
         "the test set's hash table is not the one it lists, so leaks would go unseen",
     )
-    for name, _, complete in checked:
+    for name, refs, complete in checked:
         if not complete:
+            some = ": some of its images have" if refs else " has"
             raise UsageError(
-                f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
+                f"--leakage_check {folder}: split {name!r}{some} no image hashes (prepared "
                 "with --duplicates off, or by a segprep before image hashes): prepare it "
                 "again with --duplicates group"
             )
