@@ -33,6 +33,20 @@ def test_round_trip_keeps_every_field(raw, unindexed):
     assert info.to_json() == old and not info.has_index
 
 
+def test_appended_hashes_are_typed_and_written_back_only_when_there_are_some(raw):
+    data = copy.deepcopy(raw)
+    refs = [
+        {"file": f"index/train.v{n}.hashes.jsonl", "bytes": n, "sha256": str(n)} for n in (2, 4)
+    ]
+    data["splits"]["train"]["appended_hashes"] = refs
+    info = DatasetInfo.from_json(data)
+    assert [ref.to_json() for ref in info.split("train").appended_hashes] == refs
+    assert "appended_hashes" not in info.split("train").extra
+    assert info.to_json() == data
+    assert {ref["file"] for ref in refs} <= info.listed_files()
+    assert "appended_hashes" not in DatasetInfo.from_json(raw).to_json()["splits"]["train"]
+
+
 def test_typed_view(raw):
     info = DatasetInfo.from_json(raw)
     train = info.split("train")
@@ -85,6 +99,22 @@ def _damaged(raw: dict, change) -> dict:
         (lambda d: d.update(tfds_files=[{"file": "x.json", "bytes": 1, "sha256": "0"}]), "x.json"),
         (lambda d: d["splits"].update({"Train!": d["splits"]["train"]}), "split name"),
         (lambda d: d["splits"]["train"]["shards"].append(7), "not an object"),
+        (lambda d: d["splits"]["train"].update(appended_hashes={}), "not a list"),
+        *(
+            (
+                lambda d, names=names: d["splits"]["train"].update(
+                    appended_hashes=[{"file": n, "bytes": 0, "sha256": "0"} for n in names]
+                ),
+                "increasing versions",
+            )
+            for names in (
+                ["index/train.hashes.jsonl"],  # version 1's is `hashes`
+                ["index/validation.v2.hashes.jsonl"],  # another split's
+                ["index/train.v3.hashes.jsonl", "index/train.v2.hashes.jsonl"],
+                ["index/train.v2.hashes.jsonl", "index/train.v2.hashes.jsonl"],
+                ["../train.v2.hashes.jsonl"],
+            )
+        ),
     ],
 )
 def test_bad_metadata_is_refused_with_a_reason(raw, change, message):

@@ -41,8 +41,8 @@ def _tables(splits, version=1, hashes=False) -> StagedTables:
     return StagedTables(
         key_tables={s: ref(key_table_name(s, version)) for s in splits},
         digest_tables={s: ref(digest_table_name(s, version)) for s in splits},
-        hash_tables={s: ref(hashes_name(s)) for s in splits} if hashes else {},
-        duplicates_file=ref("duplicates.jsonl") if hashes else None,
+        hash_tables={s: ref(hashes_name(s, version)) for s in splits} if hashes else {},
+        duplicates_file=ref("duplicates.jsonl") if hashes and version == 1 else None,
     )
 
 
@@ -144,4 +144,24 @@ def test_an_append_extends_the_previous_version(tmp_path):
     assert first == previous.dataset_versions[0]
     assert second.added == {"train": 2, "validation": 0} and second.skipped_identical == 1
     assert second.num_examples == {"train": 7, "validation": 1}
+    assert DatasetInfo.from_json(json.loads(info.to_bytes())) == info
+
+
+def test_an_appends_hash_tables_follow_the_first_versions(tmp_path):
+    previous, _ = _first(tmp_path)
+    shards = [_shard("train", 0, 1, 2), _shard("validation", 0, 1, 1)]
+    settings = CommitSettings(
+        str(tmp_path), "run-2", {}, append=AppendSettings(version=2, previous_sha256="x")
+    )
+    run = _accounting([], discovered=3, duplicates={"mode": "group"})
+    tables = _tables(["train", "validation"], 2, hashes=True)
+    info = describe(shards, final_names(shards, version=2), tables, run, settings, previous)
+    for name in ("train", "validation"):
+        split = info.split(name)
+        assert split.extra["hashes"] == previous.split(name).extra["hashes"]  # as it was
+        assert split.appended_hashes == (
+            FileRef(hashes_name(name, 2), 7, f"{hashes_name(name, 2)}-sha"),
+        )
+        assert split.to_json()["appended_hashes"][0]["file"] == f"index/{name}.v2.hashes.jsonl"
+    assert "appended_hashes" not in previous.split("train").to_json()
     assert DatasetInfo.from_json(json.loads(info.to_bytes())) == info

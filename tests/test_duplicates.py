@@ -21,6 +21,7 @@ from tests.helpers.process_tree import SEGPREP
 from tests.helpers.runs import RUNNER_ARGS
 from transforms import duplicates as dups
 from transforms.format import record_index
+from transforms.format.dataset_info import DatasetInfo
 from transforms.splits import SplitFractions
 
 FRACTIONS = SplitFractions(0.5, 0.5)  # half and half: a copy straddles by key one time in two
@@ -666,3 +667,138 @@ def test_exact_copies_stand_as_one_and_keep_every_pair():
     assert collapsed == dups.complete_groups(every)
     # A second band's bucket of the same images reports nothing again.
     assert image_hashes.compare_buckets([(1, probes)], 3) == []
+
+
+# ---- appends store their hashes (index/<split>.vN.hashes.jsonl) --------------------------
+
+
+def _copy_entries(data: Path, into: Path, keys) -> None:
+    (into / "images").mkdir(parents=True, exist_ok=True)
+    (into / "masks").mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        for kind, suffix in (("images", "jpg"), ("masks", "png")):
+            shutil.copy(data / kind / f"{key}.{suffix}", into / kind / f"{key}.{suffix}")
+
+
+def _table_rows(out: Path, suffix: str) -> dict[str, list[str]]:
+    """file name -> keys in order, of every index/*<suffix> table."""
+    keyed = suffix.endswith(".keys.jsonl")
+    parse = record_index.parse_key_table if keyed else dups.parse_hash_rows
+    return {
+        table.name: [row.key for row in parse(table.read_bytes())]
+        for table in sorted((out / "index").glob(f"*{suffix}"))
+    }
+
+
+def _split_of_every_version(out: Path) -> dict[str, str]:
+    """key -> split, over every version's key tables."""
+    tables = _table_rows(out, ".keys.jsonl")
+    return {key: name.split(".")[0] for name, keys in tables.items() for key in keys}
+
+
+@pytest.fixture(scope="module")
+def appended(tmp_path_factory):
+    """(out, first hash tables' bytes): 6 distinct photos prepared, then all 12 appended
+    (photo010 is the one whose key gives train: both splits get appended records)."""
+    root = tmp_path_factory.mktemp("appended")
+    photos = _distinct_dataset(root / "all", count=12)
+    _copy_entries(root / "all", root / "first", sorted(photos)[:6])
+    out = root / "out"
+    _prepare(root / "first", out)
+    before = {p.name: p.read_bytes() for p in (out / "index").glob("*.hashes.jsonl")}
+    _prepare(root / "all", out, "--append")
+    return out, before
+
+
+def test_an_appends_hashes_are_stored_one_row_per_record(appended):
+    out, before = appended
+    info = json.loads((out / "metadata.json").read_text())
+    keys, hashes = _table_rows(out, ".keys.jsonl"), _table_rows(out, ".hashes.jsonl")
+    for name, split in info["splits"].items():
+        assert split["hashes"]["file"] == f"index/{name}.hashes.jsonl"  # version 1's, as it was
+        appended_refs = [ref["file"] for ref in split.get("appended_hashes", [])]
+        assert appended_refs == [f"index/{name}.v2.hashes.jsonl"]  # beside its key table
+        for ref in appended_refs:
+            table = ref.removeprefix("index/")
+            assert hashes[table] == keys[table.replace(".hashes.", ".keys.")]
+    stored = sorted(key for rows in keys.values() for key in rows)
+    assert sorted(key for rows in hashes.values() for key in rows) == stored
+    assert len(stored) == 12 and all(
+        hashes[f"{s}.v2.hashes.jsonl"] for s in ("train", "validation")
+    )
+    assert before == {name: (out / "index" / name).read_bytes() for name in before}
+    first = DatasetInfo.from_json(info).at_version(1)  # pinned: version 1's tables only
+    assert all(not split.appended_hashes for split in first.splits.values())
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_verify_and_append_catch_a_tampered_appended_hash_table(appended, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(appended[0], out)
+    table = next(t for t in (out / "index").glob("*.v2.hashes.jsonl") if t.stat().st_size)
+    data = bytearray(table.read_bytes())
+    data[data.index(b'"phash"') + 10] ^= 1  # same size, another sha256
+    table.write_bytes(bytes(data))
+    done = _segprep("verify", str(out), check=False)
+    assert done.returncode != 0
+    assert f"index/{table.name}: size or sha256 differs from metadata.json" in done.stdout
+    data_dir = tmp_path / "data"
+    _distinct_dataset(data_dir, count=2, first_seed=50)
+    done = _prepare(data_dir, out, "--append", check=False)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
+    assert f"index/{table.name}" in done.stderr and "segprep verify" in done.stderr
+
+
+def test_leakage_check_sees_an_appended_images_near_copy(appended, tmp_path):
+    test_out, _ = appended
+    added = _table_rows(test_out, ".v2.keys.jsonl")
+    original = sorted(key for rows in added.values() for key in rows)[-1]  # photo011
+    data = tmp_path / "data"
+    _distinct_dataset(data, count=6, first_seed=200)
+    copy = _smooth_photo(int(original.removeprefix("photo"))).resize((200, 200), Image.LANCZOS)
+    _write(data, "scraped", _jpeg(copy, 60), _mask(200, 1))
+    out = tmp_path / "out"
+    _prepare(data, out, "--leakage_check", str(test_out))
+    rejects = _rejects(out)
+    assert rejects["scraped"]["reason"] == "leaks_into"
+    assert f"of {original} in {test_out}/" in rejects["scraped"]["detail"]
+
+
+def test_a_second_appends_near_copy_joins_the_first_appends_image(tmp_path):
+    photos = _distinct_dataset(tmp_path / "all", count=10)
+    keys = sorted(photos)
+    _copy_entries(tmp_path / "all", tmp_path / "first", keys[:6])
+    out = tmp_path / "out"
+    _prepare(tmp_path / "first", out)
+    _prepare(tmp_path / "all", out, "--append")
+    original = keys[-1]  # added by the first append
+    stored = _split_of_every_version(out)
+    name = _straddling_name(original, "again")
+    copy = photos[original].resize((200, 200), Image.LANCZOS)
+    _write(tmp_path / "all", name, _jpeg(copy, 60), _mask(200, 3))
+    done = _prepare(tmp_path / "all", out, "--append")
+    split_of = _split_of_every_version(out)
+    assert split_of[name] == stored[original] != FRACTIONS.split_of(name)
+    assert "this append: 1 new entry is a near copy of images already in the output" in done.stdout
+    hashed = sorted(k for rows in _table_rows(out, ".hashes.jsonl").values() for k in rows)
+    assert hashed == sorted(split_of)
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_an_append_over_an_output_without_hashes_stores_its_own(tmp_path):
+    photos = _distinct_dataset(tmp_path / "all", count=8)
+    _copy_entries(tmp_path / "all", tmp_path / "first", sorted(photos)[:5])
+    out = tmp_path / "out"
+    _prepare(tmp_path / "first", out, "--duplicates", "off")
+    _prepare(tmp_path / "all", out, "--append")
+    keys, hashes = _table_rows(out, ".keys.jsonl"), _table_rows(out, ".hashes.jsonl")
+    assert hashes and all(".v2." in name for name in hashes)
+    for name, rows in hashes.items():
+        assert rows == keys[name.replace(".hashes.", ".keys.")]
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+    # Version 1's images have no hashes: a leakage check against it would miss them.
+    done = _prepare(
+        tmp_path / "first", tmp_path / "other", "--leakage_check", str(out), check=False
+    )
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "split 'validation': some of its images have no image hashes" in done.stderr

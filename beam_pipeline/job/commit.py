@@ -17,7 +17,7 @@ import apache_beam as beam
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job import attempts, versions
 from beam_pipeline.job.describe import Accounting, StagedTables, describe
-from beam_pipeline.job.hash_tables import stage_duplicates, staged_hash_rows
+from beam_pipeline.job.hash_tables import stage_duplicates, stage_hash_table, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol
@@ -173,8 +173,8 @@ def _stage_tables(
     previous: DatasetInfo | None,
     duplicates: dict[str, Any] | None,
 ) -> tuple[StagedTables, set[str]]:
-    """Each split's key and digest tables (and, for a first version that searched for
-    duplicates, its hash table and duplicates.jsonl); the keys the digest tables add."""
+    """Each split's key and digest tables (and, for a run that searched for duplicates, its
+    hash table, plus duplicates.jsonl for a first version); the keys the digest tables add."""
     version = settings.append.version if settings.append else FIRST_VERSION
     splits = split_names([*(s.spec.split for s in shards), *(previous.splits if previous else ())])
     earlier = previous.splits if previous else {}
@@ -195,10 +195,14 @@ def _stage_tables(
         for split in splits
     }
     tables = StagedTables(key_tables, digest_tables)
-    if previous is None and duplicates is not None:  # an append leaves them as they were
+    if duplicates is not None:
         listed = split_names(parse_shard_name(name)[0] for name in published.values())
-        found, hashes = stage_duplicates(staged, listed, shards, published)
-        tables = dataclasses.replace(tables, hash_tables=hashes, duplicates_file=found)
+        if previous is None:
+            found, hashes = stage_duplicates(staged, listed, shards, published)
+            tables = dataclasses.replace(tables, hash_tables=hashes, duplicates_file=found)
+        else:  # an append's rows go to tables of its version; duplicates.jsonl stays as it was
+            hashes = {s: stage_hash_table(staged, s, shards, published, version) for s in listed}
+            tables = dataclasses.replace(tables, hash_tables=hashes)
     return tables, new_keys
 
 

@@ -66,7 +66,8 @@ def describe(
 
     `shards` are the settled ones, `published` maps their staged names to final ones, and
     `previous` is the version an append extends: its sums are carried on, never re-read."""
-    added = _added_splits(shards, published, tables, settings.spec.record_format)
+    version = settings.append.version if settings.append else FIRST_VERSION
+    added = _added_splits(shards, published, tables, settings.spec.record_format, version)
     splits = added if previous is None else versions.merged_splits(previous, added)
     num_discovered = run.discovered
     if previous is not None:  # each key of the latest version once, in a shard or rejected
@@ -88,7 +89,6 @@ def describe(
         record_spec=settings.spec.stored(),
         duplicates=_duplicates(run.duplicates, tables.duplicates_file, previous),
     )
-    version = settings.append.version if settings.append else FIRST_VERSION
     record = versions.version_info(
         info,
         version=version,
@@ -109,8 +109,10 @@ def _added_splits(
     published: Mapping[str, str],
     tables: StagedTables,
     record_format: str,
+    version: int = FIRST_VERSION,
 ) -> dict[str, SplitInfo]:
-    """This run's splits (train and validation always): its published shards by name."""
+    """This run's splits (train and validation always): its published shards by name; an
+    append's hash tables as its `appended_hashes` (the first version's stay `hashes`)."""
     offsets = record_formats.get(record_format).offset_index
     kept = [shard for shard in shards if shard.spec.name in published]
     splits = {}
@@ -120,6 +122,7 @@ def _added_splits(
         )
         shapes = sorted({shape for _, shard in entries for shape in shard.image_shapes})
         hashes = tables.hash_tables.get(name)
+        first = version == FIRST_VERSION
         splits[name] = SplitInfo(
             name=name,
             num_examples=sum(shard.num_examples for _, shard in entries),
@@ -127,8 +130,9 @@ def _added_splits(
             image_shape=shapes[0] if len(shapes) == 1 else None,
             shards=tuple(_shard_info(file, shard, offsets) for file, shard in entries),
             key_table=tables.key_tables.get(name),
-            extra={"hashes": hashes.to_json()} if hashes else {},
+            extra={"hashes": hashes.to_json()} if hashes and first else {},
             offset_index=offsets,
+            appended_hashes=(hashes,) if hashes and not first else (),
         )
     return splits
 

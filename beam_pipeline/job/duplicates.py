@@ -39,7 +39,7 @@ from beam_pipeline.runtime import writer_pool
 from transforms import duplicates as dups
 from transforms import files
 from transforms.format import side_tables
-from transforms.format.naming import DUPLICATES_FILE
+from transforms.format.naming import DUPLICATES_FILE, FIRST_VERSION, hashes_version
 from transforms.pairing import Pair
 from transforms.rejects import Reason, Reject
 
@@ -236,13 +236,20 @@ def _existing_hashes(pbegin, settings: DuplicateSettings):
     split that holds it (read as another output's are, sha256 kept: exact copies)."""
     return [
         pbegin
-        | f"ExistingHashTable{split}" >> beam.Create([ref])
-        | f"ExistingBuckets{split}"
+        | f"ExistingHashTable{_table_label(split, ref)}" >> beam.Create([ref])
+        | f"ExistingBuckets{_table_label(split, ref)}"
         >> beam.ParDo(
             _OtherBuckets(settings.existing_dir, settings.distance, dups.existing_source(split))
         ).with_outputs(HASHES, main="buckets")
         for split, ref in settings.existing
     ]
+
+
+def _table_label(split: str, ref) -> str:
+    """`train` for version 1's table, `trainV3` for version 3's: a split has one table per
+    version that searched, and Beam labels are unique (no `/`: it nests labels)."""
+    version = hashes_version(split, ref.file) or FIRST_VERSION
+    return split if version == FIRST_VERSION else f"{split}V{version}"
 
 
 class _OtherBuckets(beam.DoFn):

@@ -1,4 +1,5 @@
-"""The stored image hashes: index/<split>.hashes.jsonl, one row per record, in key-table order.
+"""The stored image hashes: index/<split>.hashes.jsonl, one row per record, in key-table order
+(an append's records: index/<split>.vN.hashes.jsonl, beside its key table).
 
 Each shard's rows are staged beside its key rows once it is written (only accepted keys:
 its rejects are left out); the commit joins them per split in published shard order, one
@@ -17,7 +18,13 @@ from beam_pipeline.job.image_hashes import hashes_of
 from transforms import files
 from transforms.duplicates import hash_rows_bytes
 from transforms.format.dataset_info import FileRef
-from transforms.format.naming import DUPLICATES_FILE, HASHES_SUFFIX, INDEX_DIR, hashes_name
+from transforms.format.naming import (
+    DUPLICATES_FILE,
+    FIRST_VERSION,
+    HASHES_SUFFIX,
+    INDEX_DIR,
+    hashes_name,
+)
 from transforms.pairing import Pair
 from transforms.rejects import Reject
 
@@ -48,10 +55,15 @@ def stage_shard_hashes(
 
 
 def stage_hash_table(
-    staged: str, split: str, shards: Sequence[Any], published: dict[str, str]
+    staged: str,
+    split: str,
+    shards: Sequence[Any],
+    published: dict[str, str],
+    version: int = FIRST_VERSION,
 ) -> FileRef:
-    """Join a split's staged shard rows in published order; its reference."""
-    name = hashes_name(split)
+    """Join a split's staged shard rows in published order; its reference. An append's
+    (`version` >= 2) holds the rows of the records it added, as its key table does."""
+    name = hashes_name(split, version)
     digest, size = hashlib.sha256(), 0
     kept = sorted(
         (published[shard.spec.name], shard.spec.name)

@@ -2,10 +2,10 @@
 metadata of an append (the earlier version's, extended by what this run added).
 
 An append (`segprep prepare --append`) never rewrites an earlier file: its shards get names
-of their own version (transforms.format.naming.shard_name), its key rows and content digests
-go to new per-version tables, and only metadata.json, rejects.jsonl and the TFDS files are
-replaced. The sums in metadata.json (counts, class statistics) are the earlier version's
-plus this run's: O(new entries), never a re-read of earlier shards.
+of their own version (transforms.format.naming.shard_name), its key rows, content digests
+and image hashes go to new per-version tables, and only metadata.json, rejects.jsonl and the
+TFDS files are replaced. The sums in metadata.json (counts, class statistics) are the earlier
+version's plus this run's: O(new entries), never a re-read of earlier shards.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def version_info(
 
 def merged_splits(previous: DatasetInfo, added: Mapping[str, SplitInfo]) -> dict[str, SplitInfo]:
     """The splits after an append: each earlier split's shards, then this run's (whose
-    names sort after them), the counts summed, the key tables extended."""
+    names sort after them), the counts summed, the key and hash tables extended."""
     splits = {}
     for name in split_names([*previous.splits, *added]):
         old = previous.splits.get(name) or SplitInfo(name, 0, None, ())
@@ -134,6 +134,7 @@ def merged_splits(previous: DatasetInfo, added: Mapping[str, SplitInfo]) -> dict
             num_examples=old.num_examples + new.num_examples,
             image_shape=_shape(old, new),
             shards=(*old.shards, *new.shards),
+            appended_hashes=(*old.appended_hashes, *new.appended_hashes),
             **tables,
         )
     return splits

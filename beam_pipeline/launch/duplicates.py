@@ -12,7 +12,7 @@ from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
 from beam_pipeline.launch import credentials
 from transforms import files
-from transforms.format import dataset_info, side_tables
+from transforms.format import dataset_info, naming, side_tables
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
@@ -26,7 +26,7 @@ def plan_duplicates(
 
     An append compares its new images with the hashes the output stores, as well as with
     each other (docs/duplicates.md); the output's duplicates.jsonl and hash tables stay as
-    they were.
+    they were, and this run's hashes go to tables of its own version.
     """
     output = files.normalize_dir(args.output_dir)
     for folder in args.leakage_check or ():
@@ -57,13 +57,13 @@ def plan_duplicates(
 
 
 def stored_hash_tables(output: str) -> tuple[tuple[str, dataset_info.FileRef], ...]:
-    """--append: (split, hashes table) for each split of the output that stored its image
-    hashes, each checked as --leakage_check's are (none when it was prepared with
-    --duplicates off: nothing to compare with)."""
+    """--append: (split, hashes table) for every hash table of the output (each version's
+    that searched), each checked as --leakage_check's are (none when every version was
+    prepared with --duplicates off: nothing to compare with)."""
     checked = _checked_hash_tables(
         output, f"--append {output}", "the output's hash table is not the one it lists"
     )
-    return tuple((name, ref) for name, ref in checked if ref is not None)
+    return tuple((name, ref) for name, refs, _ in checked for ref in refs)
 
 
 def _leakage_check(folder: str) -> LeakageCheck:
@@ -76,22 +76,24 @@ def _leakage_check(folder: str) -> LeakageCheck:
         f"--leakage_check {folder}",
         "the test set's hash table is not the one it lists, so leaks would go unseen",
     )
-    for name, ref in checked:
-        if ref is None:
+    for name, refs, complete in checked:
+        if not complete:
+            some = ": some of its images have" if refs else " has"
             raise UsageError(
-                f"--leakage_check {folder}: split {name!r} has no image hashes (prepared "
+                f"--leakage_check {folder}: split {name!r}{some} no image hashes (prepared "
                 "with --duplicates off, or by a segprep before image hashes): prepare it "
                 "again with --duplicates group"
             )
     if not checked:
         raise UsageError(f"--leakage_check {folder}: its metadata.json lists no splits")
-    return LeakageCheck(directory, tuple(ref for _, ref in checked))
+    return LeakageCheck(directory, tuple(ref for _, refs, _ in checked for ref in refs))
 
 
 def _checked_hash_tables(
     output: str, flag: str, damaged: str
-) -> list[tuple[str, dataset_info.FileRef | None]]:
-    """(split, its hash table or None) of every split of `output`, each table checked
+) -> list[tuple[str, tuple[dataset_info.FileRef, ...], bool]]:
+    """(split, its hash tables in version order, whether every version that added records
+    to it stored their hashes) of every split of `output`, each table checked
     (side_tables.open_table: name, link, kind, size and sha256 as metadata.json lists them);
     a one-line UsageError starting with `flag` when the output or a table is not right."""
     try:
@@ -101,10 +103,22 @@ def _checked_hash_tables(
     tables = []
     for name, split in sorted(info.splits.items()):
         try:
-            ref = side_tables.hash_table_ref(split)
-            if ref is not None:
+            refs = side_tables.hash_table_refs(split)
+            for ref in refs:
                 side_tables.open_table(output, ref).close()
         except (side_tables.SideTableError, OSError) as error:
             raise UsageError(f"{flag}: {error}: {damaged}; run `segprep verify {output}`") from None
-        tables.append((name, ref))
+        tables.append((name, refs, _all_hashed(info, name, refs)))
     return tables
+
+
+def _all_hashed(
+    info: dataset_info.DatasetInfo, split: str, refs: tuple[dataset_info.FileRef, ...]
+) -> bool:
+    """Every version that added records to `split` stored a hash table for it (a version
+    prepared or appended with --duplicates off did not: some images have no hashes)."""
+    hashed = {naming.hashes_version(split, ref.file) for ref in refs}
+    versions = info.dataset_versions
+    if not versions:  # an output from before versions: its one table, or none
+        return bool(refs)
+    return all(v.version in hashed for v in versions if v.added.get(split))

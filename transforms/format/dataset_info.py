@@ -34,6 +34,7 @@ from transforms.format.naming import (
     TFDS_FILES,
     UNLABELED_FILE,
     digest_table_name,
+    hashes_version,
     index_name,
     key_table_name,
     parse_shard_name,
@@ -165,6 +166,10 @@ class SplitInfo:
     # Key tables of versions 2, 3, ... in order: rows of the records each version added,
     # numbered like key_table's (shard number in the split, record in the shard).
     appended_key_tables: tuple[FileRef, ...] = ()
+    # Image-hash tables of versions 2, 3, ... that searched for duplicates, in version order
+    # (`index/<split>.vN.hashes.jsonl`: the rows of the records version N added); version
+    # 1's is `extra["hashes"]`, as it always was.
+    appended_hashes: tuple[FileRef, ...] = ()
 
     @property
     def num_shards(self) -> int:
@@ -194,6 +199,8 @@ class SplitInfo:
             data["key_table"] = self.key_table.to_json()
         if self.appended_key_tables:
             data["appended_key_tables"] = [ref.to_json() for ref in self.appended_key_tables]
+        if self.appended_hashes:
+            data["appended_hashes"] = [ref.to_json() for ref in self.appended_hashes]
         return data
 
 
@@ -502,6 +509,11 @@ class DatasetInfo:
                 shards=shards,
                 key_table=tables[0] if tables else None,
                 appended_key_tables=tuple(tables[1:]),
+                appended_hashes=tuple(
+                    ref
+                    for ref in split.appended_hashes
+                    if (hashes_version(name, ref.file) or 0) <= version
+                ),
             )
         classes = self.classes
         if classes is not None and pinned.class_stats is not None:
@@ -536,6 +548,7 @@ class DatasetInfo:
             hashes = split.extra.get("hashes")  # beam_pipeline/job/hash_tables.py
             if isinstance(hashes, dict) and isinstance(hashes.get("file"), str):
                 names.add(hashes["file"])
+            names.update(ref.file for ref in split.appended_hashes)
         for version in self.dataset_versions:
             names.update(ref.file for ref in version.digest_tables.values())
         listed = (self.duplicates or {}).get("file")
@@ -794,6 +807,7 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
     )
     for ref in appended_tables:
         _capped(ref.bytes, LIMITS.key_table_bytes, "bytes", f"{where} {ref.file}")
+    appended_hashes = _appended_hashes(name, entry.get("appended_hashes"), where)
     known = (
         "num_examples",
         "num_shards",
@@ -801,6 +815,7 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
         "shards",
         "key_table",
         "appended_key_tables",
+        "appended_hashes",
     )
     return SplitInfo(
         name=name,
@@ -811,7 +826,27 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
         extra={key: value for key, value in entry.items() if key not in known},
         offset_index=adapter.offset_index,
         appended_key_tables=appended_tables,
+        appended_hashes=appended_hashes,
     )
+
+
+def _appended_hashes(split: str, entry: Any, where: str) -> tuple[FileRef, ...]:
+    """A split's `appended_hashes`: refs named `index/<split>.vN.hashes.jsonl`, N >= 2 and
+    increasing (a version that did not search has none)."""
+    if entry is None:
+        return ()
+    if not isinstance(entry, list):
+        raise MetadataError(f"{where}: appended_hashes is not a list")
+    refs = tuple(_file_ref(ref, f"{where} appended_hashes") for ref in entry)
+    numbers = [hashes_version(split, ref.file) or FIRST_VERSION for ref in refs]
+    if any(n <= FIRST_VERSION for n in numbers) or numbers != sorted(set(numbers)):
+        raise MetadataError(
+            f"{where}: appended_hashes {[ref.file for ref in refs]} are not "
+            f"index/{split}.vN.hashes.jsonl tables of increasing versions N >= 2"
+        )
+    for ref in refs:
+        _capped(ref.bytes, LIMITS.key_table_bytes, "bytes", f"{where} {ref.file}")
+    return refs
 
 
 def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFormat) -> ShardInfo:

@@ -155,9 +155,23 @@ SIDE_TABLE_RE = re.compile(
 )
 
 
-def hashes_name(split: str) -> str:
-    """`index/train.hashes.jsonl`: the image hashes of one split, in key-table order."""
-    return key_table_name(split).removesuffix(KEY_TABLE_SUFFIX) + HASHES_SUFFIX
+def hashes_name(split: str, version: int = FIRST_VERSION) -> str:
+    """`index/train.hashes.jsonl`: the image hashes of one split, in key-table order; an
+    append's rows (the records it added) are in `index/train.v2.hashes.jsonl`."""
+    return key_table_name(split, version).removesuffix(KEY_TABLE_SUFFIX) + HASHES_SUFFIX
+
+
+def hashes_version(split: str, name: str) -> int | None:
+    """The version whose hash table of `split` is `name` (hashes_name's inverse); None for
+    any other name."""
+    match = re.fullmatch(
+        rf"{INDEX_DIR}/{re.escape(split)}(?:\.v(?P<version>[2-9]|[1-9]\d{{1,4}}))?"
+        + re.escape(HASHES_SUFFIX),
+        name,
+    )
+    if match is None:
+        return None
+    return int(match["version"] or FIRST_VERSION)
 
 
 def is_output_name(name: str) -> bool:

@@ -71,6 +71,13 @@ def hash_table_ref(split: SplitInfo) -> FileRef | None:
     return hash_table_ref_of(split.name, split.extra.get("hashes"))
 
 
+def hash_table_refs(split: SplitInfo) -> tuple[FileRef, ...]:
+    """Every image-hash table of the split, in version order: the first version's (when it
+    searched), then each append's that searched (`appended_hashes`)."""
+    first = hash_table_ref(split)
+    return (*((first,) if first else ()), *split.appended_hashes)
+
+
 def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
     """hash_table_ref of a split's raw `hashes` entry (tools that read metadata leniently)."""
     if entry is None:
@@ -229,8 +236,7 @@ def listed_refs(info: DatasetInfo) -> dict[str, tuple[int, str]]:
         for ref in split.key_tables:
             refs[ref.file] = (ref.bytes, ref.sha256)
         with contextlib.suppress(SideTableError):
-            hashes = hash_table_ref(split)
-            if hashes is not None:
+            for hashes in hash_table_refs(split):
                 refs[hashes.file] = (hashes.bytes, hashes.sha256)
     for version in info.dataset_versions:
         for ref in version.digest_tables.values():

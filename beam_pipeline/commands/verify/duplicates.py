@@ -5,7 +5,8 @@ a reject; a group's records are all in the split the file names (one split per g
 official splits, the list of splits its members are listed in); under --duplicates drop only
 the kept key (the smallest; under official splits one per split, none in train beside
 validation/test) is a record; each split's hashes file
-lists the split's keys in key-table order. Reads files only (local or gs://), no TensorFlow.
+lists the split's keys in key-table order, and each append's (`appended_hashes`) the keys of
+that version's key table. Reads files only (local or gs://), no TensorFlow.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from beam_pipeline.commands.summary import plural
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import record_index, side_tables
-from transforms.format.naming import DUPLICATES_FILE
+from transforms.format.dataset_info import FileRef
+from transforms.format.naming import (
+    DUPLICATES_FILE,
+    FIRST_VERSION,
+    hashes_version,
+    key_table_name,
+)
 from transforms.limits import FILE_LIMITS
 
 _SHOWN = 3  # groups named per kind of problem
@@ -32,16 +39,18 @@ def duplicate_files(metadata: dict[str, Any]) -> set[str]:
     for split in (metadata.get("splits") or {}).values():
         if isinstance(split, dict) and isinstance(split.get("hashes"), dict):
             names.add(split["hashes"].get("file"))
+        if isinstance(split, dict) and isinstance(split.get("appended_hashes"), list):
+            names.update(r.get("file") for r in split["appended_hashes"] if isinstance(r, dict))
     return {name for name in names if isinstance(name, str)}
 
 
 def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     section = metadata.get("duplicates")
+    problems = _appended_hash_problems(base, metadata.get("splits") or {})
     if section is None or (isinstance(section, dict) and section.get("mode") == "off"):
-        return []  # not searched: nothing to check
+        return problems  # the first version did not search: only appends' hashes to check
     if not isinstance(section, dict) or not isinstance(section.get("file"), dict):
-        return ["metadata.json: the `duplicates` section lists no duplicates file"]
-    problems: list[str] = []
+        return [*problems, "metadata.json: the `duplicates` section lists no duplicates file"]
     splits = metadata.get("splits") or {}
     records: dict[str, list[str]] = {}  # split -> keys in key-table order
     for name, split in splits.items():
@@ -129,11 +138,66 @@ def _check_hashes(base, splits, records, problems) -> None:
             )
 
 
-def _hash_table(base: str, split: str, entry: Any, problems: list[str]) -> bytes | None:
+def _appended_hash_problems(base: str, splits: Any) -> list[str]:
+    """Each append's hash table (`appended_hashes`) against its version's key table: the
+    same keys in the same order, the table as metadata.json lists it."""
+    problems: list[str] = []
+    for name, split in splits.items() if isinstance(splits, dict) else ():
+        if not isinstance(split, dict) or not isinstance(split.get("appended_hashes"), list):
+            continue
+        key_tables = {
+            ref.get("file"): ref
+            for ref in split.get("appended_key_tables") or ()
+            if isinstance(ref, dict)
+        }
+        for entry in split["appended_hashes"]:
+            file = entry.get("file") if isinstance(entry, dict) else None
+            version = hashes_version(name, file) if isinstance(file, str) else None
+            if version is None or version == FIRST_VERSION:
+                problems.append(f"split {name!r}: appended_hashes lists {str(file)[:80]!r}")
+                continue
+            table = key_tables.get(key_table_name(name, version))
+            data = _listed(base, table, problems, check=False)
+            if data is None:
+                problems.append(f"{file}: no key table of version {version} to check it with")
+                continue
+            keys = [row.key for row in record_index.parse_key_table(data)]
+            _check_hash_keys(base, name, entry, keys, problems, _appended_ref)
+    return problems
+
+
+def _check_hash_keys(base, split, entry, keys, problems, ref_of) -> None:
+    """One hash table's rows hold `keys`, in that order."""
+    data = _hash_table(base, split, entry, problems, ref_of)
+    if data is None:
+        return
+    try:
+        found = [row.key for row in parse_hash_rows(data)]
+    except (ValueError, UnicodeDecodeError) as error:
+        problems.append(f"{entry.get('file')}: {error}")
+        return
+    if found != keys:
+        problems.append(
+            f"{entry.get('file')}: {len(found)} keys that are not the {len(keys)} keys of "
+            f"its key table for split {split!r}, in key-table order"
+        )
+
+
+def _appended_ref(split: str, entry: Any) -> FileRef:
+    """An appended_hashes entry as a FileRef (its name checked by the caller)."""
+    size, digest = entry.get("bytes"), entry.get("sha256")
+    if isinstance(size, bool) or not isinstance(size, int) or not isinstance(digest, str):
+        raise side_tables.SideTableError(f"{entry.get('file')}: listed size or sha256 not valid")
+    return FileRef(entry["file"], size, digest)
+
+
+def _hash_table(
+    base: str, split: str, entry: Any, problems: list[str], ref_of=None
+) -> bytes | None:
     """The split's hash table through side_tables (its name, no link, a regular file, the
     listed size and sha256, bounded lines); a problem and None when it is not that."""
     try:
-        ref = side_tables.hash_table_ref_of(split, entry)
+        ref = (ref_of or side_tables.hash_table_ref_of)(split, entry)
         with side_tables.open_table(base, ref) as table:
             return b"".join(table.lines())
     except side_tables.SideTableError as error:
