@@ -463,5 +463,7 @@ def test_reading_streams_instead_of_loading_the_tree(tmp_path):
         return int(run.stdout)
 
     streamed, loaded = growth("read_coco"), growth("json.load")
-    assert streamed < 2 * size, (streamed, size)
+    # Measured on this file: the compact annotations grow the peak by ~1.9x its size (up to
+    # 2.0x under load), json.load's tree by ~7.2x; 2.5x keeps the two far apart.
+    assert streamed < 2.5 * size, (streamed, size)
     assert loaded > 2 * streamed, (loaded, streamed)  # the comparison can tell them apart
