@@ -66,17 +66,12 @@ def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: in
         standing, copies = dups.collapse_copies([from_probe(value) for value in values])
         if band == 0:
             for kept, *same in copies.values():
-                found += [(_probe(kept), _probe(copy), 0) for copy in same]
+                found += [(as_probe(kept), as_probe(copy), 0) for copy in same]
         for a, b, distance_ab in dups.bucket_pairs(band, standing, distance):
             leak = b.source and not dups.is_existing(b.source)
             for own in copies.get(a.image.key, (a,)) if leak else (a,):
-                found.append((_probe(own), _probe(b), distance_ab))
+                found.append((as_probe(own), as_probe(b), distance_ab))
     return found
-
-
-def _probe(tagged: dups.Tagged) -> tuple:
-    image = tagged.image
-    return tagged.source, image.key, image.phash, bytes.fromhex(image.sha256)
 
 
 def verify(candidate: tuple, a: tuple, b: tuple, min_similarity: float):

@@ -123,19 +123,8 @@ def _check_hashes(base, splits, records, problems) -> None:
         if ref is None:
             problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
             continue
-        data = _hash_table(base, name, ref, problems)
-        if data is None:
-            continue
-        try:
-            keys = [row.key for row in parse_hash_rows(data)]
-        except (ValueError, UnicodeDecodeError) as error:
-            problems.append(f"{ref.get('file')}: {error}")
-            continue
-        if keys != records[name]:
-            problems.append(
-                f"{ref.get('file')}: {len(keys)} keys that are not the {len(records[name])} "
-                f"keys of split {name!r} in key-table order"
-            )
+        whose = f"keys of split {name!r} in key-table order"
+        _check_hash_keys(base, name, ref, records[name], problems, whose=whose)
 
 
 def _appended_hash_problems(base: str, splits: Any) -> list[str]:
@@ -162,12 +151,13 @@ def _appended_hash_problems(base: str, splits: Any) -> list[str]:
                 problems.append(f"{file}: no key table of version {version} to check it with")
                 continue
             keys = [row.key for row in record_index.parse_key_table(data)]
-            _check_hash_keys(base, name, entry, keys, problems, _appended_ref)
+            whose = f"keys of its key table for split {name!r}, in key-table order"
+            _check_hash_keys(base, name, entry, keys, problems, whose, _appended_ref)
     return problems
 
 
-def _check_hash_keys(base, split, entry, keys, problems, ref_of) -> None:
-    """One hash table's rows hold `keys`, in that order."""
+def _check_hash_keys(base, split, entry, keys, problems, whose, ref_of=None) -> None:
+    """One hash table's rows hold `keys`, in that order (`whose` says which keys)."""
     data = _hash_table(base, split, entry, problems, ref_of)
     if data is None:
         return
@@ -178,8 +168,7 @@ def _check_hash_keys(base, split, entry, keys, problems, ref_of) -> None:
         return
     if found != keys:
         problems.append(
-            f"{entry.get('file')}: {len(found)} keys that are not the {len(keys)} keys of "
-            f"its key table for split {split!r}, in key-table order"
+            f"{entry.get('file')}: {len(found)} keys that are not the {len(keys)} {whose}"
         )
 
 
