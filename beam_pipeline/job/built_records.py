@@ -3,10 +3,11 @@
 With the duplicate search on, groups decide splits and splits decide shards, so a record
 must exist before its shard is known. One chunk of pairs is read, decoded and hashed here
 (the validation decode also makes the thumbnail), the records' bytes are appended to one
-spill file of this attempt in the run's staging folder, and each pair goes on carrying a
-`BuiltFile`: where its record's bytes are, what metadata.json counts of it, its content
-digest and its hashes, or why it was rejected. Planning and the search move only these
-references; the shard writer (job/shard_work.py) copies the bytes into its shard.
+spill file of this attempt in the run's staging folder, each followed by its facts (what
+metadata.json and the hash tables need of it: BuiltFacts), and each pair goes on carrying a
+small `BuiltFile` (where its bytes are, or why it was rejected) while its hashes go to the
+search. Planning moves only these references; the shard writer (job/shard_work.py) copies
+each record into its shard and reads its facts in the same read.
 
 A spill file's name is new for every attempt (a retried chunk never appends to a file that
 another attempt wrote), it sits in the staging folder, and the staging folder is never
@@ -22,6 +23,7 @@ import errno
 import functools
 import hashlib
 import os
+import pickle
 import tempfile
 import uuid
 from collections.abc import Sequence
@@ -46,35 +48,47 @@ _STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
 
 @dataclasses.dataclass(frozen=True, order=True)
 class BuiltFile(SourceFile):
-    """A pair's image file once its record is built: where the record's bytes wait, what the
-    shard counts of it and the image's hashes; or, with `reject`, why it has no record."""
+    """A pair's image file once its record is built: where in the staging folder its
+    record's bytes wait, followed by what the shard writer needs of it (BuiltFacts); or,
+    with `reject`, why it has no record. Small, since planning moves it about: the facts
+    travel once, inside the spill file."""
 
-    spill: str = dataclasses.field(default="", compare=False)  # the spill file's path
+    spill: str = dataclasses.field(default="", compare=False)  # its name in the staging folder
     offset: int = dataclasses.field(default=0, compare=False)
-    length: int = dataclasses.field(default=0, compare=False)
-    height: int = dataclasses.field(default=0, compare=False)
-    width: int = dataclasses.field(default=0, compare=False)
-    transcoded: bool = dataclasses.field(default=False, compare=False)
-    exif_ignored: bool = dataclasses.field(default=False, compare=False)
-    class_stats: Any = dataclasses.field(default=None, compare=False)
-    digest: str = dataclasses.field(default="", compare=False)  # the pair's content digest
-    hashes: ImageHash | None = dataclasses.field(default=None, compare=False)
+    length: int = dataclasses.field(default=0, compare=False)  # the record's bytes
+    facts: int = dataclasses.field(default=0, compare=False)  # the pickled facts' bytes after it
     reject: tuple[Reason, str] | None = dataclasses.field(default=None, compare=False)
 
 
-def build_records(settings: ShardWriterSettings, pairs: Sequence[Pair]) -> list[Pair]:
-    """Read each pair once, spill its record, and give it back carrying its BuiltFile."""
+@dataclasses.dataclass(frozen=True)
+class BuiltFacts:
+    """What the shard writer and metadata.json need of a built record besides its bytes."""
+
+    height: int
+    width: int
+    transcoded: bool
+    exif_ignored: bool
+    class_stats: Any
+    digest: str  # the pair's content digest
+    hashes: ImageHash
+
+
+def build_records(
+    settings: ShardWriterSettings, pairs: Sequence[Pair]
+) -> list[tuple[Pair, ImageHash | None]]:
+    """Read each pair once and spill its record; each pair back carrying its BuiltFile, with
+    its image's hashes for the search (None: rejected)."""
     local = files.is_local(settings.staging_dir)
     name = f"{SPILL_PREFIX}{uuid.uuid4().hex}{SPILL_SUFFIX}"
     spill = files.join(settings.staging_dir, name)
     written = spill if local else os.path.join(tempfile.gettempdir(), name)
     progress = Reporter(settings.progress_dir)
     convert = functools.partial(_record_or_reject, settings)
-    built: list[Pair] = []
+    built: list[tuple[Pair, ImageHash | None]] = []
     try:
         with open(written, "xb") as handle:
             for pair, made in ordered_map(convert, pairs, settings.threads):
-                built.append(_reference(pair, made, spill, handle))
+                built.append(_reference(pair, made, name, handle))
                 progress.add()
         progress.flush()
         if not local:
@@ -85,31 +99,33 @@ def build_records(settings: ShardWriterSettings, pairs: Sequence[Pair]) -> list[
     return built
 
 
-def _reference(pair: Pair, made, spill: str, handle) -> Pair:
-    """The pair carrying its BuiltFile; its record's bytes appended to the spill file."""
+def _reference(pair: Pair, made, spill: str, handle) -> tuple[Pair, ImageHash | None]:
+    """The pair carrying its BuiltFile, and its hashes; its record's bytes and facts
+    appended to the spill file."""
     image = pair.image
     if isinstance(made, RejectError):
         failed = BuiltFile(image.path, image.size, image.regular, reject=(made.reason, made.detail))
-        return dataclasses.replace(pair, image=failed)
+        return dataclasses.replace(pair, image=failed), None
     record, content, hashes = made
+    facts = pickle.dumps(
+        BuiltFacts(
+            record.height,
+            record.width,
+            record.image_transcoded,
+            record.exif_ignored,
+            record.class_stats,
+            content,
+            hashes,
+        ),
+        pickle.HIGHEST_PROTOCOL,
+    )
     offset = handle.tell()
     handle.write(record.serialized)
+    handle.write(facts)
     reference = BuiltFile(
-        image.path,
-        image.size,
-        image.regular,
-        spill,
-        offset,
-        len(record.serialized),
-        record.height,
-        record.width,
-        record.image_transcoded,
-        record.exif_ignored,
-        record.class_stats,
-        content,
-        hashes,
+        image.path, image.size, image.regular, spill, offset, len(record.serialized), len(facts)
     )
-    return dataclasses.replace(pair, image=reference)
+    return dataclasses.replace(pair, image=reference), hashes
 
 
 def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
@@ -162,30 +178,34 @@ def is_built(pair: Pair) -> bool:
 
 
 class SpilledRecords:
-    """The records of built pairs, read back from their spill files (one open reader per
-    file, kept while a shard is written)."""
+    """The records of built pairs, read back from the spill files in `staging_dir` (one open
+    reader per file, kept while a shard is written)."""
 
-    def __init__(self) -> None:
+    def __init__(self, staging_dir: str) -> None:
+        self._staging_dir = staging_dir
         self._readers: dict[str, RangeReader] = {}
 
-    def record(self, pair: Pair) -> tuple[Record, str] | RejectError:
-        """(record, content digest) of a built pair, or the reject it was built as."""
+    def record(self, pair: Pair) -> tuple[Record, str, ImageHash] | RejectError:
+        """(record, content digest, hashes) of a built pair, or the reject it was built as:
+        its record's bytes and facts in one read."""
         built = pair.image
         if built.reject is not None:
             return RejectError(*built.reject)
         reader = self._readers.get(built.spill)
         if reader is None:
-            reader = self._readers[built.spill] = RangeReader(built.spill)
-        serialized = reader.read_at(built.offset, built.length)
-        if len(serialized) != built.length:
+            path = files.join(self._staging_dir, built.spill)
+            reader = self._readers[built.spill] = RangeReader(path)
+        data = reader.read_at(built.offset, built.length + built.facts)
+        if len(data) != built.length + built.facts:
             raise OSError(f"{built.spill} ends before the record of {pair.key}")
+        facts: BuiltFacts = pickle.loads(data[built.length :])
         record = Record(
             pair.key,
-            serialized,
-            built.height,
-            built.width,
-            built.transcoded,
-            built.class_stats,
-            built.exif_ignored,
+            data[: built.length],
+            facts.height,
+            facts.width,
+            facts.transcoded,
+            facts.class_stats,
+            facts.exif_ignored,
         )
-        return record, built.digest
+        return record, facts.digest, facts.hashes

@@ -54,9 +54,10 @@ _OTHER_BUCKETED = 4096
 
 
 class _BuildRecords(beam.DoFn):
-    """Each pair read once, its record spilled and its hashes made (job/built_records.py);
-    chunks go to the run's writer pool in finish_bundle (as shards do, job/write_shards.py),
-    so every core reads and decodes, or are built in this process (Dataflow)."""
+    """Each pair read once, its record spilled and its hashes made (job/built_records.py):
+    the built pairs go on, their images' hashes (tagged BUILT_HASHES) to the search. Chunks
+    go to the run's writer pool in finish_bundle (as shards do, job/write_shards.py), so
+    every core reads and decodes, or are built in this process (Dataflow)."""
 
     def __init__(self, writing: ShardWriterSettings) -> None:
         self._writing = writing
@@ -69,9 +70,7 @@ class _BuildRecords(beam.DoFn):
         self._pending.append(pair)
         if self._writing.pool is None and len(self._pending) >= _CHUNK:
             chunk, self._pending = self._pending, []  # built here: hold one chunk at most
-            for built in built_records.build_records(self._writing, chunk):
-                self._read.inc()
-                yield built
+            yield from self._emit([built_records.build_records(self._writing, chunk)], wrap=False)
 
     def finish_bundle(self):
         if not self._pending:
@@ -92,15 +91,20 @@ class _BuildRecords(beam.DoFn):
                 "(try --writer_processes 1)"
             ) from error
 
-    def _emit(self, results):
+    def _emit(self, results, wrap: bool = True):
+        """Each built pair, and its hashes when it has a record (windowed in finish_bundle)."""
+        window = GlobalWindows.windowed_value if wrap else (lambda value: value)
         for built in results:
-            for pair in built:
+            for pair, hashes in built:
                 self._read.inc()
-                yield GlobalWindows.windowed_value(pair)
+                yield window(pair)
+                if hashes is not None:
+                    yield beam.pvalue.TaggedOutput(BUILT_HASHES, window(hashes))
 
 
 from_member = image_hashes.from_member
 HASHES = "hashes"  # the whole hashes another output's table holds, beside its bucket lists
+BUILT_HASHES = "built_hashes"  # this run's images' hashes, beside the built pairs
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -109,11 +113,9 @@ def _band_keys(tagged: dups.Tagged, distance: int):
         yield (band, band_value), value
 
 
-def _whole_hash(pair: Pair):
-    """((source, key), the whole hash) of a built pair: what verification joins back."""
-    hashes = image_hashes.hashes_of(pair)
-    if hashes is not None:
-        yield ("", hashes.key), image_hashes.as_tuple(dups.Tagged("", hashes))
+def _whole_hash(hashes: dups.ImageHash):
+    """((source, key), the whole hash) of this run's image: what verification joins back."""
+    return ("", hashes.key), image_hashes.as_tuple(dups.Tagged("", hashes))
 
 
 class _OwnBuckets(beam.DoFn):
@@ -128,10 +130,7 @@ class _OwnBuckets(beam.DoFn):
         self._buckets: dict[tuple[int, int], list[tuple]] = {}
         self._held = 0
 
-    def process(self, pair: Pair):
-        hashes = image_hashes.hashes_of(pair)
-        if hashes is None:
-            return
+    def process(self, hashes: dups.ImageHash):
         for key, value in _band_keys(dups.Tagged("", hashes), self._distance):
             self._buckets.setdefault(key, []).append(value)
         self._held += 1
@@ -476,9 +475,12 @@ class FindDuplicates(beam.PTransform):
     def expand(self, pairs):
         settings = self._settings
         distance = settings.distance
-        hashed = pairs | "BuildRecords" >> beam.ParDo(_BuildRecords(self._writing))
-        keyed = [hashed | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        whole = [hashed | "WholeHashes" >> beam.FlatMap(_whole_hash)]
+        built = pairs | "BuildRecords" >> beam.ParDo(_BuildRecords(self._writing)).with_outputs(
+            BUILT_HASHES, main="pairs"
+        )
+        hashed, own = built.pairs, built[BUILT_HASHES]
+        keyed = [own | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
+        whole = [own | "WholeHashes" >> beam.Map(_whole_hash)]
         others = [
             _other_hashes(pairs.pipeline, number, check, distance)
             for number, check in enumerate(settings.leakage)

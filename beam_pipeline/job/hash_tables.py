@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name
-from beam_pipeline.job.image_hashes import hashes_of
 from transforms import files
-from transforms.duplicates import hash_rows_bytes
+from transforms.duplicates import ImageHash, hash_rows_bytes
 from transforms.format.dataset_info import FileRef
 from transforms.format.naming import (
     DUPLICATES_FILE,
@@ -25,8 +24,6 @@ from transforms.format.naming import (
     INDEX_DIR,
     hashes_name,
 )
-from transforms.pairing import Pair
-from transforms.rejects import Reject
 
 
 def staged_hash_rows(shard_name: str) -> str:
@@ -34,23 +31,13 @@ def staged_hash_rows(shard_name: str) -> str:
 
 
 def stage_shard_hashes(
-    staging_dir: str,
-    shard_name: str,
-    pairs: Sequence[Pair],
-    rejects: Sequence[Reject],
-    attempt: str = "",
+    staging_dir: str, shard_name: str, hashes: Sequence[ImageHash], attempt: str = ""
 ) -> None:
     """Stage the hash rows of a written shard's records (in key order, as the shard), under
     the name of the attempt that wrote the shard (job/attempts.py)."""
-    rejected = {reject.key for reject in rejects}
-    rows = sorted(
-        hashes_of(pair)
-        for pair in pairs
-        if pair.key not in rejected and hashes_of(pair) is not None
-    )
     files.write_bytes(
         files.join(staging_dir, attempt_name(staged_hash_rows(shard_name), attempt)),
-        hash_rows_bytes(rows),
+        hash_rows_bytes(sorted(hashes)),
     )
 
 

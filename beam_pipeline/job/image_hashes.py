@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from transforms import duplicates as dups
-from transforms.pairing import Pair
 
 # Between stages a hash travels as plain tuples (Beam encodes tuples of str, int and bytes
 # with its fast coder, dataclasses only by pickling). Each image is keyed D + 1 times into
@@ -46,11 +45,6 @@ def from_probe(value: tuple) -> dups.Tagged:
 def identity(value: tuple) -> tuple[str, str]:
     """(source, key): what names one hash of the search, as a probe or a whole tuple."""
     return value[0], value[1]
-
-
-def hashes_of(pair: Pair) -> dups.ImageHash | None:
-    """The image's hashes a built pair carries (None: rejected, or not built)."""
-    return getattr(pair.image, "hashes", None)
 
 
 def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: int) -> list:

@@ -20,6 +20,7 @@ from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name, new_attempt
 from beam_pipeline.job.built_records import SpilledRecords, is_built, read_source
+from beam_pipeline.job.hash_tables import stage_shard_hashes
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
@@ -78,10 +79,12 @@ def write_shard(
     transcoded = exif_ignored = 0
     ordered = sorted(pairs, key=lambda pair: pair.key)
     # Built pairs (job/built_records.py) were read, converted and counted once already: their
-    # record bytes are copied from the spill files, in one thread.
+    # record bytes are copied from the spill files, in one thread, and their image hashes
+    # (the duplicate search's) staged beside the shard.
     built = bool(ordered) and all(is_built(pair) for pair in ordered)
+    hashes = []
     if built:
-        convert, threads = SpilledRecords().record, 1
+        convert, threads = SpilledRecords(settings.staging_dir).record, 1
     else:
         convert, threads = functools.partial(_record_or_reject, settings), settings.threads
     adapter = record_formats.get(spec.record_format)  # the format the shard's name says
@@ -97,8 +100,9 @@ def write_shard(
                         )
                     )
                     continue
-                record, digest = record
+                record, digest, *hashed = record
                 digests.append((pair.key, digest))
+                hashes += hashed
                 writer.write(record.serialized)
                 written.append((pair.key, len(record.serialized)))
                 transcoded += record.image_transcoded
@@ -119,6 +123,8 @@ def write_shard(
         files.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
         digest_table.row_bytes(digests),
     )
+    if settings.store_hashes:
+        stage_shard_hashes(settings.staging_dir, spec.name, hashes, attempt)
     shard = WrittenShard(
         spec,
         len(written),

@@ -8,7 +8,6 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline.job.hash_tables import stage_shard_hashes
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
@@ -39,7 +38,7 @@ class _WriteShard(beam.DoFn):
         (spec,) = grouped["spec"]
         pairs = list(grouped["pairs"])
         if self._settings.pool is None:
-            yield from self._emit(pairs, *write_shard(self._settings, spec, pairs))
+            yield from self._emit(*write_shard(self._settings, spec, pairs))
         else:
             self._pending.append((spec, pairs))
 
@@ -56,8 +55,8 @@ class _WriteShard(beam.DoFn):
             futures = [
                 pool.submit(write_shard, self._settings, spec, pairs) for spec, pairs in jobs
             ]
-            for (_, pairs), future in zip(jobs, futures, strict=True):
-                for output in self._emit(pairs, *future.result()):
+            for future in futures:
+                for output in self._emit(*future.result()):
                     if isinstance(output, beam.pvalue.TaggedOutput):
                         yield beam.pvalue.TaggedOutput(
                             output.tag, GlobalWindows.windowed_value(output.value)
@@ -71,11 +70,7 @@ class _WriteShard(beam.DoFn):
                 "(try --writer_processes 1)"
             ) from error
 
-    def _emit(self, pairs, shard: WrittenShard, rejects: tuple[Reject, ...]):
-        if self._settings.store_hashes:
-            stage_shard_hashes(
-                self._settings.staging_dir, shard.spec.name, pairs, rejects, shard.attempt
-            )
+    def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...]):
         for reject in rejects:
             Metrics.counter("segprep", f"rejected_{reject.reason.value}").inc()
             yield beam.pvalue.TaggedOutput(REJECTS, reject)
