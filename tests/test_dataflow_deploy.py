@@ -87,8 +87,14 @@ def test_flex_template_parameters_are_the_prepare_flags():
     fraction = re.compile(parameters["train_size"]["regexes"][0])
     assert all(fraction.match(value) for value in ("0.9", "1", "0", ".25", "1.0"))
     assert not any(fraction.match(value) for value in ("1.5", "-0.1", "abc"))
-    options = [option["value"] for option in parameters["mask_format"]["enumOptions"]]
-    assert options == list(flags["mask_format"].choices)
+    # The template's file is static JSON: each list of choices is a copy of the flag's (for
+    # annotation_format, of the tool registry's names), kept equal here.
+    enums = [name for name, parameter in parameters.items() if parameter["paramType"] == "ENUM"]
+    assert {"mask_format", "annotation_format", "record_format"} <= set(enums)
+    for name in enums:
+        options = [option["value"] for option in parameters[name]["enumOptions"]]
+        assert options == list(flags[name].choices), name
+        assert parameters[name]["regexes"] == [f"^({'|'.join(options)})$"], name
 
 
 def _flex_main():
