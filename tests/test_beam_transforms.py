@@ -80,11 +80,13 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
     with _pipeline() as p:
         planned = (
             p
-            | beam.Create([_pair(k) for k in keys])
+            | beam.Create([[_pair(k) for k in keys[:25]], [_pair(k) for k in keys[25:]]])
             | PlanShards(PlanningSettings(fractions, num_shards=30))
         )
         specs = planned["specs"] | "SpecNames" >> beam.Map(lambda kv: kv[0])
-        assigned = planned["assigned"] | "Assigned" >> beam.Map(lambda kv: (kv[1].key, kv[0]))
+        assigned = planned["assigned"] | "Assigned" >> beam.FlatMapTuple(
+            lambda name, pairs: [(pair.key, name) for pair in pairs]
+        )
         used = (
             planned["assigned"]
             | "UsedNames" >> beam.Map(lambda kv: kv[0])
@@ -148,7 +150,7 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
         planned = {
             "specs": p | "Specs" >> beam.Create([(spec.name, spec), (empty.name, empty)]),
             "assigned": p
-            | "Pairs" >> beam.Create([(spec.name, pair("good")), (spec.name, pair("bad"))]),
+            | "Pairs" >> beam.Create([(spec.name, [pair("good")]), (spec.name, [pair("bad")])]),
         }
         written = planned | WriteShards(ShardWriterSettings(staging))
         counts = written.shards | beam.Map(lambda r: (r.spec.name, r.num_examples))

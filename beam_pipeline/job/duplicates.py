@@ -5,8 +5,8 @@ run's writer pool on local runs) -> key each hash's probe (source, key, phash, a
 prefix) by its D + 1 band values (gathered into lists per bundle) -> inside each band bucket
 (writer pool on local runs) this run's exact copies stand as one, and the pairs within D
 (transforms/duplicates.py: pigeonhole, every pair within D shares a band) are candidates ->
-one join by key gives each candidate its two images' whole hashes (signature, digests),
-which travel once rather than D + 1 times -> the pairs whose colour signatures confirm them
+one join by partition of image gives each candidate its two images' whole hashes (signature,
+digests), which travel once rather than D + 1 times -> the pairs whose colour signatures confirm them
 are collected in one place for the complete-linkage groups -> without official splits, the
 groups a chain of pairs links all follow one split (the smallest key's, or the split an
 appended output already stores a member in); under --split_file / --split_by_folder nobody
@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import zlib
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
@@ -49,13 +50,18 @@ _COMPARED = 20_000  # hashes per bucket-comparison task
 _IN_FLIGHT = 4  # comparison tasks sent and not yet collected
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
+# The whole-hash join is keyed by partition of image, not by image: a few hundred elements
+# per bundle rather than one per image; a partition holds 1/_PARTS of the hashes (20,000 of
+# 10 million, ~9 MB), and only partitions with candidates are looked into.
+_PARTS = 512
 # Another output's hashes read before their bucket lists are passed on: a few MB held.
 _OTHER_BUCKETED = 4096
 
 
 class _BuildRecords(beam.DoFn):
     """Each pair read once, its record spilled and its hashes made (job/built_records.py):
-    the built pairs go on, their images' hashes (tagged BUILT_HASHES) to the search. Chunks
+    each chunk's built pairs go on as one list (planning takes batches), and its images'
+    hashes as another (tagged BUILT_HASHES) to the search. Chunks
     go to the run's writer pool in finish_bundle (as shards do, job/write_shards.py), so
     every core reads and decodes, or are built in this process (Dataflow)."""
 
@@ -92,18 +98,19 @@ class _BuildRecords(beam.DoFn):
             ) from error
 
     def _emit(self, results, wrap: bool = True):
-        """Each built pair, and its hashes when it has a record (windowed in finish_bundle)."""
+        """Each chunk's built pairs, and the hashes of those with a record (windowed in
+        finish_bundle)."""
         window = GlobalWindows.windowed_value if wrap else (lambda value: value)
         for built in results:
-            for pair, hashes in built:
-                self._read.inc()
-                yield window(pair)
-                if hashes is not None:
-                    yield beam.pvalue.TaggedOutput(BUILT_HASHES, window(hashes))
+            self._read.inc(len(built))
+            yield window([pair for pair, _ in built])
+            hashes = [hashes for _, hashes in built if hashes is not None]
+            if hashes:
+                yield beam.pvalue.TaggedOutput(BUILT_HASHES, window(hashes))
 
 
 from_member = image_hashes.from_member
-HASHES = "hashes"  # the whole hashes another output's table holds, beside its bucket lists
+HASHES = "hashes"  # another output's whole hashes by partition, beside its bucket lists
 BUILT_HASHES = "built_hashes"  # this run's images' hashes, beside the built pairs
 
 
@@ -113,9 +120,36 @@ def _band_keys(tagged: dups.Tagged, distance: int):
         yield (band, band_value), value
 
 
-def _whole_hash(hashes: dups.ImageHash):
-    """((source, key), the whole hash) of this run's image: what verification joins back."""
-    return ("", hashes.key), image_hashes.as_tuple(dups.Tagged("", hashes))
+def _part(identity: tuple[str, str]) -> int:
+    """The join partition of the image (source, key) names: stable across processes."""
+    source, key = identity
+    return zlib.crc32(f"{source}\0{key}".encode()) % _PARTS
+
+
+def _add_whole(parts: dict[int, list[tuple]], whole: tuple) -> None:
+    parts.setdefault(_part(image_hashes.identity(whole)), []).append(whole)
+
+
+class _WholeHashes(beam.DoFn):
+    """This run's images' whole hashes (what verification joins back), as (partition, the
+    bundle's hashes in it): at most _BUCKETED held before they are passed on."""
+
+    def start_bundle(self) -> None:
+        self._parts: dict[int, list[tuple]] = {}
+        self._held = 0
+
+    def process(self, chunk: list[dups.ImageHash]):
+        for hashes in chunk:
+            _add_whole(self._parts, image_hashes.as_tuple(dups.Tagged("", hashes)))
+        self._held += len(chunk)
+        if self._held >= _BUCKETED:
+            yield from self._parts.items()
+            self.start_bundle()
+
+    def finish_bundle(self):
+        for item in self._parts.items():
+            yield GlobalWindows.windowed_value(item)
+        self.start_bundle()
 
 
 class _OwnBuckets(beam.DoFn):
@@ -130,10 +164,11 @@ class _OwnBuckets(beam.DoFn):
         self._buckets: dict[tuple[int, int], list[tuple]] = {}
         self._held = 0
 
-    def process(self, hashes: dups.ImageHash):
-        for key, value in _band_keys(dups.Tagged("", hashes), self._distance):
-            self._buckets.setdefault(key, []).append(value)
-        self._held += 1
+    def process(self, chunk: list[dups.ImageHash]):
+        for hashes in chunk:
+            for key, value in _band_keys(dups.Tagged("", hashes), self._distance):
+                self._buckets.setdefault(key, []).append(value)
+        self._held += len(chunk)
         if self._held >= _BUCKETED:
             yield from self._buckets.items()
             self.start_bundle()
@@ -193,17 +228,23 @@ class _CompareInBuckets(beam.DoFn):
 
 
 def _by_image(candidate):
-    """A candidate, keyed by each of its two images (its side named): one join gives both
-    their whole hashes."""
+    """A candidate, keyed by the partition of each of its two images (its side named): one
+    join gives both their whole hashes."""
     for side in (0, 1):
-        yield image_hashes.identity(candidate[side]), (side, candidate)
+        yield _part(image_hashes.identity(candidate[side])), (side, candidate)
 
 
 def _with_whole(element):
-    """An image's whole hash, given to each candidate it is in -> keyed by the candidate."""
+    """A partition's whole hashes, each given to the candidates its image is in -> keyed by
+    the candidate."""
     _, joined = element
-    for whole in joined[HASHES][:1]:
-        for side, candidate in joined["candidates"]:
+    candidates = list(joined["candidates"])
+    if not candidates:
+        return
+    wholes = {image_hashes.identity(w): w for part in joined[HASHES] for w in part}
+    for side, candidate in candidates:
+        whole = wholes.get(image_hashes.identity(candidate[side]))
+        if whole is not None:
             yield candidate, (side, whole)
 
 
@@ -265,28 +306,32 @@ class _OtherBuckets(beam.DoFn):
 
     def process(self, ref):
         buckets: dict[tuple[int, int], list[tuple]] = {}
+        parts: dict[int, list[tuple]] = {}
         held = 0
-        whole = beam.pvalue.TaggedOutput
         digest = hashlib.sha256()
         with side_tables.open_table(self._output_dir, ref, check_sha256=False) as table:
             for number, line in enumerate(table.lines(), start=1):
                 digest.update(line)
                 tagged = _tagged_row(line, self._source, f"{self._output_dir}{ref.file}", number)
-                yield whole(
-                    HASHES, ((self._source, tagged.image.key), image_hashes.as_tuple(tagged))
-                )
+                _add_whole(parts, image_hashes.as_tuple(tagged))
                 for key, value in _band_keys(tagged, self._distance):
                     buckets.setdefault(key, []).append(value)
                 held += 1
                 if held >= _OTHER_BUCKETED:
-                    yield from buckets.items()
-                    buckets, held = {}, 0
+                    yield from self._passed_on(buckets, parts)
+                    buckets, parts, held = {}, {}, 0
         if digest.hexdigest() != ref.sha256:
             raise side_tables.SideTableError(
                 f"{self._output_dir}{ref.file} changed while it was read: run `segprep verify "
                 f"{self._output_dir}`"
             )
+        yield from self._passed_on(buckets, parts)
+
+    @staticmethod
+    def _passed_on(buckets, parts):
         yield from buckets.items()
+        for item in parts.items():
+            yield beam.pvalue.TaggedOutput(HASHES, item)
 
 
 def _tagged_row(line: bytes, source: str, path: str, number: int) -> dups.Tagged:
@@ -400,18 +445,22 @@ def _closest(found):
 
 
 class _Verdict(beam.DoFn):
-    """Pairs no verdict concerns go on; the others become rejects."""
+    """A batch's pairs no verdict concerns go on, as a batch; the others become rejects."""
 
-    def process(self, pair: Pair, verdicts):
-        verdict = verdicts.get(pair.key)
-        if verdict is None:
-            yield pair
-            return
-        _, reason, detail = verdict
-        Metrics.counter(_NAMESPACE, f"rejected_{reason}").inc()
-        yield beam.pvalue.TaggedOutput(
-            REJECTS, Reject(pair.key, Reason(reason), detail, pair.image.path, pair.mask.path)
-        )
+    def process(self, batch: list[Pair], verdicts):
+        kept = []
+        for pair in batch:
+            verdict = verdicts.get(pair.key)
+            if verdict is None:
+                kept.append(pair)
+                continue
+            _, reason, detail = verdict
+            Metrics.counter(_NAMESPACE, f"rejected_{reason}").inc()
+            yield beam.pvalue.TaggedOutput(
+                REJECTS, Reject(pair.key, Reason(reason), detail, pair.image.path, pair.mask.path)
+            )
+        if kept:
+            yield kept
 
 
 def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
@@ -463,7 +512,8 @@ def _moved(placed: list[tuple], settings: DuplicateSettings) -> dict[str, int]:
 
 
 class FindDuplicates(beam.PTransform):
-    """pairs -> {"pairs": pairs carrying their hashes, minus rejects; "rejects" (None when
+    """pairs -> {"pairs": batches of the built pairs (job/planning.py), minus rejects;
+    "rejects" (None when
     nothing can be rejected: group mode without --leakage_check);
     "anchors": (member, the split it follows); "report": the metadata section}."""
 
@@ -480,7 +530,7 @@ class FindDuplicates(beam.PTransform):
         )
         hashed, own = built.pairs, built[BUILT_HASHES]
         keyed = [own | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        whole = [own | "WholeHashes" >> beam.Map(_whole_hash)]
+        whole = [own | "WholeHashes" >> beam.ParDo(_WholeHashes())]
         others = [
             _other_hashes(pairs.pipeline, number, check, distance)
             for number, check in enumerate(settings.leakage)
@@ -495,8 +545,9 @@ class FindDuplicates(beam.PTransform):
             | "ByBand" >> beam.GroupByKey()
             | "CompareInBucket" >> beam.ParDo(_CompareInBuckets(distance, settings.pool))
         )
-        # Each candidate gets its two images' whole hashes (signature, digests) by key: they
-        # travel once each, not D + 1 times through the bucket shuffle; one join for both.
+        # Each candidate gets its two images' whole hashes (signature, digests) by partition
+        # of image: they travel once each, not D + 1 times through the bucket shuffle; one
+        # join for both.
         found = (
             {HASHES: whole, "candidates": candidates | "ByImage" >> beam.FlatMap(_by_image)}
             | "JoinHashes" >> beam.CoGroupByKey()

@@ -12,7 +12,7 @@ from beam_pipeline.job.commit import CommitOutput
 from beam_pipeline.job.duplicates import FindDuplicates
 from beam_pipeline.job.existing_keys import SKIPPED, CheckExistingKeys
 from beam_pipeline.job.listing import REJECTS, DiscoverEntries
-from beam_pipeline.job.planning import PlanShards
+from beam_pipeline.job.planning import Batch, PlanShards
 from beam_pipeline.job.settings import JobSettings
 from beam_pipeline.job.write_shards import WriteShards
 
@@ -43,6 +43,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
             early.append(grouped[REJECTS])
         if grouped["report"] is not None:
             counts["duplicates"] = grouped["report"]
+    else:  # the search passes its built pairs on in batches; planning takes batches
+        pairs = pairs | "Batch" >> beam.ParDo(Batch())
     planned = pairs | "PlanShards" >> PlanShards(job.planning, anchors)
     written = planned | "WriteShards" >> WriteShards(job.writing)
     rejects = (*early, planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()

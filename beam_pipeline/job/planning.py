@@ -1,4 +1,9 @@
-"""Assign each pair a split and a shard from its key; the shard plan comes from the listing."""
+"""Assign each pair a split and a shard from its key; the shard plan comes from the listing.
+
+Pairs travel in batches (lists, Batch below or the duplicate search's built chunks), split
+by split and then shard by shard: Beam's local runner spends microseconds per element and
+stage, which on a few cores competes with the writers, so planning moves a few thousand
+lists rather than one element per pair."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import itertools
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job.settings import PlanningSettings
 from transforms.pairing import Pair
@@ -22,6 +28,25 @@ from transforms.splits import (
 )
 
 REJECTS = "rejects"
+_BATCH = 256  # pairs per batch: a few hundred KB of paths
+
+
+class Batch(beam.DoFn):
+    """Pairs -> lists of at most _BATCH of them, per bundle."""
+
+    def start_bundle(self) -> None:
+        self._batch: list[Pair] = []
+
+    def process(self, pair: Pair):
+        self._batch.append(pair)
+        if len(self._batch) >= _BATCH:
+            batch, self._batch = self._batch, []
+            yield batch
+
+    def finish_bundle(self):
+        if self._batch:
+            batch, self._batch = self._batch, []
+            yield GlobalWindows.windowed_value(batch)
 
 
 class _AssignSplit(beam.DoFn):
@@ -29,22 +54,26 @@ class _AssignSplit(beam.DoFn):
         self._fractions = fractions
         self._left_out = Metrics.counter("segprep", f"rejected_{Reason.NOT_IN_SPLIT.value}")
 
-    def process(self, pair: Pair, anchors=None):
-        # A member of a duplicate group follows its group's split (job/duplicates.py); under
-        # official splits no entry has one, so every entry stays where its list puts it.
-        if anchors and pair.key in anchors:
-            split = anchors[pair.key]
-        else:
-            split = self._fractions.split_of(pair.key)
-        if split is None:
+    def process(self, batch: list[Pair], anchors=None):
+        """A batch -> (split, its pairs in that split) per split."""
+        by_split: dict[str, list[Pair]] = {}
+        for pair in batch:
+            # A member of a duplicate group follows its group's split (job/duplicates.py);
+            # under official splits no entry has one, so each stays where its list puts it.
+            if anchors and pair.key in anchors:
+                split = anchors[pair.key]
+            else:
+                split = self._fractions.split_of(pair.key)
+            if split is not None:
+                by_split.setdefault(split, []).append(pair)
+                continue
             self._left_out.inc()
             detail = self._fractions.left_out_detail(pair.key)
             yield beam.pvalue.TaggedOutput(
                 REJECTS,
                 Reject(pair.key, Reason.NOT_IN_SPLIT, detail, pair.image.path, pair.mask.path),
             )
-            return
-        yield split, pair
+        yield from by_split.items()
 
 
 def _add_sizes(sizes):
@@ -65,8 +94,11 @@ class _SeedKeys(beam.CombineFn):
     def create_accumulator(self, limit: int) -> list[tuple[int, str]]:
         return []
 
-    def add_input(self, accumulator, key: str, limit: int):
-        accumulator.append((shard_hash(key), key))
+    def add_input(self, accumulator, keys: str | list[str], limit: int):
+        """One key, or a batch's keys."""
+        if isinstance(keys, str):
+            keys = [keys]
+        accumulator.extend((shard_hash(key), key) for key in keys)
         if len(accumulator) >= 2 * limit:
             accumulator = heapq.nsmallest(limit, accumulator)
         return accumulator
@@ -81,13 +113,17 @@ class _SeedKeys(beam.CombineFn):
         return seed_keys(accumulator, limit)
 
 
-def _keyed_by_shard(split_and_pair: tuple[str, Pair], assigner: ShardAssigner) -> tuple[str, Pair]:
-    split, pair = split_and_pair
-    return assigner.assign(pair.key, split).name, pair
+def _by_shard(split: str, pairs: list[Pair], assigner: ShardAssigner = None):  # noqa: RUF013 - FlatMapTuple wants a default
+    """(shard name, the batch's pairs in that shard) per shard the batch reaches."""
+    by_shard: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        by_shard.setdefault(assigner.assign(pair.key, split).name, []).append(pair)
+    return by_shard.items()
 
 
 class PlanShards(beam.PTransform):
-    """(shard name, pair) for every pair, and (shard name, ShardSpec) for every planned shard.
+    """Batches of pairs -> (shard name, a list of its pairs), and (shard name, ShardSpec) for
+    every planned shard.
 
     The plan never has more shards in a split than entries, and each shard is opened by one
     of the split's seed keys (ShardAssigner), so no planned shard is left without a pair.
@@ -115,7 +151,12 @@ class PlanShards(beam.PTransform):
         sizes = (
             assigned.split
             | "EntrySize"
-            >> beam.MapTuple(lambda split, pair: (split, (1, pair.image.size + pair.mask.size)))
+            >> beam.MapTuple(
+                lambda split, pairs: (
+                    split,
+                    (len(pairs), sum(p.image.size + p.mask.size for p in pairs)),
+                )
+            )
             | "SizePerSplit" >> beam.CombinePerKey(_add_sizes)
         )
         plan = (
@@ -126,7 +167,7 @@ class PlanShards(beam.PTransform):
         limit = plan | "SeedLimit" >> beam.Map(lambda p: max(p.values()))
         seeds = (
             assigned.split
-            | "SplitKey" >> beam.MapTuple(lambda split, pair: (split, pair.key))
+            | "SplitKeys" >> beam.MapTuple(lambda split, pairs: (split, [p.key for p in pairs]))
             | "SeedKeys" >> beam.CombinePerKey(_SeedKeys(), beam.pvalue.AsSingleton(limit))
         )
         record_format = self._settings.record_format
@@ -136,7 +177,7 @@ class PlanShards(beam.PTransform):
         specs = plan | "ShardSpecs" >> beam.FlatMap(
             lambda p: [(spec.name, spec) for spec in shard_specs(p, record_format)]
         )
-        by_shard = assigned.split | "AssignShard" >> beam.Map(
-            _keyed_by_shard, assigner=beam.pvalue.AsSingleton(assigner)
+        by_shard = assigned.split | "AssignShard" >> beam.FlatMapTuple(
+            _by_shard, assigner=beam.pvalue.AsSingleton(assigner)
         )
         return {"specs": specs, "assigned": by_shard, REJECTS: assigned[REJECTS]}

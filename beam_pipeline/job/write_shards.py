@@ -36,7 +36,7 @@ class _WriteShard(beam.DoFn):
     def process(self, element):
         _, grouped = element
         (spec,) = grouped["spec"]
-        pairs = list(grouped["pairs"])
+        pairs = [pair for batch in grouped["pairs"] for pair in batch]
         if self._settings.pool is None:
             yield from self._emit(*write_shard(self._settings, spec, pairs))
         else:
@@ -82,7 +82,8 @@ class _WriteShard(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """Group pair *paths* by shard, then write each shard in one DoFn call."""
+    """Group pair *paths* (in lists, job/planning.py) by shard, then write each shard in one
+    DoFn call."""
 
     def __init__(self, settings: ShardWriterSettings) -> None:
         super().__init__()
