@@ -624,17 +624,9 @@ class DatasetInfo:
             classes = ClassesInfo.from_json(data["classes"])
             if mask_format != "png":
                 raise MetadataError(f"class-id masks stored as {mask_format}: only png is lossless")
-        known = (
-            "format_version",
-            "mask_format",
-            "splits",
-            "tfds_files",
-            "classes",
-            "dataset_versions",
-        )
         parsed = {name: _split(name, entry, adapter) for name, entry in splits.items()}
         versions = _versions(data.get("dataset_versions"), parsed)
-        known = (*known, "record_format", "num_unlabeled", *_OPTIONAL_FIELDS)
+        known = {*_TOP_FIELDS, *_OPTIONAL_FIELDS}
         return cls(
             format_version=version,
             mask_format=mask_format,
@@ -660,6 +652,9 @@ _OPTIONAL_FIELDS = (
     "record_spec",
     "duplicates",
 )
+# The fields every DatasetInfo reads (the rest of metadata.json is `extra`).
+_TOP_FIELDS = ("format_version", "mask_format", "record_format", "splits", "tfds_files")
+_TOP_FIELDS += ("classes", "dataset_versions", "num_unlabeled")
 _SECTIONS = {"num_rejected": RejectCounts, "run": RunInfo}
 _COUNTS = ("num_discovered", "exif_orientation_ignored")
 
