@@ -6,20 +6,20 @@ prefix) by its D + 1 band values (gathered into lists per bundle) -> inside each
 (writer pool on local runs) this run's exact copies stand as one, and the pairs within D
 (transforms/duplicates.py: pigeonhole, every pair within D shares a band) are candidates ->
 one join by partition of image gives each candidate its two images' whole hashes (signature,
-digests), which travel once rather than D + 1 times -> the pairs whose colour signatures confirm them
-are collected in one place for the complete-linkage groups -> without official splits, the
-groups a chain of pairs links all follow one split (the smallest key's, or the split an
-appended output already stores a member in); under --split_file / --split_by_folder nobody
+digests), which travel once rather than D + 1 times -> the pairs whose colour signatures
+confirm them are collected in one place for the complete-linkage groups -> without official
+splits, the groups a chain of pairs links all follow one split (the smallest key's, or the
+split an appended output already stores a member in); under --split_file / --split_by_folder nobody
 moves and groups that cross splits are reported; drop keeps one member per group (per split
 under official splits, train's copies of validation/test images going). Hashes of other
 outputs (--leakage_check) join the same buckets (this run's images close to one of them
 become rejects), and so do, on an append, the hashes the output stores.
 
 No step holds every hash: buckets hold the probes sharing one band value, the join one
-image's hash and its candidates, and the side inputs what concerns duplicates only (group
-members, rejected keys). The pairs are gathered by a one-key shuffle: exact copies are
-reported once each (with the key standing for their bytes), so they number about the
-images that have a copy, not their copies squared.
+partition's hashes (1/_PARTS of them) and its candidates, and the side inputs what concerns
+duplicates only (group members, rejected keys). The pairs are gathered by a one-key
+shuffle: exact copies are reported once each (with the key standing for their bytes), so
+they number about the images that have a copy, not their copies squared.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from transforms import duplicates as dups
 from transforms import files
 from transforms.format import side_tables
 from transforms.format.naming import DUPLICATES_FILE, FIRST_VERSION, hashes_version
-from transforms.pairing import Pair
+from transforms.pairing import Pair, PairBatch
 from transforms.rejects import Reason, Reject
 
 REJECTS = "rejects"
@@ -103,7 +103,7 @@ class _BuildRecords(beam.DoFn):
         window = GlobalWindows.windowed_value if wrap else (lambda value: value)
         for built in results:
             self._read.inc(len(built))
-            yield window([pair for pair, _ in built])
+            yield window(PairBatch(pair for pair, _ in built))
             hashes = [hashes for _, hashes in built if hashes is not None]
             if hashes:
                 yield beam.pvalue.TaggedOutput(BUILT_HASHES, window(hashes))
@@ -448,7 +448,7 @@ class _Verdict(beam.DoFn):
     """A batch's pairs no verdict concerns go on, as a batch; the others become rejects."""
 
     def process(self, batch: list[Pair], verdicts):
-        kept = []
+        kept = PairBatch()
         for pair in batch:
             verdict = verdicts.get(pair.key)
             if verdict is None:

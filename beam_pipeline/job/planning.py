@@ -15,7 +15,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job.settings import PlanningSettings
-from transforms.pairing import Pair
+from transforms.pairing import Pair, PairBatch
 from transforms.rejects import Reason, Reject
 from transforms.splits import (
     ShardAssigner,
@@ -35,17 +35,17 @@ class Batch(beam.DoFn):
     """Pairs -> lists of at most _BATCH of them, per bundle."""
 
     def start_bundle(self) -> None:
-        self._batch: list[Pair] = []
+        self._batch = PairBatch()
 
     def process(self, pair: Pair):
         self._batch.append(pair)
         if len(self._batch) >= _BATCH:
-            batch, self._batch = self._batch, []
+            batch, self._batch = self._batch, PairBatch()
             yield batch
 
     def finish_bundle(self):
         if self._batch:
-            batch, self._batch = self._batch, []
+            batch, self._batch = self._batch, PairBatch()
             yield GlobalWindows.windowed_value(batch)
 
 
@@ -56,7 +56,7 @@ class _AssignSplit(beam.DoFn):
 
     def process(self, batch: list[Pair], anchors=None):
         """A batch -> (split, its pairs in that split) per split."""
-        by_split: dict[str, list[Pair]] = {}
+        by_split: dict[str, PairBatch] = {}
         for pair in batch:
             # A member of a duplicate group follows its group's split (job/duplicates.py);
             # under official splits no entry has one, so each stays where its list puts it.
@@ -65,7 +65,7 @@ class _AssignSplit(beam.DoFn):
             else:
                 split = self._fractions.split_of(pair.key)
             if split is not None:
-                by_split.setdefault(split, []).append(pair)
+                by_split.setdefault(split, PairBatch()).append(pair)
                 continue
             self._left_out.inc()
             detail = self._fractions.left_out_detail(pair.key)
@@ -115,9 +115,9 @@ class _SeedKeys(beam.CombineFn):
 
 def _by_shard(split: str, pairs: list[Pair], assigner: ShardAssigner = None):  # noqa: RUF013 - FlatMapTuple wants a default
     """(shard name, the batch's pairs in that shard) per shard the batch reaches."""
-    by_shard: dict[str, list[Pair]] = {}
+    by_shard: dict[str, PairBatch] = {}
     for pair in pairs:
-        by_shard.setdefault(assigner.assign(pair.key, split).name, []).append(pair)
+        by_shard.setdefault(assigner.assign(pair.key, split).name, PairBatch()).append(pair)
     return by_shard.items()
 
 
