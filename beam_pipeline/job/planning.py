@@ -28,7 +28,7 @@ from transforms.splits import (
 )
 
 REJECTS = "rejects"
-_BATCH = 256  # pairs per batch: a few hundred KB of paths
+_BATCH = 256  # pairs per batch: about 60 KB pickled
 
 
 class Batch(beam.DoFn):
