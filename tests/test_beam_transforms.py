@@ -122,7 +122,7 @@ def test_seed_keys_combine_merges_partial_results_like_one_pass():
     for start in range(0, 500, 70):  # eight bundles of uneven sizes
         accumulator = combine.create_accumulator(12)
         for key in keys[start : start + 70]:
-            accumulator = combine.add_input(accumulator, key, 12)
+            accumulator = combine.add_input(accumulator, [key], 12)
         assert len(accumulator) < 24
         parts.append(combine.compact(accumulator, 12))
     merged = combine.extract_output(combine.merge_accumulators(parts, 12), 12)

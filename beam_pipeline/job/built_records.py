@@ -22,17 +22,17 @@ import dataclasses
 import errno
 import functools
 import hashlib
+import json
 import os
-import pickle
 import tempfile
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
 from transforms import files
+from transforms.class_stats import ClassStats
 from transforms.duplicates import ImageHash, digest, fingerprint
 from transforms.files import RangeReader
 from transforms.pairing import Pair, SourceFile
@@ -62,15 +62,31 @@ class BuiltFile(SourceFile):
 
 @dataclasses.dataclass(frozen=True)
 class BuiltFacts:
-    """What the shard writer and metadata.json need of a built record besides its bytes."""
+    """What the shard writer and metadata.json need of a built record besides its bytes.
+    Stored as JSON, not pickled: the staging folder may sit in a shared bucket, and loading
+    a pickle from it would run whatever someone put there."""
 
     height: int
     width: int
     transcoded: bool
     exif_ignored: bool
-    class_stats: Any
+    class_stats: ClassStats | None
     digest: str  # the pair's content digest
-    hashes: ImageHash
+    hashes: ImageHash  # as its hash-table row (no mask digest: the search has it already)
+
+    def to_bytes(self) -> bytes:
+        stats = None if self.class_stats is None else self.class_stats.to_json()
+        facts = [self.height, self.width, self.transcoded, self.exif_ignored, stats]
+        return json.dumps([*facts, self.digest, self.hashes.row()]).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> BuiltFacts:
+        try:
+            height, width, transcoded, exif, stats, digest, row = json.loads(data)
+            stats = None if stats is None else ClassStats.from_json(stats)
+            return cls(height, width, transcoded, exif, stats, digest, ImageHash.from_row(row))
+        except (ValueError, TypeError, KeyError) as error:
+            raise OSError(f"{where}: a record's facts do not decode ({error})") from None
 
 
 def build_records(
@@ -99,7 +115,7 @@ def build_records(
     return built
 
 
-def _reference(pair: Pair, made, spill: str, handle) -> tuple[Pair, ImageHash | None]:
+def _reference(pair: Pair, made, name: str, handle) -> tuple[Pair, ImageHash | None]:
     """The pair carrying its BuiltFile, and its hashes; its record's bytes and facts
     appended to the spill file."""
     image = pair.image
@@ -107,23 +123,20 @@ def _reference(pair: Pair, made, spill: str, handle) -> tuple[Pair, ImageHash | 
         failed = BuiltFile(image.path, image.size, image.regular, reject=(made.reason, made.detail))
         return dataclasses.replace(pair, image=failed), None
     record, content, hashes = made
-    facts = pickle.dumps(
-        BuiltFacts(
-            record.height,
-            record.width,
-            record.image_transcoded,
-            record.exif_ignored,
-            record.class_stats,
-            content,
-            hashes,
-        ),
-        pickle.HIGHEST_PROTOCOL,
-    )
+    facts = BuiltFacts(
+        record.height,
+        record.width,
+        record.image_transcoded,
+        record.exif_ignored,
+        record.class_stats,
+        content,
+        hashes,
+    ).to_bytes()
     offset = handle.tell()
     handle.write(record.serialized)
     handle.write(facts)
     reference = BuiltFile(
-        image.path, image.size, image.regular, spill, offset, len(record.serialized), len(facts)
+        image.path, image.size, image.regular, name, offset, len(record.serialized), len(facts)
     )
     return dataclasses.replace(pair, image=reference), hashes
 
@@ -191,14 +204,14 @@ class SpilledRecords:
         built = pair.image
         if built.reject is not None:
             return RejectError(*built.reject)
-        reader = self._readers.get(built.spill)
+        path = files.join(self._staging_dir, built.spill)
+        reader = self._readers.get(path)
         if reader is None:
-            path = files.join(self._staging_dir, built.spill)
-            reader = self._readers[built.spill] = RangeReader(path)
+            reader = self._readers[path] = RangeReader(path)
         data = reader.read_at(built.offset, built.length + built.facts)
         if len(data) != built.length + built.facts:
-            raise OSError(f"{built.spill} ends before the record of {pair.key}")
-        facts: BuiltFacts = pickle.loads(data[built.length :])
+            raise OSError(f"{path} ends before the record of {pair.key}")
+        facts = BuiltFacts.from_bytes(data[built.length :], path)
         record = Record(
             pair.key,
             data[: built.length],

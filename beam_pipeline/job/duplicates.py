@@ -50,20 +50,18 @@ _COMPARED = 20_000  # hashes per bucket-comparison task
 _IN_FLIGHT = 4  # comparison tasks sent and not yet collected
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
 _NAMESPACE = "segprep"
-# The whole-hash join is keyed by partition of image, not by image: a few hundred elements
-# per bundle rather than one per image; a partition holds 1/_PARTS of the hashes (20,000 of
-# 10 million, ~9 MB), and only partitions with candidates are looked into.
-_PARTS = 512
-# Another output's hashes read before their bucket lists are passed on: a few MB held.
+# Another output's hashes read before their bucket lists are passed on: a few MB held;
+# their whole hashes, by partition, four times as many.
 _OTHER_BUCKETED = 4096
+_OTHER_PARTED = 4 * _OTHER_BUCKETED
 
 
 class _BuildRecords(beam.DoFn):
     """Each pair read once, its record spilled and its hashes made (job/built_records.py):
     each chunk's built pairs go on as one list (planning takes batches), and its images'
-    hashes as another (tagged BUILT_HASHES) to the search. Chunks
-    go to the run's writer pool in finish_bundle (as shards do, job/write_shards.py), so
-    every core reads and decodes, or are built in this process (Dataflow)."""
+    hashes as another (tagged BUILT_HASHES) to the search. Chunks go to the run's writer
+    pool in finish_bundle (as shards do, job/write_shards.py), so every core reads and
+    decodes, or are built in this process (Dataflow)."""
 
     def __init__(self, writing: ShardWriterSettings) -> None:
         self._writing = writing
@@ -120,19 +118,24 @@ def _band_keys(tagged: dups.Tagged, distance: int):
         yield (band, band_value), value
 
 
-def _part(identity: tuple[str, str]) -> int:
-    """The join partition of the image (source, key) names: stable across processes."""
+def _part(identity: tuple[str, str], parts: int) -> int:
+    """The join partition of the image (source, key) names: stable across processes. The
+    join is keyed by partition, not by image, so a bundle sends a few hundred lists rather
+    than one element per image (DuplicateSettings.join_parts sizes a partition)."""
     source, key = identity
-    return zlib.crc32(f"{source}\0{key}".encode()) % _PARTS
+    return zlib.crc32(f"{source}\0{key}".encode()) % parts
 
 
-def _add_whole(parts: dict[int, list[tuple]], whole: tuple) -> None:
-    parts.setdefault(_part(image_hashes.identity(whole)), []).append(whole)
+def _add_whole(by_part: dict[int, list[tuple]], whole: tuple, parts: int) -> None:
+    by_part.setdefault(_part(image_hashes.identity(whole), parts), []).append(whole)
 
 
 class _WholeHashes(beam.DoFn):
     """This run's images' whole hashes (what verification joins back), as (partition, the
     bundle's hashes in it): at most _BUCKETED held before they are passed on."""
+
+    def __init__(self, parts: int) -> None:
+        self._parts_count = parts
 
     def start_bundle(self) -> None:
         self._parts: dict[int, list[tuple]] = {}
@@ -140,7 +143,8 @@ class _WholeHashes(beam.DoFn):
 
     def process(self, chunk: list[dups.ImageHash]):
         for hashes in chunk:
-            _add_whole(self._parts, image_hashes.as_tuple(dups.Tagged("", hashes)))
+            whole = image_hashes.as_tuple(dups.Tagged("", hashes))
+            _add_whole(self._parts, whole, self._parts_count)
         self._held += len(chunk)
         if self._held >= _BUCKETED:
             yield from self._parts.items()
@@ -227,16 +231,17 @@ class _CompareInBuckets(beam.DoFn):
             ) from error
 
 
-def _by_image(candidate):
+def _by_image(candidate, parts: int):
     """A candidate, keyed by the partition of each of its two images (its side named): one
     join gives both their whole hashes."""
     for side in (0, 1):
-        yield _part(image_hashes.identity(candidate[side])), (side, candidate)
+        yield _part(image_hashes.identity(candidate[side]), parts), (side, candidate)
 
 
 def _with_whole(element):
     """A partition's whole hashes, each given to the candidates its image is in -> keyed by
-    the candidate."""
+    the candidate. (An image named twice, two --leakage_check folders that are one, keeps
+    one of its equal hashes.)"""
     _, joined = element
     candidates = list(joined["candidates"])
     if not candidates:
@@ -258,14 +263,14 @@ def _verified(element, min_similarity: float):
         yield value if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
 
 
-def _other_hashes(pbegin, number: int, check, distance: int):
+def _other_hashes(pbegin, number: int, check, settings: DuplicateSettings):
     """The bucket lists, as _OwnBuckets makes them, of the hashes another output stored
     (and, tagged HASHES, the whole hashes)."""
     return (
         pbegin
         | f"OtherHashTables{number}" >> beam.Create(list(check.hash_tables))
         | f"OtherBuckets{number}"
-        >> beam.ParDo(_OtherBuckets(check.output_dir, distance)).with_outputs(
+        >> beam.ParDo(_OtherBuckets(check.output_dir, settings)).with_outputs(
             HASHES, main="buckets"
         )
     )
@@ -279,7 +284,7 @@ def _existing_hashes(pbegin, settings: DuplicateSettings):
         | f"ExistingHashTable{_table_label(split, ref)}" >> beam.Create([ref])
         | f"ExistingBuckets{_table_label(split, ref)}"
         >> beam.ParDo(
-            _OtherBuckets(settings.existing_dir, settings.distance, dups.existing_source(split))
+            _OtherBuckets(settings.existing_dir, settings, dups.existing_source(split))
         ).with_outputs(HASHES, main="buckets")
         for split, ref in settings.existing
     ]
@@ -296,42 +301,45 @@ class _OtherBuckets(beam.DoFn):
     """One hash table of another output (--leakage_check) or of the appended output ->
     ((band, value), hashes) lists, read a bounded line at a time through side_tables (name,
     link, kind and size checked here; the sha256 in the launcher before the job, and again
-    here as the lines go by), at most _OTHER_BUCKETED hashes held: one element per bucket
-    and batch, not D + 1 per hash. `source` tags the hashes (default: the folder)."""
+    here as the lines go by), at most _OTHER_BUCKETED hashes held for the buckets and
+    _OTHER_PARTED for the join: one element per bucket (or partition) and batch, not D + 1
+    per hash. `source` tags the hashes (default: the folder)."""
 
-    def __init__(self, output_dir: str, distance: int, source: str | None = None) -> None:
+    def __init__(self, output_dir: str, settings: DuplicateSettings, source: str = "") -> None:
         self._output_dir = output_dir
-        self._distance = distance
-        self._source = output_dir if source is None else source
+        self._distance = settings.distance
+        self._parts = settings.join_parts
+        self._source = source or output_dir
 
     def process(self, ref):
         buckets: dict[tuple[int, int], list[tuple]] = {}
         parts: dict[int, list[tuple]] = {}
-        held = 0
         digest = hashlib.sha256()
         with side_tables.open_table(self._output_dir, ref, check_sha256=False) as table:
             for number, line in enumerate(table.lines(), start=1):
                 digest.update(line)
                 tagged = _tagged_row(line, self._source, f"{self._output_dir}{ref.file}", number)
-                _add_whole(parts, image_hashes.as_tuple(tagged))
+                _add_whole(parts, image_hashes.as_tuple(tagged), self._parts)
                 for key, value in _band_keys(tagged, self._distance):
                     buckets.setdefault(key, []).append(value)
-                held += 1
-                if held >= _OTHER_BUCKETED:
-                    yield from self._passed_on(buckets, parts)
-                    buckets, parts, held = {}, {}, 0
+                if number % _OTHER_BUCKETED == 0:
+                    yield from buckets.items()
+                    buckets = {}
+                if number % _OTHER_PARTED == 0:
+                    yield from _tagged_items(parts)
+                    parts = {}
         if digest.hexdigest() != ref.sha256:
             raise side_tables.SideTableError(
                 f"{self._output_dir}{ref.file} changed while it was read: run `segprep verify "
                 f"{self._output_dir}`"
             )
-        yield from self._passed_on(buckets, parts)
-
-    @staticmethod
-    def _passed_on(buckets, parts):
         yield from buckets.items()
-        for item in parts.items():
-            yield beam.pvalue.TaggedOutput(HASHES, item)
+        yield from _tagged_items(parts)
+
+
+def _tagged_items(parts: dict[int, list[tuple]]):
+    for item in parts.items():
+        yield beam.pvalue.TaggedOutput(HASHES, item)
 
 
 def _tagged_row(line: bytes, source: str, path: str, number: int) -> dups.Tagged:
@@ -513,8 +521,7 @@ def _moved(placed: list[tuple], settings: DuplicateSettings) -> dict[str, int]:
 
 class FindDuplicates(beam.PTransform):
     """pairs -> {"pairs": batches of the built pairs (job/planning.py), minus rejects;
-    "rejects" (None when
-    nothing can be rejected: group mode without --leakage_check);
+    "rejects" (None when nothing can be rejected: group mode without --leakage_check);
     "anchors": (member, the split it follows); "report": the metadata section}."""
 
     def __init__(self, settings: DuplicateSettings, writing: ShardWriterSettings) -> None:
@@ -530,9 +537,9 @@ class FindDuplicates(beam.PTransform):
         )
         hashed, own = built.pairs, built[BUILT_HASHES]
         keyed = [own | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        whole = [own | "WholeHashes" >> beam.ParDo(_WholeHashes())]
+        whole = [own | "WholeHashes" >> beam.ParDo(_WholeHashes(settings.join_parts))]
         others = [
-            _other_hashes(pairs.pipeline, number, check, distance)
+            _other_hashes(pairs.pipeline, number, check, settings)
             for number, check in enumerate(settings.leakage)
         ]
         for other in others + _existing_hashes(pairs.pipeline, settings):
@@ -549,7 +556,11 @@ class FindDuplicates(beam.PTransform):
         # of image: they travel once each, not D + 1 times through the bucket shuffle; one
         # join for both.
         found = (
-            {HASHES: whole, "candidates": candidates | "ByImage" >> beam.FlatMap(_by_image)}
+            {
+                HASHES: whole,
+                "candidates": candidates
+                | "ByImage" >> beam.FlatMap(_by_image, settings.join_parts),
+            }
             | "JoinHashes" >> beam.CoGroupByKey()
             | "WithWholeHashes" >> beam.FlatMap(_with_whole)
             | "ByCandidate" >> beam.GroupByKey()

@@ -94,10 +94,8 @@ class _SeedKeys(beam.CombineFn):
     def create_accumulator(self, limit: int) -> list[tuple[int, str]]:
         return []
 
-    def add_input(self, accumulator, keys: str | list[str], limit: int):
-        """One key, or a batch's keys."""
-        if isinstance(keys, str):
-            keys = [keys]
+    def add_input(self, accumulator, keys: list[str], limit: int):
+        """A batch's keys."""
         accumulator.extend((shard_hash(key), key) for key in keys)
         if len(accumulator) >= 2 * limit:
             accumulator = heapq.nsmallest(limit, accumulator)

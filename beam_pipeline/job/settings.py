@@ -54,7 +54,7 @@ class ShardWriterSettings:
     limits: InputLimits = DEFAULT_LIMITS
     annotation_fill: int | None = None  # annotated runs: unlabeled pixels; None: masks are files
     mask_source: str = "binary_files"  # a name in transforms.sources.registry
-    store_hashes: bool = False  # pairs carry image hashes: stage them per shard (job/hash_tables)
+    store_hashes: bool = False  # built records carry image hashes: stage them per shard
 
     @property
     def classes(self) -> ClassMaskSettings:
@@ -128,6 +128,8 @@ class DuplicateSettings:
     existing_dir: str = ""
     # signature correlation confirming a candidate pair (benchmarks/duplicates.py chose it)
     min_similarity: float = 0.95
+    # partitions of the whole-hash join (job/duplicates.py): about 2,000 hashes each at most
+    join_parts: int = 512
 
     @property
     def official(self) -> bool:

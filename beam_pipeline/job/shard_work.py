@@ -26,6 +26,7 @@ from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
 from transforms import files
 from transforms.class_stats import StatsSum
+from transforms.duplicates import ImageHash
 from transforms.format import digest_table, record_formats, record_index
 from transforms.format.naming import DIGEST_TABLE_SUFFIX, INDEX_DIR, KEY_TABLE_SUFFIX
 from transforms.pairing import Pair
@@ -82,7 +83,7 @@ def write_shard(
     # record bytes are copied from the spill files, in one thread, and their image hashes
     # (the duplicate search's) staged beside the shard.
     built = bool(ordered) and all(is_built(pair) for pair in ordered)
-    hashes = []
+    hashes: list[ImageHash] = []  # a built record's come with it: (record, digest, hashes)
     if built:
         convert, threads = SpilledRecords(settings.staging_dir).record, 1
     else:

@@ -15,12 +15,20 @@ from transforms import files
 from transforms.format import dataset_info, naming, side_tables
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
+# Hashes a partition of the whole-hash join holds at most, and the fewest partitions: a local
+# run of thousands of images sends a few hundred lists, and a partition stays a few MB.
+_PER_PART = 2_000
+_MIN_PARTS = 512
+_ROW_BYTES = 400  # a stored hash row's bytes, about (it holds a 256-character signature)
+_UNLISTED = 32_000_000  # gs:// inputs, listed by the job: partitions for this many images
+
 
 def plan_duplicates(
     args: argparse.Namespace,
     fractions: SplitFractions | SplitLists | FolderSplits,
     staging_dir: str,
     pool: str | None,
+    entries: int | None = None,
 ) -> DuplicateSettings | None:
     """The job's duplicate settings; None for --duplicates off (no hashing at all).
 
@@ -44,6 +52,9 @@ def plan_duplicates(
             )
         return None
     existing = stored_hash_tables(output) if getattr(args, "append", False) else ()
+    stored = sum(ref.bytes for check in checks for ref in check.hash_tables)
+    stored += sum(ref.bytes for _, ref in existing)
+    hashes = (_UNLISTED if entries is None else entries) + stored // _ROW_BYTES
     return DuplicateSettings(
         mode=args.duplicates,
         distance=args.duplicate_distance,
@@ -53,6 +64,7 @@ def plan_duplicates(
         leakage=checks,
         existing=existing,
         existing_dir=output if existing else "",
+        join_parts=max(_MIN_PARTS, hashes // _PER_PART),
     )
 
 

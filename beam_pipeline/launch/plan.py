@@ -222,6 +222,7 @@ def make_plan(argv: list[str]) -> RunPlan:
         fractions,
         staging,
         run_id if processes > 1 else None,
+        None if listing is None else listing.paired,
     )
     writing = ShardWriterSettings(
         staging_dir=staging,
