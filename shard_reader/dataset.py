@@ -190,7 +190,7 @@ def make_dataset(
     dtype = tf.as_dtype(dtype)
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"dtype must be one of {[d.name for d in OUTPUT_DTYPES]}, got {dtype}")
-    image_size = _check_image_size(image_size)
+    image_size = resizing.image_size_arg(image_size)
     resize = resizing.resize_arg(resize, image_size)
     info = load_split(data_dir, split, version)
     if not record_formats.get(info.record_format).tf_data:
@@ -258,10 +258,6 @@ def make_dataset(
         # Already sharded above: tf.distribute must not shard a second time.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.prefetch(AUTOTUNE).with_options(options)
-
-
-def _check_image_size(image_size: int | Size | None) -> Size | None:
-    return resizing.image_size_arg(image_size)
 
 
 def available_memory() -> tuple[int, str] | None:

@@ -163,12 +163,6 @@ class ShardCache:
     def object_path(self, shard: RemoteShard) -> str:
         return os.path.join(self.root, "objects", shard.sha256)
 
-    def bytes_on_disk(self) -> int:
-        """Bytes of the cached shards and of the downloads in progress."""
-        return sum(size for _, _, size in self._entries("objects")) + sum(
-            size for _, _, size in self._entries("partial")
-        )
-
     # -- reading -------------------------------------------------------------------------
 
     def open(self, shard: RemoteShard) -> int:

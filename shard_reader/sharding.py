@@ -11,7 +11,6 @@ split exactly. metadata.json gives the per-shard counts, so no file is opened to
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 
@@ -36,11 +35,6 @@ def part_sizes(num_examples: int, num_pipelines: int) -> list[int]:
         )
     base, extra = divmod(num_examples, num_pipelines)
     return [base + (1 if index < extra else 0) for index in range(num_pipelines)]
-
-
-def largest_part(num_examples: int, num_pipelines: int) -> int:
-    """Records of the biggest part; every pipeline's epoch is sized by it."""
-    return math.ceil(num_examples / num_pipelines)
 
 
 def plan_segments(

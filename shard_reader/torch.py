@@ -52,21 +52,10 @@ import torch.utils.data
 from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.batch_ring import Ring, Ringed
 from shard_reader.ranks import default_num_workers, resolve_ranks
+from shard_reader.read_order import epoch_order
 from shard_reader.source import RecordSource
 
 STATE_VERSION = 1
-
-
-def epoch_order(
-    num_records: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool | str,
-    shard_sizes: Sequence[int] | None = None,
-    window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
-) -> np.ndarray:
-    """The split's record numbers in the order of `epoch`: the same on every rank and worker."""
-    return read_order.epoch_order(num_records, seed, epoch, shuffle, shard_sizes, window_shards)
 
 
 def rank_part(

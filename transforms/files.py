@@ -403,14 +403,8 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """A file, whole or not at all: local through a temporary name and a rename, gs:// as
     one object upload (an object is only visible once complete)."""
     if not is_remote(path):
-        partial = f"{path}.partial-{uuid.uuid4().hex}"
-        try:
-            with open(partial, "xb") as handle:
-                handle.write(data)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
+        with streamed(path) as handle:
+            handle.write(data)
         return
     bucket, name = split_gcs(str(path))
     gcs_client().bucket(bucket).blob(name).upload_from_string(data)

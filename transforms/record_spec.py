@@ -65,7 +65,7 @@ class RecordSpec:
 
     def differences(self, other: RecordSpec) -> list[str]:
         """'name: output X, this run Y' for each field where `other` differs."""
-        return _differences(self.stored(), other.stored())
+        return field_differences(self.stored(), other.stored())
 
 
 def stored_spec(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def stored_spec(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 def differences_from_stored(metadata: Mapping[str, Any], spec: RecordSpec) -> list[str]:
     """An append's check: each field where this run's spec differs from the output's."""
-    return _differences(stored_spec(metadata), spec.stored())
+    return field_differences(stored_spec(metadata), spec.stored())
 
 
 def record_problems(stored: Mapping[str, Any], height: int, width: int) -> list[str]:
@@ -106,7 +106,7 @@ def record_problems(stored: Mapping[str, Any], height: int, width: int) -> list[
     return []
 
 
-def _differences(stored: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
+def field_differences(stored: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
     return [
         f"{name}: output {_show(stored.get(name))}, this run {_show(ours.get(name))}"
         for name in dict.fromkeys([*stored, *ours])

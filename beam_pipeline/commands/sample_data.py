@@ -141,10 +141,6 @@ _GRAIN_MID = 128  # grain values are centred here; ImageChops.add takes it back 
 _BACKGROUND_KINDS = ("gradient", "blocks", "waves", "clouds", "rings")
 
 
-def _coarse(height: int, width: int) -> tuple[int, int]:
-    return max(4, height // 8), max(4, width // 8)
-
-
 def _upsampled(pixels: np.ndarray, height: int, width: int, resample=Image.Resampling.BILINEAR):
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     return image.resize((width, height), resample)
@@ -152,7 +148,7 @@ def _upsampled(pixels: np.ndarray, height: int, width: int, resample=Image.Resam
 
 def _background(rng: np.random.Generator, height: int, width: int) -> Image.Image:
     """A coarse random pattern (one of five kinds) over a second, weaker one, as RGB."""
-    rows, cols = _coarse(height, width)
+    rows, cols = max(4, height // 8), max(4, width // 8)
     y = np.linspace(0.0, 1.0, rows, dtype=np.float32)[:, None, None]
     x = np.linspace(0.0, 1.0, cols, dtype=np.float32)[None, :, None]
     colour_a, colour_b = _contrasting_colours(rng)

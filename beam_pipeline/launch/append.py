@@ -23,7 +23,7 @@ from transforms.format import dataset_info, side_tables
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
 from transforms.limits import FILE_LIMITS
-from transforms.record_spec import RecordSpec, differences_from_stored
+from transforms.record_spec import RecordSpec, differences_from_stored, field_differences
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
 
 
@@ -127,19 +127,13 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
     'name: output X, this run Y' for each difference."""
     used = raw.get("parameters") or {}
     stored_method, method = _split_method(used), _split_method_of(fractions)
-    pairs = {}
+    stored, ours = {}, {}
     if stored_method != method:
-        pairs["split"] = (stored_method, method)
+        stored["split"], ours["split"] = stored_method, method
     elif isinstance(fractions, SplitFractions):
-        pairs.update(
-            train_size=(used.get("train_size"), fractions.train),
-            validation_size=(used.get("validation_size"), fractions.validation),
-        )
-    return [
-        f"{name}: output {_show(old)}, this run {_show(new)}"
-        for name, (old, new) in pairs.items()
-        if old != new
-    ]
+        stored = {name: used.get(name) for name in ("train_size", "validation_size")}
+        ours = {"train_size": fractions.train, "validation_size": fractions.validation}
+    return field_differences(stored, ours)
 
 
 def _split_method(used: dict[str, Any]) -> str:
@@ -157,8 +151,3 @@ def _split_method_of(fractions: SplitFractions | SplitLists | FolderSplits) -> s
     if isinstance(fractions, FolderSplits):
         return "--split_by_folder"
     return "--train_size/--validation_size"
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -254,7 +254,7 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
     """Stage metadata.json, write the journal, then steps 1-3. Cut short once the journal
     is written, the commit rolls back (or forward, once the new metadata.json is in place)
     before the failure propagates."""
-    files.write_bytes(_staged(output_dir, journal.run_id, METADATA_FILE), metadata)
+    files.write_bytes(files.join(output_dir, _staged_name(journal.run_id, METADATA_FILE)), metadata)
     hook("staged")
     try:
         write_manifest(output_dir, journal.to_json())
@@ -469,10 +469,6 @@ def _back(output_dir: str, journal: Journal, where: _Where) -> None:
 
 def _staged_name(run_id: str, name: str) -> str:
     return f"{run_dir(run_id)}/{name}"
-
-
-def _staged(output_dir: str, run_id: str, name: str) -> str:
-    return files.join(output_dir, _staged_name(run_id, name))
 
 
 def _aside(run_id: str, name: str) -> str:

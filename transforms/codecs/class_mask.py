@@ -284,32 +284,16 @@ def load_class_mask(
         raise SettingError("load_class_mask needs {mask_type} classes settings")
     if not data:
         raise RejectError(Reason.MASK_EMPTY, "file is empty (0 bytes)")
-    extension = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-    read = _SOURCES.get(extension, _image_ids)
-    ids = read(data, filename, settings, mask_key, limits)
+    if filename.lower().endswith(".mat"):  # with transforms.codecs.mask's --mask_key rules
+        ids = load_mask(data, filename, mask_key, limits)
+    else:
+        ids = _image_ids(data, settings, limits)
     if settings.class_map is not None:
         ids = settings.class_map.apply(ids)
     return check_class_ids(ids, settings)
 
 
-def _mat_ids(
-    data: bytes,
-    filename: str,
-    settings: ClassMaskSettings,
-    mask_key: str | None,
-    limits: InputLimits,
-) -> np.ndarray:
-    """MATLAB integer arrays, with transforms.codecs.mask's --mask_key rules (v4 to v7.3)."""
-    return load_mask(data, filename, mask_key, limits)
-
-
-def _image_ids(
-    data: bytes,
-    filename: str,
-    settings: ClassMaskSettings,
-    mask_key: str | None,
-    limits: InputLimits,
-) -> np.ndarray:
+def _image_ids(data: bytes, settings: ClassMaskSettings, limits: InputLimits) -> np.ndarray:
     image = open_image(data, limits.pixels, MASK_REASONS, _refuse_jpeg)
     reader = _MODES.get(image.mode)
     if reader is None:
@@ -319,15 +303,6 @@ def _image_ids(
         )
     array = reader(image, settings)
     return _undo_png_scaling(array, data)
-
-
-# File extension -> reader of the raw id array; anything else is opened as an image.
-_SOURCES: dict[
-    str, Callable[[bytes, str, ClassMaskSettings, str | None, InputLimits], np.ndarray]
-] = {
-    ".mat": _mat_ids,
-    ".png": _image_ids,
-}
 
 
 def _refuse_jpeg(image: Image.Image) -> None:

@@ -45,7 +45,6 @@ from transforms.sources.labelled_shapes import (
 )
 
 DRAWN = ("polygon", "box", "mask")
-IGNORED = ("polyline", "points", "skeleton", "tag", "ellipse", "cuboid", "track")
 
 
 def read_cvat(path: str, request: ReadRequest) -> AnnotatedDataset:

@@ -40,7 +40,6 @@ GALLERY_MEMBERS = 6  # per group
 SPLIT_CHECKS = 400  # group members whose stored split is compared with their listed one
 MOVED_ROWS = 50
 MAX_LINE = 1 << 20  # a rejects or duplicates line longer than this is skipped, not read
-METADATA_LIMIT = 256 << 20
 SOURCE_IMAGE_LIMIT = 64 << 20
 
 
