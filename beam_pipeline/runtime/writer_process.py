@@ -5,6 +5,7 @@ once instead of tearing its imports down.
 """
 
 import atexit
+import gc
 import os
 import signal
 
@@ -20,5 +21,10 @@ heap.keep_freed_heap()  # in the fork server: every writer it forks inherits the
 
 import beam_pipeline.job.image_hashes  # noqa: E402, F401
 import beam_pipeline.job.shard_work  # noqa: E402, F401
+
+# What the fork server imported is shared, copy-on-write, with every writer; a writer's
+# garbage collection would write to each of those objects' headers and so copy their
+# pages. Frozen, the collector leaves them alone (they live as long as the process anyway).
+gc.freeze()
 
 atexit.register(os._exit, 0)
