@@ -25,6 +25,7 @@ they number about the images that have a copy, not their copies squared.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import zlib
@@ -126,59 +127,45 @@ def _part(identity: tuple[str, str], parts: int) -> int:
     return zlib.crc32(f"{source}\0{key}".encode()) % parts
 
 
+def _band_items(hashes: dups.ImageHash, distance: int):
+    """((band, value), probe) for each of the D + 1 bands of this run's image."""
+    return _band_keys(dups.Tagged("", hashes), distance)
+
+
+def _part_items(hashes: dups.ImageHash, parts: int):
+    """(partition, whole hash) of this run's image: what verification joins back."""
+    whole = image_hashes.as_tuple(dups.Tagged("", hashes))
+    return [(_part(image_hashes.identity(whole), parts), whole)]
+
+
 def _add_whole(by_part: dict[int, list[tuple]], whole: tuple, parts: int) -> None:
     by_part.setdefault(_part(image_hashes.identity(whole), parts), []).append(whole)
 
 
-class _WholeHashes(beam.DoFn):
-    """This run's images' whole hashes (what verification joins back), as (partition, the
-    bundle's hashes in it): at most _BUCKETED held before they are passed on."""
+class _Gathered(beam.DoFn):
+    """Chunks of this run's hashes -> (key, the bundle's values with that key), the items
+    of each hash given by `items`: band buckets, or join partitions. One element per key and
+    bundle rather than one per item, so the shuffle moves lists; at most _BUCKETED hashes
+    are held before they are passed on."""
 
-    def __init__(self, parts: int) -> None:
-        self._parts_count = parts
+    def __init__(self, items) -> None:
+        self._items = items
 
     def start_bundle(self) -> None:
-        self._parts: dict[int, list[tuple]] = {}
+        self._gathered: dict = {}
         self._held = 0
 
     def process(self, chunk: list[dups.ImageHash]):
         for hashes in chunk:
-            whole = image_hashes.as_tuple(dups.Tagged("", hashes))
-            _add_whole(self._parts, whole, self._parts_count)
+            for key, value in self._items(hashes):
+                self._gathered.setdefault(key, []).append(value)
         self._held += len(chunk)
         if self._held >= _BUCKETED:
-            yield from self._parts.items()
+            yield from self._gathered.items()
             self.start_bundle()
 
     def finish_bundle(self):
-        for item in self._parts.items():
-            yield GlobalWindows.windowed_value(item)
-        self.start_bundle()
-
-
-class _OwnBuckets(beam.DoFn):
-    """(band, value) -> the bundle's hashes with that band value: one element per bucket
-    and bundle rather than D + 1 per image, so the shuffle moves lists, not single hashes.
-    At most _BUCKETED hashes are held before they are passed on."""
-
-    def __init__(self, distance: int) -> None:
-        self._distance = distance
-
-    def start_bundle(self) -> None:
-        self._buckets: dict[tuple[int, int], list[tuple]] = {}
-        self._held = 0
-
-    def process(self, chunk: list[dups.ImageHash]):
-        for hashes in chunk:
-            for key, value in _band_keys(dups.Tagged("", hashes), self._distance):
-                self._buckets.setdefault(key, []).append(value)
-        self._held += len(chunk)
-        if self._held >= _BUCKETED:
-            yield from self._buckets.items()
-            self.start_bundle()
-
-    def finish_bundle(self):
-        for item in self._buckets.items():
+        for item in self._gathered.items():
             yield GlobalWindows.windowed_value(item)
         self.start_bundle()
 
@@ -264,7 +251,7 @@ def _verified(element, min_similarity: float):
 
 
 def _other_hashes(pbegin, number: int, check, settings: DuplicateSettings):
-    """The bucket lists, as _OwnBuckets makes them, of the hashes another output stored
+    """The bucket lists, as _Gathered makes them, of the hashes another output stored
     (and, tagged HASHES, the whole hashes)."""
     return (
         pbegin
@@ -536,8 +523,10 @@ class FindDuplicates(beam.PTransform):
             BUILT_HASHES, main="pairs"
         )
         hashed, own = built.pairs, built[BUILT_HASHES]
-        keyed = [own | "BandBuckets" >> beam.ParDo(_OwnBuckets(distance))]
-        whole = [own | "WholeHashes" >> beam.ParDo(_WholeHashes(settings.join_parts))]
+        bands = functools.partial(_band_items, distance=distance)
+        parts = functools.partial(_part_items, parts=settings.join_parts)
+        keyed = [own | "BandBuckets" >> beam.ParDo(_Gathered(bands))]
+        whole = [own | "WholeHashes" >> beam.ParDo(_Gathered(parts))]
         others = [
             _other_hashes(pairs.pipeline, number, check, settings)
             for number, check in enumerate(settings.leakage)
