@@ -56,7 +56,7 @@ class BuiltFile(SourceFile):
     spill: str = dataclasses.field(default="", compare=False)  # its name in the staging folder
     offset: int = dataclasses.field(default=0, compare=False)
     length: int = dataclasses.field(default=0, compare=False)  # the record's bytes
-    facts: int = dataclasses.field(default=0, compare=False)  # the pickled facts' bytes after it
+    facts: int = dataclasses.field(default=0, compare=False)  # its facts' JSON bytes after it
     reject: tuple[Reason, str] | None = dataclasses.field(default=None, compare=False)
 
 

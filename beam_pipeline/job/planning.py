@@ -111,8 +111,9 @@ class _SeedKeys(beam.CombineFn):
         return seed_keys(accumulator, limit)
 
 
-def _by_shard(split: str, pairs: list[Pair], assigner: ShardAssigner = None):  # noqa: RUF013 - FlatMapTuple wants a default
+def _by_shard(split_and_pairs: tuple[str, list[Pair]], assigner: ShardAssigner):
     """(shard name, the batch's pairs in that shard) per shard the batch reaches."""
+    split, pairs = split_and_pairs
     by_shard: dict[str, PairBatch] = {}
     for pair in pairs:
         by_shard.setdefault(assigner.assign(pair.key, split).name, PairBatch()).append(pair)
@@ -175,7 +176,7 @@ class PlanShards(beam.PTransform):
         specs = plan | "ShardSpecs" >> beam.FlatMap(
             lambda p: [(spec.name, spec) for spec in shard_specs(p, record_format)]
         )
-        by_shard = assigned.split | "AssignShard" >> beam.FlatMapTuple(
+        by_shard = assigned.split | "AssignShard" >> beam.FlatMap(
             _by_shard, assigner=beam.pvalue.AsSingleton(assigner)
         )
         return {"specs": specs, "assigned": by_shard, REJECTS: assigned[REJECTS]}
