@@ -82,8 +82,8 @@ def test_retried_shard_is_staged_per_attempt_with_the_same_bytes(sample_dataset,
         )
         for key in ("00001", "00002", "00004")
     ]
-    first, _ = write_shard(settings, spec, pairs)
-    second, _ = write_shard(settings, spec, pairs)  # the retry
+    first, _, _ = write_shard(settings, spec, pairs)
+    second, _, _ = write_shard(settings, spec, pairs)  # the retry
     assert first.attempt != second.attempt and first.num_examples == 3
     assert dataclasses.replace(first, attempt="") == dataclasses.replace(second, attempt="")
     data = [(staging / attempt_name(spec.name, s.attempt)).read_bytes() for s in (first, second)]

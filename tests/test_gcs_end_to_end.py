@@ -204,3 +204,53 @@ def test_array_record_job_writes_the_bucket_and_reads_back(gcs, raw, job, tmp_pa
             json.loads, (tmp_path / "index" / "train.keys.jsonl").read_text().splitlines()
         )
     }
+
+
+def test_a_group_that_moves_is_rewritten_inside_the_bucket(gcs, tmp_path):  # noqa: F811
+    """An exact copy named so that its key alone would put it in the other split follows its
+    original: the shards it leaves and joins are rewritten from the staged objects (ranged
+    reads of their frames), and the output verifies."""
+    from tests.helpers.process_tree import SEGPREP as CLI
+    from transforms.splits import SplitFractions
+
+    fractions = SplitFractions(0.5, 0.5)
+    root = tmp_path / "moving"
+    write_sample_data(root, count=12, seed=3, broken_fraction=0.0, height=160, width=120)
+    original = sorted(path.stem for path in (root / "images").glob("*.jpg"))[0]
+    copy = next(
+        name
+        for name in (f"{original}-copy{n}" for n in range(100))
+        if fractions.split_of(name) != fractions.split_of(original)
+    )
+    (root / "images" / f"{copy}.jpg").write_bytes(
+        (root / "images" / f"{original}.jpg").read_bytes()
+    )
+    mask = root / "masks" / f"{original}_mask.mat"
+    (root / "masks" / f"{copy}_mask.mat").write_bytes(mask.read_bytes())
+    assert gcs.upload_tree(root, "moving-raw")
+    out = gcs.url("moving-out")
+    result = launcher.run(
+        [
+            "--image_dir",
+            gcs.url("moving-raw/images"),
+            "--mask_dir",
+            gcs.url("moving-raw/masks"),
+            "--output_dir",
+            out,
+            "--train_size",
+            "0.5",
+            "--validation_size",
+            "0.5",
+            *RUNNER_ARGS,
+        ]
+    )
+    assert sum(abs(step) for step in result.metadata["duplicates"]["moved"].values()) == 2
+    split_of = {}
+    for split in result.metadata["splits"]:
+        for line in gcs.read(f"moving-out/index/{split}.keys.jsonl").splitlines():
+            split_of[json.loads(line)[0]] = split
+    assert split_of[copy] == split_of[original] == fractions.split_of(original)
+    done = subprocess.run(
+        [*CLI, "verify", out], capture_output=True, text=True, timeout=600, env=os.environ
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

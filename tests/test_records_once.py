@@ -1,6 +1,7 @@
-"""With the duplicate search on, each input file is read once per run: records are built
-once, spilled inside the run's staging folder, and the shards are copied from there
-(job/built_records.py). Spill files are never published, whether the run ends well or not."""
+"""With the duplicate search on, each input file is read once per run: the shard writers
+hash each image in its validation decode, and the search's changes rewrite shards from the
+run's staged files (job/relocate.py), never from the inputs. Staged files (attempts, record
+facts) are never published, whether the run ends well or not."""
 
 from __future__ import annotations
 
@@ -69,20 +70,20 @@ def test_the_job_reads_each_pair_once_by_its_own_count(dataset, tmp_path, extra)
     assert result.counters["images_read"] == _paired(result.metadata)
 
 
-def test_a_run_leaves_no_spill_file_and_publishes_only_its_files(dataset, tmp_path):
+def test_a_run_leaves_no_staged_file_and_publishes_only_its_files(dataset, tmp_path):
     output_dir = tmp_path / "out"
     done = _prepare(dataset, output_dir)
     assert done.returncode == 0, done.stderr
     files = _files_under(output_dir)
-    assert not [name for name in files if name.endswith(".spill")]
+    assert not [name for name in files if name.endswith(".facts.jsonl") or ".attempt-" in name]
     assert not [name for name in files if name.startswith(".segprep/runs/")]
 
 
-def test_a_failed_run_publishes_nothing_and_leaves_no_spill_file(dataset, tmp_path):
+def test_a_failed_run_publishes_nothing_and_leaves_no_staged_file(dataset, tmp_path):
     output_dir = tmp_path / "out"
     done = _prepare(dataset, output_dir, "--max_reject_fraction", "0")
     assert done.returncode != 0
     assert "nothing was published" in done.stderr
     files = _files_under(output_dir)
     assert "metadata.json" not in files
-    assert not [name for name in files if name.endswith((".spill", ".tfrecord"))]
+    assert not [name for name in files if name.endswith((".facts.jsonl", ".tfrecord"))]

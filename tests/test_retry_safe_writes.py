@@ -58,8 +58,8 @@ class Run:
         return [write_shard(self.settings, spec, self.pairs(spec)) for spec in SPECS]
 
     def commit(self, *bundles) -> DatasetInfo:
-        shards = [shard for bundle in bundles for shard, _ in bundle]
-        rejects = [reject for bundle in bundles for _, found in bundle for reject in found]
+        shards = [shard for bundle in bundles for shard, _, _ in bundle]
+        rejects = [reject for bundle in bundles for _, found, _ in bundle for reject in found]
         settings = CommitSettings(self.out, RUN_ID, {"train_size": 1.0})
         return commit(None, shards, rejects, 12, settings)
 
@@ -105,7 +105,7 @@ def test_a_bundle_run_twice_publishes_each_key_once(run):
     info = run.commit(second, first)
     _assert_each_key_once_and_nothing_stray(run)
     assert sum(split.num_examples for split in info.splits.values()) == 11
-    chosen = {s.spec.name: s for s in attempts.one_per_shard(s for s, _ in [*first, *second])}
+    chosen = {s.spec.name: s for s in attempts.one_per_shard(s for s, _, _ in [*first, *second])}
     assert sorted(shard.sha256 for shard in info.splits["train"].shards) == sorted(
         shard.sha256 for shard in chosen.values()
     )
@@ -113,7 +113,7 @@ def test_a_bundle_run_twice_publishes_each_key_once(run):
 
 def test_the_choice_of_attempt_does_not_depend_on_delivery_order(run):
     first, second = run.bundle(), run.bundle()
-    shards = [shard for shard, _ in [*first, *second]]
+    shards = [shard for shard, _, _ in [*first, *second]]
     forward = {s.spec.name: s.attempt for s in attempts.one_per_shard(shards)}
     backward = {s.spec.name: s.attempt for s in attempts.one_per_shard(reversed(shards))}
     assert forward == backward and len(forward) == len(SPECS)
@@ -141,9 +141,9 @@ def test_a_late_attempt_never_overwrites_the_one_that_reached_the_commit(run):
     # (another image under one key): its bytes differ, and must not be what is published.
     images = sorted(run.data.image_dir.glob("*.jpg"))
     shutil.copyfile(images[2], images[0])
-    (zombie, _), _ = run.bundle()
+    (zombie, _, _), _ = run.bundle()
     assert zombie.sha256 != delivered[0][0].sha256
     info = run.commit(delivered)
     _assert_each_key_once_and_nothing_stray(run)
     published = {shard.sha256 for shard in info.splits["train"].shards}
-    assert published == {shard.sha256 for shard, _ in delivered}
+    assert published == {shard.sha256 for shard, _, _ in delivered}

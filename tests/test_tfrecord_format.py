@@ -126,3 +126,30 @@ def test_the_blogs_reader_reads_shards_written_without_tensorflow(prepared):
 
     metadata = json.loads((output_dir / "metadata.json").read_text())
     assert count == metadata["splits"]["train"]["num_examples"] > 0
+
+
+def test_copied_frames_make_the_same_file_as_written_ones(tmp_path):
+    """A rewrite copies frames of a staged shard byte for byte (adjacent ones in one call),
+    between records written anew: the file equals one written record by record."""
+    payloads = [bytes([n]) * (n * 100 + 1) for n in range(6)]
+    source, copied, written = tmp_path / "source", tmp_path / "copied", tmp_path / "written"
+    with tfrecord.Writer(str(source)) as writer:
+        for payload in payloads:
+            writer.write(payload)
+    frames, offset = [], 0
+    for payload in payloads:
+        frames.append((offset, len(payload) + 16))
+        offset += len(payload) + 16
+    order = [4, 0, 1, 2, "new", 5]  # a run of three adjacent frames, then a written record
+    with open(source, "rb") as handle, tfrecord.Writer(str(copied)) as writer:
+        for item in order:
+            if item == "new":
+                writer.write(b"fresh")
+            else:
+                writer.copy_frames(handle.fileno(), *frames[item])
+    with tfrecord.Writer(str(written)) as writer:
+        for item in order:
+            writer.write(b"fresh" if item == "new" else payloads[item])
+    assert copied.read_bytes() == written.read_bytes()
+    got = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(copied))]
+    assert got == [b"fresh" if item == "new" else payloads[item] for item in order]

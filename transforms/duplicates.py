@@ -50,12 +50,15 @@ class UnhashableImage(ValueError):
 
 
 @functools.cache
+@functools.cache
 def _dct_matrix(n: int) -> np.ndarray:
-    """The orthonormal DCT-II as a matrix: coefficients = M @ x @ M.T."""
+    """The orthonormal DCT-II as a matrix: coefficients = M @ x @ M.T. Made once per process
+    (read-only): every image's hash multiplies by it."""
     k = np.arange(n)[:, None]
     i = np.arange(n)[None, :]
     matrix = np.cos(np.pi * (2 * i + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
     matrix[0] /= np.sqrt(2.0)
+    matrix.flags.writeable = False
     return matrix
 
 

@@ -1,25 +1,25 @@
-"""Duplicates and leakage, found before the split (docs/duplicates.md).
+"""Duplicates and leakage, found once the shards are written (docs/duplicates.md).
 
-Build every record once, hashing in its validation decode (job/built_records.py, in the
-run's writer pool on local runs) -> key each hash's probe (source, key, phash, a sha256
-prefix) by its D + 1 band values (gathered into lists per bundle) -> inside each band bucket
-(writer pool on local runs) this run's exact copies stand as one, and the pairs within D
-(transforms/duplicates.py: pigeonhole, every pair within D shares a band) are candidates ->
-one join by partition of image gives each candidate its two images' whole hashes (signature,
-digests), which travel once rather than D + 1 times -> the pairs whose colour signatures
-confirm them are collected in one place for the complete-linkage groups -> without official
-splits, the groups a chain of pairs links all follow one split (the smallest key's, or the
-split an appended output already stores a member in); under --split_file / --split_by_folder nobody
-moves and groups that cross splits are reported; drop keeps one member per group (per split
-under official splits, train's copies of validation/test images going). Hashes of other
-outputs (--leakage_check) join the same buckets (this run's images close to one of them
-become rejects), and so do, on an append, the hashes the output stores.
+The shard writers hash each image in its validation decode (job/shard_work.py) -> each
+hash's probe (source, key, phash, a sha256 prefix) keyed by its D + 1 band values (gathered
+into lists per bundle) -> inside each band bucket (writer pool on local runs) this run's
+exact copies stand as one, and the pairs within D (transforms/duplicates.py: pigeonhole,
+every pair within D shares a band) are candidates -> one join by partition of image gives
+each candidate its two images' whole hashes (signature, digests), which travel once rather
+than D + 1 times -> the pairs whose colour signatures confirm them are collected in one
+place for the complete-linkage groups -> without official splits, the images a chain of
+pairs links all follow one split (the smallest key's, or the split an appended output
+already stores a member in); under --split_file / --split_by_folder nobody moves and groups
+that cross splits are reported; drop keeps one member per group (per split under official
+splits, train's copies of validation/test images going). Hashes of other outputs
+(--leakage_check) join the same buckets (this run's images close to one of them become
+rejects), and so do, on an append, the hashes the output stores. What the search decides
+(moves, verdicts) reaches only the shards it changes (job/relocate.py).
 
 No step holds every hash: buckets hold the probes sharing one band value, the join one
-partition's hashes (1/_PARTS of them) and its candidates, and the side inputs what concerns
-duplicates only (group members, rejected keys). The pairs are gathered by a one-key
-shuffle: exact copies are reported once each (with the key standing for their bytes), so
-they number about the images that have a copy, not their copies squared.
+partition's hashes and its candidates. The pairs are gathered by a one-key shuffle: exact
+copies are reported once each (with the key standing for their bytes), so they number
+about the images that have a copy, not their copies squared.
 """
 
 from __future__ import annotations
@@ -32,85 +32,28 @@ import zlib
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_pipeline.job import built_records, image_hashes
-from beam_pipeline.job.settings import DuplicateSettings, ShardWriterSettings
+from beam_pipeline.job import image_hashes
+from beam_pipeline.job.settings import DuplicateSettings
 from beam_pipeline.runtime import writer_pool
 from transforms import duplicates as dups
 from transforms import files
 from transforms.format import side_tables
 from transforms.format.naming import DUPLICATES_FILE, FIRST_VERSION, hashes_version
-from transforms.pairing import Pair, PairBatch
-from transforms.rejects import Reason, Reject
+from transforms.rejects import Reason
 
-REJECTS = "rejects"
-_CHUNK = 64  # pairs per pool task (and spill file): large enough to amortise the round trip
 _COMPARED = 20_000  # hashes per bucket-comparison task
 _IN_FLIGHT = 4  # comparison tasks sent and not yet collected
 _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing them on
-_NAMESPACE = "segprep"
 # Another output's hashes read before their bucket lists are passed on: a few MB held;
 # their whole hashes, by partition, four times as many.
 _OTHER_BUCKETED = 4096
 _OTHER_PARTED = 4 * _OTHER_BUCKETED
 
 
-class _BuildRecords(beam.DoFn):
-    """Each pair read once, its record spilled and its hashes made (job/built_records.py):
-    each chunk's built pairs go on as one list (planning takes batches), and its images'
-    hashes as another (tagged BUILT_HASHES) to the search. Chunks go to the run's writer
-    pool in finish_bundle (as shards do, job/write_shards.py), so every core reads and
-    decodes, or are built in this process (Dataflow)."""
-
-    def __init__(self, writing: ShardWriterSettings) -> None:
-        self._writing = writing
-        self._read = Metrics.counter(_NAMESPACE, "images_read")
-
-    def start_bundle(self) -> None:
-        self._pending: list[Pair] = []
-
-    def process(self, pair: Pair):
-        self._pending.append(pair)
-        if self._writing.pool is None and len(self._pending) >= _CHUNK:
-            chunk, self._pending = self._pending, []  # built here: hold one chunk at most
-            yield from self._emit([built_records.build_records(self._writing, chunk)], wrap=False)
-
-    def finish_bundle(self):
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        chunks = [pending[i : i + _CHUNK] for i in range(0, len(pending), _CHUNK)]
-        if self._writing.pool is None:
-            results = (built_records.build_records(self._writing, chunk) for chunk in chunks)
-            yield from self._emit(results)
-            return
-        try:
-            pool = writer_pool.pool_of(self._writing.pool)
-            futures = [pool.submit(built_records.build_records, self._writing, c) for c in chunks]
-            yield from self._emit(future.result() for future in futures)
-        except BrokenProcessPool as error:
-            raise RuntimeError(
-                "a writer process died while reading images: out of memory? "
-                "(try --writer_processes 1)"
-            ) from error
-
-    def _emit(self, results, wrap: bool = True):
-        """Each chunk's built pairs, and the hashes of those with a record (windowed in
-        finish_bundle)."""
-        window = GlobalWindows.windowed_value if wrap else (lambda value: value)
-        for built in results:
-            self._read.inc(len(built))
-            yield window(PairBatch(pair for pair, _ in built))
-            hashes = [hashes for _, hashes in built if hashes is not None]
-            if hashes:
-                yield beam.pvalue.TaggedOutput(BUILT_HASHES, window(hashes))
-
-
 from_member = image_hashes.from_member
 HASHES = "hashes"  # another output's whole hashes by partition, beside its bucket lists
-BUILT_HASHES = "built_hashes"  # this run's images' hashes, beside the built pairs
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -386,7 +329,7 @@ def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> s
     return group.stored.get(key) or settings.fractions.split_of(key)
 
 
-def _anchors(found):
+def _moves(found):
     """(image, the split it follows) for this run's images placed apart from their key's
     split; none under official splits, where every entry stays in its listed split."""
     _, placed = found
@@ -431,31 +374,8 @@ def _leak_verdict(element):
     return key, (-1, Reason.LEAKS_INTO.value, detail)
 
 
-def _first_verdict(verdicts):
-    return min(verdicts)  # a leak outranks a dropped duplicate; then the closest
-
-
 def _closest(found):
     return min(found)
-
-
-class _Verdict(beam.DoFn):
-    """A batch's pairs no verdict concerns go on, as a batch; the others become rejects."""
-
-    def process(self, batch: list[Pair], verdicts):
-        kept = PairBatch()
-        for pair in batch:
-            verdict = verdicts.get(pair.key)
-            if verdict is None:
-                kept.append(pair)
-                continue
-            _, reason, detail = verdict
-            Metrics.counter(_NAMESPACE, f"rejected_{reason}").inc()
-            yield beam.pvalue.TaggedOutput(
-                REJECTS, Reject(pair.key, Reason(reason), detail, pair.image.path, pair.mask.path)
-            )
-        if kept:
-            yield kept
 
 
 def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
@@ -507,31 +427,28 @@ def _moved(placed: list[tuple], settings: DuplicateSettings) -> dict[str, int]:
 
 
 class FindDuplicates(beam.PTransform):
-    """pairs -> {"pairs": batches of the built pairs (job/planning.py), minus rejects;
-    "rejects" (None when nothing can be rejected: group mode without --leakage_check);
-    "anchors": (member, the split it follows); "report": the metadata section}."""
+    """Lists of this run's image hashes (the shard writers', job/shard_work.py) -> {"moves":
+    (key, the split its group follows) for the keys placed apart from their key's split;
+    "verdicts": (key, (rank, reason, detail)) for the keys to reject (None when nothing can
+    be rejected: group mode without --leakage_check); "report": the metadata section}."""
 
-    def __init__(self, settings: DuplicateSettings, writing: ShardWriterSettings) -> None:
+    def __init__(self, settings: DuplicateSettings) -> None:
         super().__init__()
         self._settings = settings
-        self._writing = writing
 
-    def expand(self, pairs):
+    def expand(self, own):
         settings = self._settings
         distance = settings.distance
-        built = pairs | "BuildRecords" >> beam.ParDo(_BuildRecords(self._writing)).with_outputs(
-            BUILT_HASHES, main="pairs"
-        )
-        hashed, own = built.pairs, built[BUILT_HASHES]
+        pipeline = own.pipeline
         bands = functools.partial(_band_items, distance=distance)
         parts = functools.partial(_part_items, parts=settings.join_parts)
         keyed = [own | "BandBuckets" >> beam.ParDo(_Gathered(bands))]
         whole = [own | "WholeHashes" >> beam.ParDo(_Gathered(parts))]
         others = [
-            _other_hashes(pairs.pipeline, number, check, settings)
+            _other_hashes(pipeline, number, check, settings)
             for number, check in enumerate(settings.leakage)
         ]
-        for other in others + _existing_hashes(pairs.pipeline, settings):
+        for other in others + _existing_hashes(pipeline, settings):
             keyed.append(other.buckets)
             whole.append(other[HASHES])
         whole = whole | "AllWholeHashes" >> beam.Flatten()
@@ -559,18 +476,17 @@ class FindDuplicates(beam.PTransform):
         # Every pair in one place through a shuffle on one key, not a side input (Beam's
         # state cache walks a side input object by object to size it). The seed gives the
         # key an element when no pair is found.
-        seed = pairs.pipeline | "GroupsSeed" >> beam.Create([(None, None)])
+        seed = pipeline | "GroupsSeed" >> beam.Create([(None, None)])
         groups = (
             (seed, found.pairs | "OneKey" >> beam.Map(lambda pair: (None, pair)))
             | "SeedAndPairs" >> beam.Flatten()
             | "AllPairs" >> beam.GroupByKey()
             | "Groups" >> beam.Map(lambda keyed: _groups(keyed[1], settings))
         )
-        anchors = groups | "Anchors" >> beam.FlatMap(_anchors)
+        moves = groups | "Moves" >> beam.FlatMap(_moves)
         if settings.mode == "group" and not settings.leakage:
-            # Nothing can be rejected: the pairs go on as hashed, with no verdict stages.
             report = groups | "Report" >> beam.Map(_report, leaks=0, settings=settings)
-            return {"pairs": hashed, REJECTS: None, "anchors": anchors, "report": report}
+            return {"moves": moves, "verdicts": None, "report": report}
         leaks = (
             found.leaks
             | "ClosestLeak" >> beam.CombinePerKey(_closest)
@@ -580,15 +496,8 @@ class FindDuplicates(beam.PTransform):
         verdicts = [leaks]
         if settings.mode == "drop":
             verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped, settings))
-        verdict = (
-            verdicts
-            | "AllVerdicts" >> beam.Flatten()
-            | "FirstVerdict" >> beam.CombinePerKey(_first_verdict)
-        )
-        kept = hashed | "ApplyVerdicts" >> beam.ParDo(
-            _Verdict(), verdicts=beam.pvalue.AsDict(verdict)
-        ).with_outputs(REJECTS, main="pairs")
+        verdict = verdicts | "AllVerdicts" >> beam.Flatten()
         report = groups | "Report" >> beam.Map(
             _report, leaks=beam.pvalue.AsSingleton(leak_count), settings=settings
         )
-        return {"pairs": kept.pairs, REJECTS: kept[REJECTS], "anchors": anchors, "report": report}
+        return {"moves": moves, "verdicts": verdict, "report": report}

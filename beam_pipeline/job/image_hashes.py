@@ -1,7 +1,7 @@
 """The duplicate search's plain-Python work: a pair's hashes, and band buckets compared.
 
 Imports no Beam, so a local run's writer pool can compare buckets (job/duplicates.py sends
-them there, as it sends chunks of pairs to job/built_records.py).
+them there, as job/write_shards.py sends shards).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The prepare job's graph: discover entries -> shard plan -> per-shard work -> commit.
+"""The prepare job's graph: discover entries -> shard plan -> per-shard work -> (duplicate
+search -> the shards it changed, rewritten) -> commit.
 
 Each stage takes one frozen settings object; the run plan (launch/plan.py) makes them all,
 once, and nothing downstream decides anything again.
@@ -13,8 +14,9 @@ from beam_pipeline.job.duplicates import FindDuplicates
 from beam_pipeline.job.existing_keys import SKIPPED, CheckExistingKeys
 from beam_pipeline.job.listing import REJECTS, DiscoverEntries
 from beam_pipeline.job.planning import Batch, PlanShards
+from beam_pipeline.job.relocate import RelocateRecords
 from beam_pipeline.job.settings import JobSettings
-from beam_pipeline.job.write_shards import WriteShards
+from beam_pipeline.job.write_shards import HASHES, WriteShards
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollection:
@@ -26,7 +28,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         | "AllDiscovered" >> beam.Flatten()
         | "CountDiscovered" >> beam.combiners.Count.Globally()
     )
-    pairs, anchors = found["pairs"], None
+    pairs = found["pairs"]
     early = [found[REJECTS]]
     counts = {"discovered": discovered}
     if job.commit.append is not None:  # `--append`: only keys the output lacks go on
@@ -36,17 +38,20 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
         pairs = checked["pairs"]
         early.append(checked[REJECTS])
         counts["skipped"] = checked[SKIPPED]
-    if job.duplicates is not None:
-        grouped = pairs | "Duplicates" >> FindDuplicates(job.duplicates, job.writing)
-        pairs, anchors = grouped["pairs"], grouped["anchors"]
-        if grouped[REJECTS] is not None:
-            early.append(grouped[REJECTS])
-        if grouped["report"] is not None:
-            counts["duplicates"] = grouped["report"]
-    else:  # the search passes its built pairs on in batches; planning takes batches
-        pairs = pairs | "Batch" >> beam.ParDo(Batch())
-    planned = pairs | "PlanShards" >> PlanShards(job.planning, anchors)
+    planned = pairs | "Batch" >> beam.ParDo(Batch()) | "PlanShards" >> PlanShards(job.planning)
     written = planned | "WriteShards" >> WriteShards(job.writing)
-    rejects = (*early, planned[REJECTS], written[REJECTS]) | "AllRejects" >> beam.Flatten()
-    inputs = {"shards": written.shards, "rejects": rejects, **counts}
+    shards, late = written.shards, [planned[REJECTS], written[REJECTS]]
+    if job.duplicates is not None:  # the search sees the writers' hashes, then fixes shards
+        found = written[HASHES] | "Duplicates" >> FindDuplicates(job.duplicates)
+        counts["duplicates"] = found["report"]
+        changes = {"shards": shards, "assigner": planned["assigner"], "moves": found["moves"]}
+        if found["verdicts"] is not None:
+            changes["verdicts"] = found["verdicts"]
+        relocated = changes | "RelocateRecords" >> RelocateRecords(
+            job.writing, job.planning.fractions
+        )
+        shards = relocated.shards
+        late.append(relocated[REJECTS])
+    rejects = (*early, *late) | "AllRejects" >> beam.Flatten()
+    inputs = {"shards": shards, "rejects": rejects, **counts}
     return inputs | "Commit" >> CommitOutput(job.commit)

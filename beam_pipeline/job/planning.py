@@ -1,6 +1,6 @@
 """Assign each pair a split and a shard from its key; the shard plan comes from the listing.
 
-Pairs travel in batches (lists, Batch below or the duplicate search's built chunks), split
+Pairs travel in batches (lists, Batch below), split
 by split and then shard by shard: Beam's local runner spends microseconds per element and
 stage, which on a few cores competes with the writers, so planning moves a few thousand
 lists rather than one element per pair."""
@@ -54,16 +54,11 @@ class _AssignSplit(beam.DoFn):
         self._fractions = fractions
         self._left_out = Metrics.counter("segprep", f"rejected_{Reason.NOT_IN_SPLIT.value}")
 
-    def process(self, batch: list[Pair], anchors=None):
+    def process(self, batch: list[Pair]):
         """A batch -> (split, its pairs in that split) per split."""
         by_split: dict[str, PairBatch] = {}
         for pair in batch:
-            # A member of a duplicate group follows its group's split (job/duplicates.py);
-            # under official splits no entry has one, so each stays where its list puts it.
-            if anchors and pair.key in anchors:
-                split = anchors[pair.key]
-            else:
-                split = self._fractions.split_of(pair.key)
+            split = self._fractions.split_of(pair.key)
             if split is not None:
                 by_split.setdefault(split, PairBatch()).append(pair)
                 continue
@@ -121,17 +116,17 @@ def _by_shard(split_and_pairs: tuple[str, list[Pair]], assigner: ShardAssigner):
 
 
 class PlanShards(beam.PTransform):
-    """Batches of pairs -> (shard name, a list of its pairs), and (shard name, ShardSpec) for
-    every planned shard.
+    """Batches of pairs -> (shard name, a list of its pairs), (shard name, ShardSpec) for
+    every planned shard, and the plan's ShardAssigner (the duplicate search's changes find
+    their shards with it, job/relocate.py).
 
     The plan never has more shards in a split than entries, and each shard is opened by one
     of the split's seed keys (ShardAssigner), so no planned shard is left without a pair.
     """
 
-    def __init__(self, settings: PlanningSettings, anchors=None) -> None:
+    def __init__(self, settings: PlanningSettings) -> None:
         super().__init__()
         self._settings = settings
-        self._anchors = anchors  # (member, the split its duplicate group follows), or None
 
     def _plan(self, _, sizes: dict) -> dict[str, int]:
         split_sizes = {split: SplitSize(*value) for split, value in sizes.items()}
@@ -143,9 +138,8 @@ class PlanShards(beam.PTransform):
         )
 
     def expand(self, pairs):
-        side = {} if self._anchors is None else {"anchors": beam.pvalue.AsDict(self._anchors)}
         assigned = pairs | "AssignSplit" >> beam.ParDo(
-            _AssignSplit(self._settings.fractions), **side
+            _AssignSplit(self._settings.fractions)
         ).with_outputs(REJECTS, main="split")
         sizes = (
             assigned.split
@@ -179,4 +173,9 @@ class PlanShards(beam.PTransform):
         by_shard = assigned.split | "AssignShard" >> beam.FlatMap(
             _by_shard, assigner=beam.pvalue.AsSingleton(assigner)
         )
-        return {"specs": specs, "assigned": by_shard, REJECTS: assigned[REJECTS]}
+        return {
+            "specs": specs,
+            "assigned": by_shard,
+            "assigner": assigner,
+            REJECTS: assigned[REJECTS],
+        }

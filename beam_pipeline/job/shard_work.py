@@ -10,8 +10,10 @@ step publishes the staged shards once the whole run has been accounted for.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
+import json
 import os
 import tempfile
 import uuid
@@ -19,23 +21,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.job.attempts import attempt_name, new_attempt
-from beam_pipeline.job.built_records import SpilledRecords, is_built, read_source
 from beam_pipeline.job.hash_tables import stage_shard_hashes
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
+from transforms import duplicates as dups
 from transforms import files
-from transforms.class_stats import StatsSum
+from transforms.class_stats import ClassStats, StatsSum
 from transforms.duplicates import ImageHash
 from transforms.format import digest_table, record_formats, record_index
 from transforms.format.naming import DIGEST_TABLE_SUFFIX, INDEX_DIR, KEY_TABLE_SUFFIX
-from transforms.pairing import Pair
+from transforms.pairing import Pair, SourceFile
 from transforms.record import Record
 from transforms.rejects import Reason, Reject, RejectError
 from transforms.sources import registry
 from transforms.splits import ShardSpec
 
 _CHUNK = 8 << 20
+FACTS_SUFFIX = ".facts.jsonl"
+# Errors of the storage itself, not of one file: the run fails rather than calling data bad.
+_STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,89 +63,178 @@ class WrittenShard:
     # The attempt that wrote the shard's files (job/attempts.py): they wait under
     # `<staged name>.attempt-<id>` until the commit settles one attempt per shard.
     attempt: str = ""
-    images_read: int = 0  # pairs whose files this shard's writer read (0: built beforehand)
+    images_read: int = 0  # pairs whose files this shard's writer read (0: a rewrite)
 
 
 def write_shard(
     settings: ShardWriterSettings, spec: ShardSpec, pairs: Sequence[Pair]
-) -> tuple[WrittenShard, tuple[Reject, ...]]:
-    """Write the shard's records in key order into the staging folder, under this attempt's
-    names (job/attempts.py); its rejects."""
-    attempt = new_attempt()
-    local = files.is_local(settings.staging_dir)
-    folder = settings.staging_dir if local else tempfile.gettempdir() + "/"
-    partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
+) -> tuple[WrittenShard, tuple[Reject, ...], list[ImageHash]]:
+    """Read, convert and write the shard's pairs in key order into the staging folder, under
+    this attempt's names (job/attempts.py); its rejects, and (the duplicate search on) its
+    records' image hashes, made in the validation decode."""
     progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
-    shapes: set[tuple[int, int]] = set()
-    written: list[tuple[str, int]] = []  # (key, serialized length): the record index
-    digests: list[tuple[str, str]] = []  # (key, content digest), in key order
-    classes = settings.classes
-    stats = StatsSum(classes.num_classes) if classes.is_classes else None
-    transcoded = exif_ignored = 0
     ordered = sorted(pairs, key=lambda pair: pair.key)
-    # Built pairs (job/built_records.py) were read, converted and counted once already: their
-    # record bytes are copied from the spill files, in one thread, and their image hashes
-    # (the duplicate search's) staged beside the shard.
-    built = bool(ordered) and all(is_built(pair) for pair in ordered)
-    hashes: list[ImageHash] = []  # a built record's come with it: (record, digest, hashes)
-    if built:
-        convert, threads = SpilledRecords(settings.staging_dir).record, 1
-    else:
-        convert, threads = functools.partial(_record_or_reject, settings), settings.threads
-    adapter = record_formats.get(spec.record_format)  # the format the shard's name says
-    try:
-        with adapter.writer(partial) as writer:
-            for pair, record in ordered_map(convert, ordered, threads):
-                if not built:
-                    progress.add()
-                if isinstance(record, RejectError):
-                    rejects.append(
-                        Reject(
-                            pair.key, record.reason, record.detail, pair.image.path, pair.mask.path
-                        )
-                    )
-                    continue
-                record, digest, *hashed = record
-                digests.append((pair.key, digest))
-                hashes += hashed
-                writer.write(record.serialized)
-                written.append((pair.key, len(record.serialized)))
-                transcoded += record.image_transcoded
-                exif_ignored += record.exif_ignored
-                shapes.add((record.height, record.width))
-                if stats is not None:
-                    stats.add(record.class_stats)
+    convert = functools.partial(_record_or_reject, settings)
+    with ShardBuilder(settings, spec) as shard:
+        for pair, made in ordered_map(convert, ordered, settings.threads):
+            progress.add()
+            if isinstance(made, RejectError):
+                rejects.append(
+                    Reject(pair.key, made.reason, made.detail, pair.image.path, pair.mask.path)
+                )
+                continue
+            record, digest, hashes = made
+            shard.add(record, digest, hashes, (pair.image.path, pair.mask.path))
         progress.flush()
+        written = shard.finish(images_read=len(ordered))
+    return written, tuple(rejects), shard.hashes
+
+
+class ShardBuilder:
+    """One shard attempt being written: add records in key order, then finish() stages the
+    shard, its offset index, key rows, digest rows and, with the duplicate search on, its
+    hash rows and facts (what a rewrite, job/shard_rewrite.py, needs of each record besides
+    its bytes); the WrittenShard that describes them."""
+
+    def __init__(self, settings: ShardWriterSettings, spec: ShardSpec) -> None:
+        self._settings = settings
+        self._spec = spec
+        self._attempt = new_attempt()
+        self._local = files.is_local(settings.staging_dir)
+        folder = settings.staging_dir if self._local else tempfile.gettempdir() + "/"
+        self._partial = f"{folder}{spec.name}.partial-{uuid.uuid4().hex}"
+        self._adapter = record_formats.get(spec.record_format)  # the format the name says
+        classes = settings.classes
+        self._stats = StatsSum(classes.num_classes) if classes.is_classes else None
+        self._shapes: set[tuple[int, int]] = set()
+        self._written: list[tuple[str, int]] = []  # (key, serialized length): the index
+        self._digests: list[tuple[str, str]] = []  # (key, content digest), in key order
+        self.hashes: list[ImageHash] = []
+        self._facts: list[bytes] = []
+        self._transcoded = self._exif_ignored = 0
+
+    def __enter__(self) -> ShardBuilder:
+        self._writer = self._adapter.writer(self._partial)
+        self._writer.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._writer is not None:
+            self._writer.__exit__(*exc)
+        if os.path.exists(self._partial):
+            os.remove(self._partial)
+
+    def add(
+        self, record: Record, digest: str, hashes: ImageHash | None, paths, framed=None
+    ) -> None:
+        """A record, its content digest, its image hashes and (image, mask) source paths;
+        `framed`: (descriptor, offset, length) of its frame in a staged shard of this
+        format, copied as it is (a rewrite; record.serialized is then not read)."""
+        if framed is None:
+            self._writer.write(record.serialized)
+            length = len(record.serialized)
+        else:
+            self._writer.copy_frames(*framed)
+            length = framed[2] - record_index.FRAME_OVERHEAD
+        self._written.append((record.key, length))
+        self._digests.append((record.key, digest))
+        if hashes is not None:
+            self.hashes.append(hashes)
+        self._transcoded += record.image_transcoded
+        self._exif_ignored += record.exif_ignored
+        self._shapes.add((record.height, record.width))
+        if self._stats is not None:
+            self._stats.add(record.class_stats)
+        if self._settings.store_hashes:
+            self._facts.append(RecordFacts.of(record, paths).line())
+
+    def finish(self, images_read: int = 0) -> WrittenShard:
+        writer, self._writer = self._writer, None
+        writer.__exit__(None, None, None)
+        settings, spec, attempt = self._settings, self._spec, self._attempt
         staged = files.join(settings.staging_dir, attempt_name(spec.name, attempt))
-        size, digest = _stage(partial, staged, local)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
-    index_bytes, index_sha256 = stage_index(
-        settings.staging_dir, spec, written, adapter.offset_index, attempt
-    )
-    files.write_bytes(
-        files.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
-        digest_table.row_bytes(digests),
-    )
-    if settings.store_hashes:
-        stage_shard_hashes(settings.staging_dir, spec.name, hashes, attempt)
-    shard = WrittenShard(
-        spec,
-        len(written),
-        size,
-        digest,
-        tuple(sorted(shapes)),
-        transcoded,
-        index_bytes,
-        index_sha256,
-        None if stats is None else stats.result().to_json(),
-        exif_ignored,
-        attempt,
-        0 if built else len(ordered),
-    )
-    return shard, tuple(rejects)
+        size, digest = _stage(self._partial, staged, self._local)
+        index_bytes, index_sha256 = stage_index(
+            settings.staging_dir, spec, self._written, self._adapter.offset_index, attempt
+        )
+        files.write_bytes(
+            files.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
+            digest_table.row_bytes(self._digests),
+        )
+        if settings.store_hashes:
+            stage_shard_hashes(settings.staging_dir, spec.name, self.hashes, attempt)
+            files.write_bytes(
+                files.join(settings.staging_dir, attempt_name(staged_facts(spec.name), attempt)),
+                b"".join(self._facts),
+            )
+        return WrittenShard(
+            spec,
+            len(self._written),
+            size,
+            digest,
+            tuple(sorted(self._shapes)),
+            self._transcoded,
+            index_bytes,
+            index_sha256,
+            None if self._stats is None else self._stats.result().to_json(),
+            self._exif_ignored,
+            attempt,
+            images_read,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFacts:
+    """What a shard's description needs of a record besides its bytes, and where its pair
+    came from (a rewrite's rejects name the files): one JSON line per record, staged beside
+    the shard. JSON, not pickle: the staging folder may sit in a shared bucket."""
+
+    image_path: str
+    mask_path: str
+    height: int
+    width: int
+    transcoded: bool
+    exif_ignored: bool
+    class_stats: ClassStats | None
+
+    @classmethod
+    def of(cls, record: Record, paths: tuple[str, str]) -> RecordFacts:
+        image, mask = paths
+        return cls(
+            image,
+            mask,
+            record.height,
+            record.width,
+            record.image_transcoded,
+            record.exif_ignored,
+            record.class_stats,
+        )
+
+    def line(self) -> bytes:
+        stats = None if self.class_stats is None else self.class_stats.to_json()
+        fields = [self.image_path, self.mask_path, self.height, self.width]
+        return (json.dumps([*fields, self.transcoded, self.exif_ignored, stats]) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes, where: str) -> RecordFacts:
+        try:
+            image, mask, height, width, transcoded, exif, stats = json.loads(line)
+            stats = None if stats is None else ClassStats.from_json(stats)
+            return cls(image, mask, height, width, transcoded, exif, stats)
+        except (ValueError, TypeError, KeyError) as error:
+            raise OSError(f"{where}: a record's facts do not decode ({error})") from None
+
+    def record(self, key: str, serialized: bytes) -> Record:
+        return Record(
+            key,
+            serialized,
+            self.height,
+            self.width,
+            self.transcoded,
+            self.class_stats,
+            self.exif_ignored,
+        )
 
 
 def stage_index(
@@ -174,6 +268,11 @@ def staged_key_rows(shard_name: str) -> str:
     return f"{INDEX_DIR}/{shard_name}{KEY_TABLE_SUFFIX}"
 
 
+def staged_facts(shard_name: str) -> str:
+    """Where a shard's record facts (RecordFacts lines, in key order) wait: staging only."""
+    return f"{INDEX_DIR}/{shard_name}{FACTS_SUFFIX}"
+
+
 def staged_digest_rows(shard_name: str) -> str:
     """Where a shard's (key, content digest) rows wait for the commit (in key order)."""
     return f"{INDEX_DIR}/{shard_name}{DIGEST_TABLE_SUFFIX}"
@@ -198,43 +297,70 @@ def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _read_pair(settings: ShardWriterSettings, pair: Pair) -> tuple[bytes, bytes | None, str]:
-    """The pair's image bytes, mask bytes (None when the mask is no file) and content digest
-    (of the mask file's bytes, or of a COCO entry's staged annotations)."""
+def read_source(source: SourceFile, limit: int, too_large: Reason) -> bytes:
+    """A source file's bytes, or a RejectError saying why it cannot be used."""
+    try:
+        return files.read_bounded(source.path, limit, source.size)
+    except files.NotAFileError as error:
+        raise RejectError(Reason.NOT_A_FILE, f"{os.path.basename(source.path)}: {error}") from None
+    except files.TooLargeError as error:
+        raise RejectError(too_large, f"{os.path.basename(source.path)}: {error}") from None
+    except FileNotFoundError:
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)} vanished after listing"
+        ) from None
+    except OSError as error:
+        if error.errno in _STORAGE_FAILURES:
+            raise
+        raise RejectError(
+            Reason.READ_ERROR, f"{os.path.basename(source.path)}: {error.strerror or error}"
+        ) from None
+
+
+def _read_pair(settings: ShardWriterSettings, pair: Pair) -> tuple[bytes, bytes | None, bytes]:
+    """The pair's image bytes, mask bytes (None when the mask is no file) and what its
+    content digest takes of the mask side (the mask file's bytes, or an annotation entry's
+    staged payload)."""
     limits = settings.limits
     image_bytes = read_source(pair.image, limits.image_bytes, Reason.IMAGE_TOO_LARGE)
-    mask_bytes = None
     if registry.get(settings.mask_source).reads_mask_file:
         mask_bytes = read_source(pair.mask, limits.mask_bytes, Reason.MASK_TOO_LARGE)
-        digested = mask_bytes
-    else:
-        digested = (getattr(pair.mask, "payload", None) or "").encode()
-    return image_bytes, mask_bytes, digest_table.content_digest(image_bytes, digested)
+        return image_bytes, mask_bytes, mask_bytes
+    return image_bytes, None, (getattr(pair.mask, "payload", None) or "").encode()
 
 
 def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
     """The content digest of a pair's source files, or why they cannot be read."""
     try:
-        return _read_pair(settings, pair)[2]
+        image_bytes, _, mask_side = _read_pair(settings, pair)
+        return digest_table.content_digest(image_bytes, mask_side)
     except RejectError as error:
         return error
 
 
-def build_record(settings: ShardWriterSettings, pair: Pair) -> tuple[Record, str] | RejectError:
-    """One pair's record and content digest, or why it is rejected: what the writer does per
-    entry (the dry run's estimate times this, launch/estimate.py)."""
+def build_record(settings: ShardWriterSettings, pair: Pair):
+    """One pair's (record, content digest, image hashes or None), or why it is rejected: what
+    the writer does per entry (the dry run's estimate times this, launch/estimate.py)."""
     return _record_or_reject(settings, pair)
 
 
-def _record_or_reject(
-    settings: ShardWriterSettings, pair: Pair
-) -> tuple[Record, str] | RejectError:
+def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
+    """(record, content digest, image hashes: None with the search off) from one read of
+    each file, or the RejectError saying why there is no record."""
     source = registry.get(settings.mask_source)
     try:
-        image_bytes, mask_bytes, digest = _read_pair(settings, pair)
+        image_bytes, mask_bytes, mask_side = _read_pair(settings, pair)
         record = source.record(
             pair.key, image_bytes, pair.mask, mask_bytes, settings.source_settings
         )
-        return record, digest
     except RejectError as error:
         return error
+    if not settings.store_hashes:
+        return record, digest_table.content_digest(image_bytes, mask_side), None
+    mask_sha256 = dups.digest(mask_side)
+    hashes = dups.fingerprint(
+        pair.key, image_bytes, record.thumbnail, mask_sha256 if mask_bytes is not None else None
+    )
+    # digest_table.content_digest's value, from the two sha256 the hashes computed already
+    content = hashlib.sha256(bytes.fromhex(hashes.sha256) + bytes.fromhex(mask_sha256))
+    return record, content.hexdigest(), hashes

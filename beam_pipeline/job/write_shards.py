@@ -11,9 +11,11 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
+from transforms.duplicates import ImageHash
 from transforms.rejects import Reject
 
 REJECTS = "rejects"
+HASHES = "hashes"  # each shard's image hashes, for the duplicate search
 
 
 class _WriteShard(beam.DoFn):
@@ -27,7 +29,7 @@ class _WriteShard(beam.DoFn):
         self._settings = settings
         self._shards = Metrics.counter("segprep", "shards_written")
         self._transcoded = Metrics.counter("segprep", "images_transcoded")
-        # With job/built_records.py's counter: how many times the job read a pair's files.
+        # How many times the job read a pair's files: once each.
         self._read = Metrics.counter("segprep", "images_read")
 
     def start_bundle(self) -> None:
@@ -70,7 +72,9 @@ class _WriteShard(beam.DoFn):
                 "(try --writer_processes 1)"
             ) from error
 
-    def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...]):
+    def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...], hashes: list[ImageHash]):
+        if hashes:
+            yield beam.pvalue.TaggedOutput(HASHES, hashes)
         for reject in rejects:
             Metrics.counter("segprep", f"rejected_{reject.reason.value}").inc()
             yield beam.pvalue.TaggedOutput(REJECTS, reject)
@@ -83,7 +87,8 @@ class _WriteShard(beam.DoFn):
 
 class WriteShards(beam.PTransform):
     """Group pair *paths* (in lists, job/planning.py) by shard, then write each shard in one
-    DoFn call."""
+    DoFn call: {"shards", "rejects", "hashes": each shard's image hashes, the duplicate
+    search on}."""
 
     def __init__(self, settings: ShardWriterSettings) -> None:
         super().__init__()
@@ -93,5 +98,5 @@ class WriteShards(beam.PTransform):
         return (
             {"spec": planned["specs"], "pairs": planned["assigned"]}
             | "GroupPathsByShard" >> beam.CoGroupByKey()
-            | "WriteShard" >> beam.ParDo(self._dofn).with_outputs(REJECTS, main="shards")
+            | "WriteShard" >> beam.ParDo(self._dofn).with_outputs(REJECTS, HASHES, main="shards")
         )

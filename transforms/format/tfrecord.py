@@ -100,16 +100,47 @@ def read_frames(
 
 
 class Writer:
-    """Appends framed records to a new local file; a context manager, like TFRecordWriter."""
+    """Appends framed records to a new local file; a context manager, like TFRecordWriter.
+
+    copy_frames appends frames of another local TFRecord file byte for byte (a frame holds
+    its own length and CRCs), copied in the kernel (copy_file_range), adjacent frames of one
+    file in one call."""
 
     def __init__(self, path: str) -> None:
         self._handle = open(path, "xb")  # noqa: SIM115 - closed in close()
+        self._run: list[int] | None = None  # [fd, start, end] of frames still to copy
 
     def write(self, payload: bytes) -> None:
+        self._copy_run()
         self._handle.write(frame(payload))
 
+    def copy_frames(self, source_fd: int, offset: int, length: int) -> None:
+        run = self._run
+        if run is not None and run[0] == source_fd and run[2] == offset:
+            run[2] += length
+            return
+        self._copy_run()
+        self._run = [source_fd, offset, offset + length]
+
+    def _copy_run(self) -> None:
+        if self._run is None:
+            return
+        source_fd, offset, end = self._run
+        self._run = None
+        self._handle.flush()
+        target = self._handle.fileno()
+        while offset < end:
+            copied = os.copy_file_range(source_fd, target, end - offset, offset)
+            if copied == 0:
+                raise CorruptRecordError(f"a frame to copy runs past its file's end at {offset}")
+            offset += copied
+        self._handle.seek(0, os.SEEK_END)
+
     def close(self) -> None:
-        self._handle.close()
+        try:
+            self._copy_run()
+        finally:
+            self._handle.close()
 
     def __enter__(self) -> Writer:
         return self
