@@ -13,15 +13,13 @@ one shard.
 from __future__ import annotations
 
 import collections
-from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.job.shard_rewrite import Incoming, rewrite_shard
-from beam_pipeline.runtime import writer_pool
+from beam_pipeline.job.write_shards import PooledWork
 from transforms.splits import ShardAssigner, ShardSpec
 
 REJECTS = "rejects"
@@ -36,10 +34,19 @@ def _planned(assigner: ShardAssigner, key: str, split: str) -> ShardSpec:
 
 
 def _routed(element, assigner: ShardAssigner, fractions):
-    """A key's change -> (shard name, change) for the shard it leaves and, when it moves,
-    (shard name, (change, its spec)) for the one it joins. A reject outranks a move."""
+    """A key's changes -> (shard name, change) for the shard it leaves and, when it moves,
+    (shard name, change) for the one it joins. A reject outranks a move."""
     key, joined = element
-    verdicts, moves = list(joined["verdicts"]), list(joined["moves"])
+    return _changes(key, list(joined["verdicts"]), list(joined["moves"]), assigner, fractions)
+
+
+def _moved(move, assigner: ShardAssigner, fractions):
+    """A move with no verdict to weigh (group mode without --leakage_check)."""
+    key, split = move
+    return _changes(key, [], [split], assigner, fractions)
+
+
+def _changes(key: str, verdicts, moves, assigner: ShardAssigner, fractions):
     source = assigner.assign(key, fractions.split_of(key))
     if verdicts:
         _, reason, detail = min(verdicts)
@@ -52,16 +59,16 @@ def _routed(element, assigner: ShardAssigner, fractions):
         yield target.name, (_COME, key, source.name, target)
 
 
-class _Rewrite(beam.DoFn):
+class _Rewrite(PooledWork):
     """(shard name, {shards, changes}) -> the shard as written, or rewritten with its
-    changes (collected per bundle and sent to the run's writer pool, largest first)."""
+    changes (job/shard_rewrite.py), in this process or in the run's writer pool."""
+
+    work = staticmethod(rewrite_shard)
+    doing = "rewriting a shard"
 
     def __init__(self, settings: ShardWriterSettings) -> None:
-        self._settings = settings
+        super().__init__(settings)
         self._rewritten = Metrics.counter("segprep", "shards_rewritten")
-
-    def start_bundle(self) -> None:
-        self._pending: list[tuple] = []
 
     def process(self, element, attempts):
         _, joined = element
@@ -78,41 +85,12 @@ class _Rewrite(beam.DoFn):
                 record_format = target.record_format
                 incoming.append(Incoming(key, detail, attempts[detail], record_format))
                 spec = spec or target
-        job = (spec, shard, leaving, incoming)
-        if self._settings.pool is None:
-            yield from self._emit(shard, *self._run(job))
-        else:
-            self._pending.append(job)
-
-    def _run(self, job):
-        spec, shard, leaving, incoming = job
         attempt = None if shard is None else shard.attempt
-        return rewrite_shard(self._settings, spec, attempt, leaving, incoming)
+        size = (shard.num_examples if shard else 0) + len(incoming)
+        yield from self.submit((spec, attempt, leaving, incoming), shard, size)
 
-    def finish_bundle(self):
-        jobs = sorted(self._pending, key=lambda job: job[0].name)
-        self._pending = []
-        if not jobs:
-            return
-        try:
-            pool = writer_pool.pool_of(self._settings.pool)
-            futures = [
-                pool.submit(rewrite_shard, self._settings, spec, shard and shard.attempt, out, in_)
-                for spec, shard, out, in_ in jobs
-            ]
-            for (_, shard, _, _), future in zip(jobs, futures, strict=True):
-                for output in self._emit(shard, *future.result()):
-                    if isinstance(output, beam.pvalue.TaggedOutput):
-                        yield beam.pvalue.TaggedOutput(
-                            output.tag, GlobalWindows.windowed_value(output.value)
-                        )
-                    else:
-                        yield GlobalWindows.windowed_value(output)
-        except BrokenProcessPool as error:
-            raise RuntimeError(
-                "a writer process died while rewriting a shard: out of memory? "
-                "(try --writer_processes 1)"
-            ) from error
+    def emit(self, before, result):
+        yield from self._emit(before, *result)
 
     def _emit(self, before, written, rejects):
         self._rewritten.inc()
@@ -137,19 +115,15 @@ class RelocateRecords(beam.PTransform):
 
     def expand(self, inputs):
         shards, assigner = inputs["shards"], inputs["assigner"]
-        by_key = {"moves": inputs["moves"]}
-        if "verdicts" in inputs:
-            by_key["verdicts"] = inputs["verdicts"]
-        else:  # group mode without --leakage_check rejects nothing
-            by_key["verdicts"] = shards.pipeline | "NoVerdicts" >> beam.Create([])
-        changes = (
-            by_key
-            | "ChangesByKey" >> beam.CoGroupByKey()
-            | "ToShards"
-            >> beam.FlatMap(
-                _routed, assigner=beam.pvalue.AsSingleton(assigner), fractions=self._fractions
+        side = {"assigner": beam.pvalue.AsSingleton(assigner), "fractions": self._fractions}
+        if "verdicts" in inputs:  # a key may both move and be rejected: weigh them per key
+            changes = (
+                {"moves": inputs["moves"], "verdicts": inputs["verdicts"]}
+                | "ChangesByKey" >> beam.CoGroupByKey()
+                | "ToShards" >> beam.FlatMap(_routed, **side)
             )
-        )
+        else:  # group mode without --leakage_check rejects nothing
+            changes = inputs["moves"] | "ToShards" >> beam.FlatMap(_moved, **side)
         attempts = (
             shards
             | "ShardAttempt" >> beam.Map(lambda shard: (shard.spec.name, shard.attempt))

@@ -18,47 +18,45 @@ REJECTS = "rejects"
 HASHES = "hashes"  # each shard's image hashes, for the duplicate search
 
 
-class _WriteShard(beam.DoFn):
-    """Writes in this process or, on the in-process local runner, in the run's writer pool.
+class PooledWork(beam.DoFn):
+    """A DoFn whose calls, plain Python `work(settings, *args)`, run in this process or, on
+    the in-process local runner, in the run's writer pool: collected during the bundle and
+    submitted in finish_bundle largest first, so the small ones fill in at the end and no
+    core idles long. A subclass sets `work` and `doing` (what the error names) and turns
+    each call's result into outputs with `emit(context, result)`."""
 
-    With a pool, shards are collected during the bundle and submitted largest first in
-    finish_bundle, so the small ones fill in at the end and no core idles long.
-    """
+    work = None  # staticmethod: the plain-Python call, sent to the pool
+    doing = "working"
 
     def __init__(self, settings: ShardWriterSettings) -> None:
         self._settings = settings
-        self._shards = Metrics.counter("segprep", "shards_written")
-        self._transcoded = Metrics.counter("segprep", "images_transcoded")
-        # How many times the job read a pair's files: once each.
-        self._read = Metrics.counter("segprep", "images_read")
 
     def start_bundle(self) -> None:
         self._pending: list[tuple] = []
 
-    def process(self, element):
-        _, grouped = element
-        (spec,) = grouped["spec"]
-        pairs = [pair for batch in grouped["pairs"] for pair in batch]
+    def submit(self, args: tuple, context, size: int):
+        """Run `work(settings, *args)` (now, or queued for the pool); its outputs."""
         if self._settings.pool is None:
-            yield from self._emit(*write_shard(self._settings, spec, pairs))
+            yield from self.emit(context, self.work(self._settings, *args))
         else:
-            self._pending.append((spec, pairs))
+            self._pending.append((size, args, context))
+
+    def emit(self, context, result):
+        raise NotImplementedError
 
     def finish_bundle(self):
         if not self._pending:
             return
-        jobs = sorted(self._pending, key=lambda job: len(job[1]), reverse=True)
+        jobs = sorted(self._pending, key=lambda job: job[0], reverse=True)
         self._pending = []
         # On a failure nothing is cancelled here: the run's pool stops every writer when the
         # error leaves it (runtime/writer_pool.py), before the launcher discards the staging
         # folder. (A cancel racing the pool's shutdown fails inside concurrent.futures, 3.11.)
         try:
             pool = writer_pool.pool_of(self._settings.pool)
-            futures = [
-                pool.submit(write_shard, self._settings, spec, pairs) for spec, pairs in jobs
-            ]
-            for future in futures:
-                for output in self._emit(*future.result()):
+            futures = [pool.submit(self.work, self._settings, *args) for _, args, _ in jobs]
+            for (_, _, context), future in zip(jobs, futures, strict=True):
+                for output in self.emit(context, future.result()):
                     if isinstance(output, beam.pvalue.TaggedOutput):
                         yield beam.pvalue.TaggedOutput(
                             output.tag, GlobalWindows.windowed_value(output.value)
@@ -67,10 +65,33 @@ class _WriteShard(beam.DoFn):
                         yield GlobalWindows.windowed_value(output)
         except BrokenProcessPool as error:
             raise RuntimeError(
-                "a shard writer process died: out of memory, or a script that calls "
-                "launcher.run() without an `if __name__ == '__main__':` guard "
+                f"a writer process died while {self.doing}: out of memory, or a script that "
+                "calls launcher.run() without an `if __name__ == '__main__':` guard "
                 "(try --writer_processes 1)"
             ) from error
+
+
+class _WriteShard(PooledWork):
+    """Writes each shard (job/shard_work.py), in this process or in the run's writer pool."""
+
+    work = staticmethod(write_shard)
+    doing = "writing a shard"
+
+    def __init__(self, settings: ShardWriterSettings) -> None:
+        super().__init__(settings)
+        self._shards = Metrics.counter("segprep", "shards_written")
+        self._transcoded = Metrics.counter("segprep", "images_transcoded")
+        # How many times the job read a pair's files: once each.
+        self._read = Metrics.counter("segprep", "images_read")
+
+    def process(self, element):
+        _, grouped = element
+        (spec,) = grouped["spec"]
+        pairs = [pair for batch in grouped["pairs"] for pair in batch]
+        yield from self.submit((spec, pairs), None, len(pairs))
+
+    def emit(self, _, result):
+        yield from self._emit(*result)
 
     def _emit(self, shard: WrittenShard, rejects: tuple[Reject, ...], hashes: list[ImageHash]):
         if hashes:
