@@ -802,3 +802,29 @@ def test_an_append_over_an_output_without_hashes_stores_its_own(tmp_path):
     )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "split 'validation': some of its images have no image hashes" in done.stderr
+
+
+def test_keys_the_fractions_leave_out_are_never_read_nor_grouped(tmp_path):
+    """A key outside --train_size + --validation_size is rejected `not_in_split` before its
+    files are read (as with --duplicates off), so it joins no group: its exact copy among
+    the stored entries stays where its own key puts it, and no group names the left-out key."""
+    fractions = SplitFractions(0.4, 0.4)
+    data = tmp_path / "data"
+    photos = _distinct_dataset(data, count=8)
+    original = next(key for key in sorted(photos) if fractions.split_of(key) is not None)
+    left_out = next(
+        name
+        for name in (f"{original}-copy{n}" for n in range(200))
+        if fractions.split_of(name) is None
+    )
+    image = (data / "images" / f"{original}.jpg").read_bytes()
+    mask = (data / "masks" / f"{original}.png").read_bytes()
+    _write(data, left_out, image, mask)
+    out = tmp_path / "out"
+    _segprep("prepare", "--image_dir", str(data / "images"), "--mask_dir", str(data / "masks"),
+             "--output_dir", str(out), "--train_size", "0.4", "--validation_size", "0.4",
+             *RUNNER_ARGS)  # fmt: skip
+    assert _rejects(out)[left_out]["reason"] == "not_in_split"
+    assert _key_tables(out)[original] == fractions.split_of(original)
+    assert all(left_out not in group["keys"] for group in _groups(out))
+    _segprep("verify", str(out))

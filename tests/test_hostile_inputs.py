@@ -188,3 +188,40 @@ def test_an_unreadable_sub_folder_stops_the_run_before_it_starts(tmp_path):
     assert "cannot read the folder" in err and "locked" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("duplicates", ["group", "off"])
+def test_keys_holding_unicode_line_separators_are_stored_and_verify(tmp_path, duplicates):
+    """U+2028, U+2029 and U+0085 are line breaks to str.splitlines, not to JSON lines: keys
+    holding them are stored, read back by the tables' readers, and may move with their group
+    (the exact copy of good1 is named so that its key alone would put it in the other split)."""
+    from transforms.splits import SplitFractions
+
+    fractions = SplitFractions(0.5, 0.5)
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    image, mask = rgb_jpeg(H, W), mat_bytes(mask=MASK)
+    keys = ["good1", "line\u2028break", "para\u2029break", "next\u0085line"]
+    keys.append(
+        next(
+            name
+            for name in (f"good1\u2028copy{n}" for n in range(100))
+            if fractions.split_of(name) != fractions.split_of("good1")
+        )
+    )
+    for number, key in enumerate(keys):
+        own = image if key.startswith("good1") else rgb_jpeg(H, W, seed=number)
+        _write(images, f"{key}.jpg", own)
+        _write(masks, f"{key}_mask.mat", mask)
+    out = tmp_path / "out"
+    split = ["--train_size", "0.5", "--validation_size", "0.5"]
+    assert main(["prepare", "--image_dir", str(images), "--mask_dir", str(masks),
+                 "--output_dir", str(out), "--duplicates", duplicates, *split,
+                 "--runner", "FnApiRunner"]) == 0  # fmt: skip
+    stored = {}
+    for table in (out / "index").glob("*.keys.jsonl"):
+        for line in table.read_bytes().splitlines():
+            stored[json.loads(line)[0]] = table.name.split(".")[0]
+    assert sorted(stored) == sorted(keys)
+    if duplicates == "group":
+        assert stored[keys[-1]] == stored["good1"]
+    assert main(["verify", str(out)]) == 0

@@ -111,6 +111,21 @@ def test_a_bundle_run_twice_publishes_each_key_once(run):
     )
 
 
+def test_a_doubled_bundle_whose_shards_the_search_rewrote_publishes_each_reject_once(run):
+    """Both attempts of a bundle brought their rejects, then the duplicate search rewrote
+    the shards (job/relocate.py): one attempt per shard reaches the commit, the rejects
+    twice. Identical rows are one, whether or not a shard came twice."""
+    first, second = run.bundle(), run.bundle()
+    shards = [shard for shard, _, _ in first]
+    rejects = [reject for _, found, _ in [*first, *second] for reject in found]
+    assert [reject.key for reject in rejects] == [BAD_KEY, BAD_KEY]
+    settings = CommitSettings(run.out, RUN_ID, {"train_size": 1.0})
+    commit(None, shards, rejects, 12, settings)
+    _assert_each_key_once_and_nothing_stray(run)
+    lines = (Path(run.out) / REJECTS_FILE).read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == [BAD_KEY]
+
+
 def test_the_choice_of_attempt_does_not_depend_on_delivery_order(run):
     first, second = run.bundle(), run.bundle()
     shards = [shard for shard, _, _ in [*first, *second]]

@@ -153,3 +153,26 @@ def test_copied_frames_make_the_same_file_as_written_ones(tmp_path):
     assert copied.read_bytes() == written.read_bytes()
     got = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(copied))]
     assert got == [b"fresh" if item == "new" else payloads[item] for item in order]
+
+
+def test_frames_are_copied_by_reading_where_the_kernel_will_not(tmp_path, monkeypatch):
+    """A filesystem without copy_file_range (EXDEV, EOPNOTSUPP, ...): the same bytes, read
+    and written."""
+    import errno
+    import os
+
+    def refused(*args):
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    source, copied = tmp_path / "source", tmp_path / "copied"
+    with tfrecord.Writer(str(source)) as writer:
+        writer.write(b"a" * 300)
+        writer.write(b"b" * 5)
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    with open(source, "rb") as handle, tfrecord.Writer(str(copied)) as writer:
+        writer.copy_frames(handle.fileno(), 316, 21)
+        writer.copy_frames(handle.fileno(), 0, 316)
+    assert [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(copied))] == [
+        b"b" * 5,
+        b"a" * 300,
+    ]

@@ -213,10 +213,16 @@ def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
     )
 
 
+def _lines(data: bytes) -> list[str]:
+    """A JSON-lines file's lines, split on its newlines only: str.splitlines would also
+    split on U+2028, U+2029 and U+0085, which a key may hold unescaped."""
+    return [line.decode("utf-8") for line in data.splitlines()]
+
+
 def parse_hash_rows(data: bytes) -> list[ImageHash]:
     """The rows of a hashes file; ValueError naming the first bad line."""
     rows = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(_lines(data), start=1):
         if not line.strip():
             continue
         try:
@@ -498,7 +504,7 @@ def _largest_distance(hashes: np.ndarray, rows: int = 512) -> int:
 def parse_groups(data: bytes) -> list[dict]:
     """The lines of a duplicates.jsonl file; ValueError naming the first bad line."""
     groups = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(_lines(data), start=1):
         if not line.strip():
             continue
         try:

@@ -269,11 +269,11 @@ def _publish(
 def _one_attempt_per_shard(
     shards: list[WrittenShard], rejects: list[Reject], settings: CommitSettings, hashes: bool
 ) -> tuple[list[WrittenShard], list[Reject]]:
-    """Settle one attempt per shard (job/attempts.py). A shard that reached the commit twice
-    (a runner delivered both attempts) brought its rejects twice: identical rows are one."""
+    """Settle one attempt per shard (job/attempts.py). A bundle that a runner delivered
+    twice brought its rejects twice, even when only one attempt of its shards reaches the
+    commit (the duplicate search rewrote them): identical rows are one."""
     chosen = attempts.one_per_shard(shards)
-    if len(chosen) < len(shards):
-        rejects = list(dict.fromkeys(rejects))
+    rejects = list(dict.fromkeys(rejects))
 
     def names_of(shard: WrittenShard) -> list[str]:
         name = shard.spec.name

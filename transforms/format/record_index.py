@@ -110,7 +110,7 @@ def key_table_bytes(rows: Iterable[KeyRow]) -> bytes:
 def parse_key_table(data: bytes) -> list[KeyRow]:
     """The rows of a key-table file, in file order."""
     rows = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate((line.decode("utf-8") for line in data.splitlines()), start=1):
         try:
             key, shard, record = json.loads(line)
         except (ValueError, TypeError) as error:

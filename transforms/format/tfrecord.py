@@ -7,6 +7,7 @@ A frame written here is byte for byte what `tf.io.TFRecordWriter` writes.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -99,6 +100,10 @@ def read_frames(
         offset += length + FRAME_OVERHEAD
 
 
+# copy_file_range refused by the filesystem (some NFS, FUSE, 9p) or the kernel: read and write
+_NO_KERNEL_COPY = (errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENOTSUP)
+
+
 class Writer:
     """Appends framed records to a new local file; a context manager, like TFRecordWriter.
 
@@ -130,7 +135,12 @@ class Writer:
         self._handle.flush()
         target = self._handle.fileno()
         while offset < end:
-            copied = os.copy_file_range(source_fd, target, end - offset, offset)
+            try:
+                copied = os.copy_file_range(source_fd, target, end - offset, offset)
+            except OSError as error:
+                if error.errno not in _NO_KERNEL_COPY:
+                    raise
+                copied = os.write(target, os.pread(source_fd, min(end - offset, 8 << 20), offset))
             if copied == 0:
                 raise CorruptRecordError(f"a frame to copy runs past its file's end at {offset}")
             offset += copied

@@ -125,7 +125,11 @@ def _unlabeled(state: Checked) -> int | None:
     except OSError as error:
         state.problem(f"{UNLABELED_FILE}: not readable ({error}); metadata.json counts {counted}")
         return None
-    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    lines = [
+        line
+        for line in (raw.decode("utf-8", "replace") for raw in data.splitlines())
+        if line.strip()
+    ]
     for number, line in enumerate(lines, start=1):
         try:
             key = json_shape.loads(line, UNLABELED_FILE)["key"]
