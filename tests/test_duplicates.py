@@ -828,3 +828,22 @@ def test_keys_the_fractions_leave_out_are_never_read_nor_grouped(tmp_path):
     assert _key_tables(out)[original] == fractions.split_of(original)
     assert all(left_out not in group["keys"] for group in _groups(out))
     _segprep("verify", str(out))
+
+
+def test_hashes_made_in_a_batch_are_each_images_own(tmp_path):
+    """The writers hash a few hundred thumbnails per call (dups.fingerprints); every image
+    gets exactly the bits that the per-image functions give it: photos, random pixels, flat
+    and posterised thumbnails, in batches of one and of many."""
+    photos = _distinct_dataset(tmp_path / "data", count=6)
+    rng = np.random.default_rng(3)
+    thumbs = [dups.thumbnail(photo) for photo in photos.values()]
+    thumbs += [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(400)]
+    thumbs += [np.full((32, 32, 3), value, dtype=np.uint8) for value in (0, 128, 255)]
+    thumbs += [(thumb // 85 * 85).astype(np.uint8) for thumb in thumbs[:50]]
+    images = [dups.Unhashed(f"k{n}", "ab" * 32, thumb) for n, thumb in enumerate(thumbs)]
+    batched = dups.fingerprints(images)
+    assert [dups.fingerprints([image])[0] for image in images[:20]] == batched[:20]
+    for thumb, hashes in zip(thumbs, batched, strict=True):
+        grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
+        assert hashes.phash == dups.phash_of_grey(grey)
+        assert hashes.signature == dups.colour_signature(thumb)

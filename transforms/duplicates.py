@@ -103,9 +103,57 @@ def fingerprint(
     key: str, image_bytes: bytes, thumb: np.ndarray, mask: str | None = None
 ) -> ImageHash:
     """The image's hashes from its bytes (sha256) and its thumbnail (perceptual hash and
-    verification signature): the one function every hashing path calls."""
-    grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
-    return ImageHash(key, digest(image_bytes), phash_of_grey(grey), mask, colour_signature(thumb))
+    verification signature)."""
+    return fingerprints([Unhashed(key, digest(image_bytes), thumb, mask)])[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Unhashed:
+    """An image whose sha256 is known and whose thumbnail waits to be hashed."""
+
+    key: str
+    sha256: str
+    thumbnail: np.ndarray = dataclasses.field(compare=False, repr=False)
+    mask: str | None = None
+
+
+def fingerprints(images: Sequence[Unhashed]) -> list[ImageHash]:
+    """The hashes of many thumbnails at once: the one function every hashing path calls. A
+    writer hashes a few hundred images per call, so numpy's per-call cost is paid per batch,
+    not per image; each image's bits are what phash_of_grey and colour_signature give it
+    alone (the sums the signature takes are of integers, so exact in any order; the test
+    holds both equal)."""
+    if not images:
+        return []
+    thumbs = np.stack([image.thumbnail for image in images])
+    count = len(images)
+    # PIL's own RGB -> L weights and rounding, on all thumbnails stacked into one tall image
+    tall = Image.fromarray(thumbs.reshape(count * _SIDE, _SIDE, 3)).convert("L")
+    grey = np.asarray(tall, dtype=np.float64).reshape(count, _SIDE, _SIDE)
+    matrix = _dct_matrix(_SIDE)[:_LOW]
+    low = (matrix @ grey @ matrix.T).reshape(count, _LOW * _LOW)
+    median = np.partition(low[:, 1:], 31, axis=1)[:, 31]  # of the 63 non-DC coefficients
+    bits = low > median[:, None]
+    bits[:, 0] = False
+    phashes = [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
+    signatures = _colour_signatures(thumbs)
+    return [
+        ImageHash(image.key, image.sha256, phash, image.mask, signature)
+        for image, phash, signature in zip(images, phashes, signatures, strict=True)
+    ]
+
+
+def _colour_signatures(thumbs: np.ndarray) -> list[bytes]:
+    """colour_signature of each of a stack of thumbnails."""
+    block = THUMB_SIDE // SIGNATURE_SIDE
+    count = len(thumbs)
+    shape = (count, SIGNATURE_SIDE, block, SIGNATURE_SIDE, block, 3)
+    sums = thumbs.reshape(shape).sum(axis=(2, 4), dtype=np.int64)
+    pixels = (sums / float(block * block)).reshape(count, -1)
+    centred = pixels - pixels.mean(axis=1, keepdims=True)
+    peak = np.abs(centred).max(axis=1)
+    scaled = np.round(centred / np.where(peak == 0, 1.0, peak)[:, None] * 127)
+    return [row.tobytes() for row in scaled.astype(np.int8)]
 
 
 def colour_signature(thumb: np.ndarray) -> bytes:
@@ -252,13 +300,6 @@ def band_edges(distance: int) -> tuple[tuple[int, int], ...]:
 def bands(phash: int, distance: int) -> list[int]:
     """The value of each band of `phash`, band 0 first."""
     return [(phash >> shift) & ((1 << width) - 1) for shift, width in band_edges(distance)]
-
-
-def first_shared_band(a: int, b: int, distance: int) -> int | None:
-    for band, (x, y) in enumerate(zip(bands(a, distance), bands(b, distance), strict=True)):
-        if x == y:
-            return band
-    return None
 
 
 @dataclasses.dataclass(frozen=True)

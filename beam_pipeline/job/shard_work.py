@@ -39,6 +39,8 @@ from transforms.splits import ShardSpec
 
 _CHUNK = 8 << 20
 FACTS_SUFFIX = ".facts.jsonl"
+# Thumbnails hashed per numpy call (transforms.duplicates.fingerprints): 3 KB each held
+_HASHED = 256
 # Errors of the storage itself, not of one file: the run fails rather than calling data bad.
 _STORAGE_FAILURES = (errno.EIO, errno.ENOMEM, errno.ENOSPC, errno.EROFS)
 
@@ -111,6 +113,7 @@ class ShardBuilder:
         self._written: list[tuple[str, int]] = []  # (key, serialized length): the index
         self._digests: list[tuple[str, str]] = []  # (key, content digest), in key order
         self.hashes: list[ImageHash] = []
+        self._unhashed: list[dups.Unhashed] = []
         self._facts: list[bytes] = []
         self._transcoded = self._exif_ignored = 0
 
@@ -126,11 +129,17 @@ class ShardBuilder:
             os.remove(self._partial)
 
     def add(
-        self, record: Record, digest: str, hashes: ImageHash | None, paths, framed=None
+        self,
+        record: Record,
+        digest: str,
+        hashes: ImageHash | dups.Unhashed | None,
+        paths,
+        framed=None,
     ) -> None:
-        """A record, its content digest, its image hashes and (image, mask) source paths;
-        `framed`: (descriptor, offset, length) of its frame in a staged shard of this
-        format, copied as it is (a rewrite; record.serialized is then not read)."""
+        """A record, its content digest, its image hashes (or its thumbnail, hashed with
+        the next _HASHED of them) and (image, mask) source paths; `framed`: (descriptor,
+        offset, length) of its frame in a staged shard of this format, copied as it is (a
+        rewrite; record.serialized is then not read)."""
         if framed is None:
             self._writer.write(record.serialized)
             length = len(record.serialized)
@@ -139,7 +148,11 @@ class ShardBuilder:
             length = framed[2] - record_index.FRAME_OVERHEAD
         self._written.append((record.key, length))
         self._digests.append((record.key, digest))
-        if hashes is not None:
+        if isinstance(hashes, dups.Unhashed):
+            self._unhashed.append(hashes)
+            if len(self._unhashed) >= _HASHED:
+                self._hash_waiting()
+        elif hashes is not None:
             self.hashes.append(hashes)
         self._transcoded += record.image_transcoded
         self._exif_ignored += record.exif_ignored
@@ -149,7 +162,12 @@ class ShardBuilder:
         if self._settings.store_hashes:
             self._facts.append(RecordFacts.of(record, paths).line())
 
+    def _hash_waiting(self) -> None:
+        self.hashes += dups.fingerprints(self._unhashed)
+        self._unhashed = []
+
     def finish(self, images_read: int = 0) -> WrittenShard:
+        self._hash_waiting()
         writer, self._writer = self._writer, None
         writer.__exit__(None, None, None)
         settings, spec, attempt = self._settings, self._spec, self._attempt
@@ -339,14 +357,14 @@ def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
 
 
 def build_record(settings: ShardWriterSettings, pair: Pair):
-    """One pair's (record, content digest, image hashes or None), or why it is rejected: what
+    """One pair's (record, content digest, its image to hash or None), or why it is rejected: what
     the writer does per entry (the dry run's estimate times this, launch/estimate.py)."""
     return _record_or_reject(settings, pair)
 
 
 def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
-    """(record, content digest, image hashes: None with the search off) from one read of
-    each file, or the RejectError saying why there is no record."""
+    """(record, content digest, its image as dups.Unhashed: None with the search off) from
+    one read of each file, or the RejectError saying why there is no record."""
     source = registry.get(settings.mask_source)
     try:
         image_bytes, mask_bytes, mask_side = _read_pair(settings, pair)
@@ -357,10 +375,9 @@ def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
         return error
     if not settings.store_hashes:
         return record, digest_table.content_digest(image_bytes, mask_side), None
-    mask_sha256 = dups.digest(mask_side)
-    hashes = dups.fingerprint(
-        pair.key, image_bytes, record.thumbnail, mask_sha256 if mask_bytes is not None else None
-    )
-    # digest_table.content_digest's value, from the two sha256 the hashes computed already
-    content = hashlib.sha256(bytes.fromhex(hashes.sha256) + bytes.fromhex(mask_sha256))
-    return record, content.hexdigest(), hashes
+    image_sha256, mask_sha256 = dups.digest(image_bytes), dups.digest(mask_side)
+    mask = mask_sha256 if mask_bytes is not None else None
+    unhashed = dups.Unhashed(pair.key, image_sha256, record.thumbnail, mask)
+    # digest_table.content_digest's value, from the two sha256 the hashes need anyway
+    content = hashlib.sha256(bytes.fromhex(image_sha256) + bytes.fromhex(mask_sha256))
+    return record, content.hexdigest(), unhashed
