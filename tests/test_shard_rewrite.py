@@ -108,3 +108,47 @@ def test_tampered_facts_fail_the_rewrite_naming_the_file(sample_dataset, tmp_pat
     facts.write_bytes(b"[1, 2]\n[1, 2]\n")  # as many lines as records, none a record's
     with pytest.raises(OSError, match="facts do not decode"):
         rewrite_shard(settings, train, first.attempt, {"00001": None}, [])
+
+
+def test_records_from_many_shards_are_gathered_one_source_at_a_time(
+    sample_dataset, tmp_path, monkeypatch
+):
+    """A shard that receives records from many shards holds one source shard open at a
+    time (its tables and descriptor), besides its own: memory and descriptors stay flat in
+    the number of shards that send records."""
+    from beam_pipeline.job import shard_rewrite
+
+    staging = tmp_path / "staging"
+    (staging / "index").mkdir(parents=True)
+    settings = ShardWriterSettings(files.normalize_dir(str(staging)), store_hashes=True)
+    keys = ["00001", "00002", "00003", "00005", "00006", "00007"]
+    sources = []
+    for number, key in enumerate(keys[1:]):
+        spec = ShardSpec("train", number, len(keys) - 1)
+        shard, _, _ = write_shard(settings, spec, [_pair(sample_dataset, key)])
+        sources.append((key, spec, shard))
+    validation = ShardSpec("validation", 0, 1)
+    own, _, _ = write_shard(settings, validation, [_pair(sample_dataset, keys[0])])
+    before = {key: _records(settings.staging_dir, shard)[key] for key, _, shard in sources}
+
+    open_now, most = [0], [0]
+    real_init, real_close = shard_rewrite.StagedShard.__init__, shard_rewrite.StagedShard.close
+
+    def counted_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        open_now[0] += 1
+        most[0] = max(most[0], open_now[0])
+
+    def counted_close(self):
+        open_now[0] -= 1
+        real_close(self)
+
+    monkeypatch.setattr(shard_rewrite.StagedShard, "__init__", counted_init)
+    monkeypatch.setattr(shard_rewrite.StagedShard, "close", counted_close)
+    incoming = [Incoming(key, spec.name, shard.attempt, "tfrecord") for key, spec, shard in sources]
+    grown, _ = rewrite_shard(settings, validation, own.attempt, {}, incoming)
+    monkeypatch.undo()
+    assert most[0] <= 2 and open_now[0] == 0
+    records = _records(settings.staging_dir, grown)
+    assert list(records) == keys
+    assert all(records[key] == data for key, data in before.items())

@@ -7,9 +7,10 @@ image, so each image is read and decoded once and, where the search changes noth
 common case), each record is written once. Only a shard that the search changed is written
 again, from the staged files of this run: its own records and the incoming ones, in key
 order, into a new attempt (job/attempts.py) whose WrittenShard replaces the first one.
-Local TFRecord frames are copied byte for byte in the kernel (tfrecord.Writer.copy_frames);
-on gs:// each moving frame is one ranged read; other formats' records are read through the
-format's random reader and written again.
+The shard's own local TFRecord frames are copied byte for byte in the kernel
+(tfrecord.Writer.copy_frames); incoming records are gathered first, one source shard open at
+a time, into a local holding file (on gs:// each one a ranged read of its frame), so memory
+and descriptors stay those of one source shard however many send records.
 
 Plain Python, no Beam: a local run's writer processes run it (runtime/writer_pool.py).
 """
@@ -149,6 +150,48 @@ class StagedShard:
             os.remove(self._copy)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Arrival:
+    """An incoming record, gathered: its facts, digest and hashes, and where its bytes wait
+    in the rewrite's local holding file."""
+
+    facts: RecordFacts
+    digest: str
+    hashes: ImageHash
+    offset: int
+    length: int
+
+
+def _gather(settings: ShardWriterSettings, incoming: Sequence[Incoming], held) -> dict:
+    """key -> _Arrival for each incoming record, its bytes appended to `held`: one source
+    shard open at a time, so a shard that receives records from thousands of shards holds
+    one shard's tables and one descriptor, not all of them."""
+    by_source: dict[tuple[str, str, str], list[str]] = {}
+    for item in incoming:
+        by_source.setdefault((item.source, item.attempt, item.record_format), []).append(item.key)
+    arrivals = {}
+    for (name, attempt, record_format), keys in by_source.items():
+        source = StagedShard(settings.staging_dir, name, attempt, record_format)
+        try:
+            for key in keys:
+                number = source.position.get(key)
+                if number is None:
+                    raise OSError(f"{name} holds no record {key!r} to move")
+                payload = source.record(number).serialized
+                arrivals[key] = _Arrival(
+                    source.facts(number),
+                    source.digest(number),
+                    source.hashes(number),
+                    held.tell(),
+                    len(payload),
+                )
+                held.write(payload)
+        finally:
+            source.close()
+    held.flush()
+    return arrivals
+
+
 def rewrite_shard(
     settings: ShardWriterSettings,
     spec: ShardSpec,
@@ -159,51 +202,50 @@ def rewrite_shard(
     """The shard `spec` written again as a new attempt: its records (the attempt `attempt`
     staged; None: a shard the plan did not have) but those `leaving` (key -> (reason, detail)
     of a reject, or None for a record that moves), plus `incoming`, in key order; the rejects
-    of the records that left as rejects."""
-    opened: dict[tuple[str, str], StagedShard] = {}
-
-    def shard_of(name: str, held: str, record_format: str) -> StagedShard:
-        found = opened.get((name, held))
-        if found is None:
-            found = opened[name, held] = StagedShard(
-                settings.staging_dir, name, held, record_format
-            )
-        return found
-
+    of the records that left as rejects. Incoming records are gathered first, source by
+    source, into a local holding file; the shard's own records are copied as they are."""
     rejects: list[Reject] = []
-    entries: list[tuple[str, StagedShard, int]] = []
-    try:
-        if attempt is not None:
-            own = shard_of(spec.name, attempt, spec.record_format)
-            for number, key in enumerate(own.keys):
-                if key not in leaving:
-                    entries.append((key, own, number))
-                elif leaving[key] is not None:
-                    reason, detail = leaving[key]
+    with tempfile.TemporaryFile(prefix="segprep-rewrite-") as held:
+        arrivals = _gather(settings, incoming, held)
+        entries: list[tuple[str, int]] = [(key, -1) for key in arrivals]
+        own = None
+        try:
+            if attempt is not None:
+                own = StagedShard(settings.staging_dir, spec.name, attempt, spec.record_format)
+                for number, key in enumerate(own.keys):
+                    if key not in leaving:
+                        entries.append((key, number))
+                    elif leaving[key] is not None:
+                        reason, detail = leaving[key]
+                        facts = own.facts(number)
+                        rejects.append(
+                            Reject(key, Reason(reason), detail, facts.image_path, facts.mask_path)
+                        )
+            entries.sort()
+            with ShardBuilder(settings, spec) as builder:
+                for key, number in entries:
+                    if number < 0:  # an incoming record
+                        arrival = arrivals[key]
+                        payload = os.pread(held.fileno(), arrival.length, arrival.offset)
+                        facts = arrival.facts
+                        builder.add(
+                            facts.record(key, payload),
+                            arrival.digest,
+                            arrival.hashes,
+                            (facts.image_path, facts.mask_path),
+                        )
+                        continue
                     facts = own.facts(number)
-                    rejects.append(
-                        Reject(key, Reason(reason), detail, facts.image_path, facts.mask_path)
+                    record, framed = own.framed(number) or (own.record(number), None)
+                    builder.add(
+                        record,
+                        own.digest(number),
+                        own.hashes(number),
+                        (facts.image_path, facts.mask_path),
+                        framed,
                     )
-        for item in incoming:
-            source = shard_of(item.source, item.attempt, item.record_format)
-            number = source.position.get(item.key)
-            if number is None:
-                raise OSError(f"{item.source} holds no record {item.key!r} to move")
-            entries.append((item.key, source, number))
-        entries.sort(key=lambda entry: entry[0])
-        with ShardBuilder(settings, spec) as builder:
-            for _, source, number in entries:
-                facts = source.facts(number)
-                record, framed = source.framed(number) or (source.record(number), None)
-                builder.add(
-                    record,
-                    source.digest(number),
-                    source.hashes(number),
-                    (facts.image_path, facts.mask_path),
-                    framed,
-                )
-            written = builder.finish()
-    finally:
-        for staged in opened.values():
-            staged.close()
+                written = builder.finish()
+        finally:
+            if own is not None:
+                own.close()
     return written, tuple(rejects)
