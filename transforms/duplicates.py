@@ -65,13 +65,18 @@ def _dct_matrix(n: int) -> np.ndarray:
 def phash_of_grey(grey: np.ndarray) -> int:
     """64-bit hash of a 32x32 grey array: bit i set when low coefficient i is above the
     median of the 63 non-DC ones (row-major over the 8x8 block, DC bit always 0)."""
-    matrix = _dct_matrix(_SIDE)
-    coefficients = matrix @ grey.astype(np.float64) @ matrix.T
-    low = coefficients[:_LOW, :_LOW].ravel()
-    median = np.partition(low[1:], 31)[31]  # the median of 63 values: no mean to take
-    bits = low > median
-    bits[0] = False
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    return _phashes(np.asarray(grey, dtype=np.float64)[None])[0]
+
+
+def _phashes(grey: np.ndarray) -> list[int]:
+    """phash_of_grey of each of a (count, 32, 32) float64 stack, in a few numpy calls."""
+    count = len(grey)
+    matrix = _dct_matrix(_SIDE)[:_LOW]  # only the low 8x8 coefficients are kept
+    low = (matrix @ grey @ matrix.T).reshape(count, _LOW * _LOW)
+    median = np.partition(low[:, 1:], 31, axis=1)[:, 31]  # of 63 values: no mean to take
+    bits = low > median[:, None]
+    bits[:, 0] = False
+    return [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
 
 
 def grey_thumbnail(image: Image.Image) -> np.ndarray:
@@ -120,9 +125,7 @@ class Unhashed:
 def fingerprints(images: Sequence[Unhashed]) -> list[ImageHash]:
     """The hashes of many thumbnails at once: the one function every hashing path calls. A
     writer hashes a few hundred images per call, so numpy's per-call cost is paid per batch,
-    not per image; each image's bits are what phash_of_grey and colour_signature give it
-    alone (the sums the signature takes are of integers, so exact in any order; the test
-    holds both equal)."""
+    not per image, and each image gets the bits it gets alone (the test holds both equal)."""
     if not images:
         return []
     thumbs = np.stack([image.thumbnail for image in images])
@@ -130,21 +133,27 @@ def fingerprints(images: Sequence[Unhashed]) -> list[ImageHash]:
     # PIL's own RGB -> L weights and rounding, on all thumbnails stacked into one tall image
     tall = Image.fromarray(thumbs.reshape(count * _SIDE, _SIDE, 3)).convert("L")
     grey = np.asarray(tall, dtype=np.float64).reshape(count, _SIDE, _SIDE)
-    matrix = _dct_matrix(_SIDE)[:_LOW]
-    low = (matrix @ grey @ matrix.T).reshape(count, _LOW * _LOW)
-    median = np.partition(low[:, 1:], 31, axis=1)[:, 31]  # of the 63 non-DC coefficients
-    bits = low > median[:, None]
-    bits[:, 0] = False
-    phashes = [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
-    signatures = _colour_signatures(thumbs)
     return [
         ImageHash(image.key, image.sha256, phash, image.mask, signature)
-        for image, phash, signature in zip(images, phashes, signatures, strict=True)
+        for image, phash, signature in zip(
+            images, _phashes(grey), _colour_signatures(thumbs), strict=True
+        )
     ]
 
 
+def colour_signature(thumb: np.ndarray) -> bytes:
+    """SIGNATURE_SIDE^2 x 3 signed bytes: the thumbnail's colours box-filtered, minus their
+    one mean over every pixel and channel, scaled to +-127. One mean for all channels, not
+    one per channel, so the background's and the clothes' colours count; brightness (a
+    factor) and contrast (a blend with the mean grey) change only that mean and the scale,
+    which the correlation ignores. A flat image is all zeros, correlated with nothing but
+    itself."""
+    return _colour_signatures(thumb[None])[0]
+
+
 def _colour_signatures(thumbs: np.ndarray) -> list[bytes]:
-    """colour_signature of each of a stack of thumbnails."""
+    """colour_signature of each of a stack of thumbnails. The box sums are of integers, so
+    exact in any order: each signature is the one its thumbnail gets alone."""
     block = THUMB_SIDE // SIGNATURE_SIDE
     count = len(thumbs)
     shape = (count, SIGNATURE_SIDE, block, SIGNATURE_SIDE, block, 3)
@@ -154,25 +163,6 @@ def _colour_signatures(thumbs: np.ndarray) -> list[bytes]:
     peak = np.abs(centred).max(axis=1)
     scaled = np.round(centred / np.where(peak == 0, 1.0, peak)[:, None] * 127)
     return [row.tobytes() for row in scaled.astype(np.int8)]
-
-
-def colour_signature(thumb: np.ndarray) -> bytes:
-    """SIGNATURE_SIDE^2 x 3 signed bytes: the thumbnail's colours box-filtered, minus their
-    one mean over every pixel and channel, scaled to +-127. One mean for all channels, not
-    one per channel, so the background's and the clothes' colours count; brightness (a
-    factor) and contrast (a blend with the mean grey) change only that mean and the scale,
-    which the correlation ignores."""
-    block = THUMB_SIDE // SIGNATURE_SIDE
-    pixels = (
-        thumb.astype(np.float64)
-        .reshape(SIGNATURE_SIDE, block, SIGNATURE_SIDE, block, 3)
-        .mean(axis=(1, 3))
-    )
-    centred = pixels - pixels.mean()
-    peak = float(np.abs(centred).max())
-    if peak == 0:  # a flat image: all zeros, correlated with nothing but itself
-        return bytes(centred.size)
-    return np.round(centred / peak * 127).astype(np.int8).tobytes()
 
 
 def similarity(a: bytes, b: bytes) -> float:

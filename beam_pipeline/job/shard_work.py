@@ -378,6 +378,4 @@ def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
     image_sha256, mask_sha256 = dups.digest(image_bytes), dups.digest(mask_side)
     mask = mask_sha256 if mask_bytes is not None else None
     unhashed = dups.Unhashed(pair.key, image_sha256, record.thumbnail, mask)
-    # digest_table.content_digest's value, from the two sha256 the hashes need anyway
-    content = hashlib.sha256(bytes.fromhex(image_sha256) + bytes.fromhex(mask_sha256))
-    return record, content.hexdigest(), unhashed
+    return record, digest_table.digest_of_digests(image_sha256, mask_sha256), unhashed

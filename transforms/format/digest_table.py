@@ -28,9 +28,12 @@ class DigestTableError(ValueError):
 def content_digest(image: bytes, mask: bytes) -> str:
     """sha256 over the sha256 of the image bytes and of the mask bytes (no ambiguity where
     one ends and the other starts)."""
-    outer = hashlib.sha256(hashlib.sha256(image).digest())
-    outer.update(hashlib.sha256(mask).digest())
-    return outer.hexdigest()
+    return digest_of_digests(hashlib.sha256(image).hexdigest(), hashlib.sha256(mask).hexdigest())
+
+
+def digest_of_digests(image_sha256: str, mask_sha256: str) -> str:
+    """content_digest from the two sha256 (hex) already taken, as the duplicate search has."""
+    return hashlib.sha256(bytes.fromhex(image_sha256) + bytes.fromhex(mask_sha256)).hexdigest()
 
 
 def row_bytes(rows: Iterable[tuple[str, str]]) -> bytes:
