@@ -376,13 +376,14 @@ class CommitOutput(beam.PTransform):
         shards, rejects, discovered = inputs["shards"], inputs["rejects"], inputs["discovered"]
         return (
             shards.pipeline
-            | "CommitSeed" >> beam.Create([None])
+            | "CommitSeed" >> beam.Impulse()
             | "WriteMetadata"
             >> beam.Map(
                 commit,
                 shards=beam.pvalue.AsList(shards),
                 rejects=beam.pvalue.AsList(rejects),
-                discovered=beam.pvalue.AsSingleton(discovered),
+                # no element when nothing was found (the count has no default step)
+                discovered=beam.pvalue.AsSingleton(discovered, default_value=0),
                 settings=self._settings,
                 **side,
             )

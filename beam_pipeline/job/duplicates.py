@@ -87,12 +87,14 @@ def _add_whole(by_part: dict[int, list[tuple]], whole: tuple, parts: int) -> Non
 
 class _Gathered(beam.DoFn):
     """Chunks of this run's hashes -> (key, the bundle's values with that key), the items
-    of each hash given by `items`: band buckets, or join partitions. One element per key and
-    bundle rather than one per item, so the shuffle moves lists; at most _BUCKETED hashes
-    are held before they are passed on."""
+    of each hash given by `items`: band buckets, or join partitions (`tag`: the values go
+    as (tag, list), as the join takes them). One element per key and bundle rather than one
+    per item, so the shuffle moves lists; at most _BUCKETED hashes are held before they are
+    passed on."""
 
-    def __init__(self, items) -> None:
+    def __init__(self, items, tag: str | None = None) -> None:
         self._items = items
+        self._tag = tag
 
     def start_bundle(self) -> None:
         self._gathered: dict = {}
@@ -104,23 +106,30 @@ class _Gathered(beam.DoFn):
                 self._gathered.setdefault(key, []).append(value)
         self._held += len(chunk)
         if self._held >= _BUCKETED:
-            yield from self._gathered.items()
+            yield from self._passed()
             self.start_bundle()
 
     def finish_bundle(self):
-        for item in self._gathered.items():
+        for item in self._passed():
             yield GlobalWindows.windowed_value(item)
         self.start_bundle()
 
+    def _passed(self):
+        if self._tag is None:
+            return self._gathered.items()
+        return ((key, (self._tag, values)) for key, values in self._gathered.items())
+
 
 class _CompareInBuckets(beam.DoFn):
-    """Candidate pairs inside each band bucket: in the run's writer pool on local runs
-    (chunks of about _COMPARED probes, at most _IN_FLIGHT chunks at a time, so memory stays
-    that of a few chunks), else in this process (Dataflow)."""
+    """Candidate pairs inside each band bucket, each keyed by the join partition of both
+    its images (_by_image): in the run's writer pool on local runs (chunks of about
+    _COMPARED probes, at most _IN_FLIGHT chunks at a time, so memory stays that of a few
+    chunks), else in this process (Dataflow)."""
 
-    def __init__(self, distance: int, pool: str | None) -> None:
+    def __init__(self, distance: int, pool: str | None, parts: int) -> None:
         self._distance = distance
         self._pool = pool
+        self._parts = parts
 
     def start_bundle(self) -> None:
         self._chunk: list[tuple[int, list[tuple]]] = []
@@ -135,11 +144,15 @@ class _CompareInBuckets(beam.DoFn):
         self._chunk.append((band, values))
         self._size += len(values)
         if self._size >= _COMPARED:
-            yield from self._send()
+            yield from self._keyed(self._send())
 
     def finish_bundle(self):
-        for output in self._send(drain=True):
+        for output in self._keyed(self._send(drain=True)):
             yield GlobalWindows.windowed_value(output)
+
+    def _keyed(self, candidates):
+        for candidate in candidates:
+            yield from _by_image(candidate, self._parts)
 
     def _send(self, drain: bool = False):
         chunk, self._chunk, self._size = self._chunk, [], 0
@@ -169,14 +182,16 @@ def _by_image(candidate, parts: int):
 
 
 def _with_whole(element):
-    """A partition's whole hashes, each given to the candidates its image is in -> keyed by
-    the candidate. (An image named twice, two --leakage_check folders that are one, keeps
-    one of its equal hashes.)"""
+    """A partition's whole hashes ((HASHES, list) values), each given to the candidates
+    ((side, candidate) values) its image is in -> keyed by the candidate. (An image named
+    twice, two --leakage_check folders that are one, keeps one of its equal hashes.)"""
     _, joined = element
-    candidates = list(joined["candidates"])
-    if not candidates:
-        return
-    wholes = {image_hashes.identity(w): w for part in joined[HASHES] for w in part}
+    wholes, candidates = {}, []
+    for tag, value in joined:
+        if tag == HASHES:
+            wholes.update((image_hashes.identity(whole), whole) for whole in value)
+        else:
+            candidates.append((tag, value))
     for side, candidate in candidates:
         whole = wholes.get(image_hashes.identity(candidate[side]))
         if whole is not None:
@@ -184,13 +199,14 @@ def _with_whole(element):
 
 
 def _verified(element, min_similarity: float):
-    """A candidate with both whole hashes -> a verified pair, or a leak (tagged)."""
+    """A candidate with both whole hashes -> a verified pair, keyed by None (the groups
+    gather every pair under that one key), or a leak (tagged)."""
     candidate, sides = element
     by_side = dict(sides)
     found = image_hashes.verify(candidate, by_side[0], by_side[1], min_similarity)
     if found is not None:
         tag, value = found
-        yield value if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
+        yield (None, value) if tag == "pairs" else beam.pvalue.TaggedOutput(tag, value)
 
 
 def _other_hashes(pbegin, number: int, check, settings: DuplicateSettings):
@@ -268,8 +284,8 @@ class _OtherBuckets(beam.DoFn):
 
 
 def _tagged_items(parts: dict[int, list[tuple]]):
-    for item in parts.items():
-        yield beam.pvalue.TaggedOutput(HASHES, item)
+    for part, wholes in parts.items():
+        yield beam.pvalue.TaggedOutput(HASHES, (part, (HASHES, wholes)))
 
 
 def _tagged_row(line: bytes, source: str, path: str, number: int) -> dups.Tagged:
@@ -329,11 +345,25 @@ def _member_split(key: str, group: dups.Group, settings: DuplicateSettings) -> s
     return group.stored.get(key) or settings.fractions.split_of(key)
 
 
-def _moves(found):
-    """(image, the split it follows) for this run's images placed apart from their key's
-    split; none under official splits, where every entry stays in its listed split."""
-    _, placed = found
-    yield from placed
+def _grouped(keyed, settings: DuplicateSettings, reported: bool):
+    """Every verified pair (under one key) -> the moves: (image, the split it follows) for
+    this run's images placed apart from their key's split (none under official splits,
+    where every entry stays in its listed split); and, tagged, the report when nothing
+    else goes into it (`reported`), else the groups as found (drop's verdicts and the
+    report with its leak count take them)."""
+    found = _groups(keyed[1], settings)
+    yield from found[1]
+    if reported:
+        yield beam.pvalue.TaggedOutput("report", _report(found, 0, settings))
+    else:
+        yield beam.pvalue.TaggedOutput("found", found)
+
+
+def _flattened(pcollections: list, label: str):
+    """One PCollection of several (Flatten), or the one there is (no step)."""
+    if len(pcollections) == 1:
+        return pcollections[0]
+    return pcollections | label >> beam.Flatten()
 
 
 def _dropped(found, settings: DuplicateSettings):
@@ -443,7 +473,7 @@ class FindDuplicates(beam.PTransform):
         bands = functools.partial(_band_items, distance=distance)
         parts = functools.partial(_part_items, parts=settings.join_parts)
         keyed = [own | "BandBuckets" >> beam.ParDo(_Gathered(bands))]
-        whole = [own | "WholeHashes" >> beam.ParDo(_Gathered(parts))]
+        whole = [own | "WholeHashes" >> beam.ParDo(_Gathered(parts, HASHES))]
         others = [
             _other_hashes(pipeline, number, check, settings)
             for number, check in enumerate(settings.leakage)
@@ -451,23 +481,19 @@ class FindDuplicates(beam.PTransform):
         for other in others + _existing_hashes(pipeline, settings):
             keyed.append(other.buckets)
             whole.append(other[HASHES])
-        whole = whole | "AllWholeHashes" >> beam.Flatten()
+        compare = _CompareInBuckets(distance, settings.pool, settings.join_parts)
         candidates = (
-            keyed
-            | "AllBandKeys" >> beam.Flatten()
+            _flattened(keyed, "AllBandKeys")
             | "ByBand" >> beam.GroupByKey()
-            | "CompareInBucket" >> beam.ParDo(_CompareInBuckets(distance, settings.pool))
+            | "CompareInBucket" >> beam.ParDo(compare)
         )
         # Each candidate gets its two images' whole hashes (signature, digests) by partition
         # of image: they travel once each, not D + 1 times through the bucket shuffle; one
-        # join for both.
+        # join for both (values tagged at their source, so a Flatten and one GroupByKey).
         found = (
-            {
-                HASHES: whole,
-                "candidates": candidates
-                | "ByImage" >> beam.FlatMap(_by_image, settings.join_parts),
-            }
-            | "JoinHashes" >> beam.CoGroupByKey()
+            [*whole, candidates]
+            | "HashesAndCandidates" >> beam.Flatten()
+            | "JoinHashes" >> beam.GroupByKey()
             | "WithWholeHashes" >> beam.FlatMap(_with_whole)
             | "ByCandidate" >> beam.GroupByKey()
             | "Verify"
@@ -476,17 +502,23 @@ class FindDuplicates(beam.PTransform):
         # Every pair in one place through a shuffle on one key, not a side input (Beam's
         # state cache walks a side input object by object to size it). The seed gives the
         # key an element when no pair is found.
-        seed = pipeline | "GroupsSeed" >> beam.Create([(None, None)])
+        seed = (
+            pipeline
+            | "GroupsSeed" >> beam.Impulse()
+            | "OneKeySeed" >> beam.Map(lambda _: (None, None))
+        )
+        reported = settings.mode == "group" and not settings.leakage
         groups = (
-            (seed, found.pairs | "OneKey" >> beam.Map(lambda pair: (None, pair)))
+            (seed, found.pairs)
             | "SeedAndPairs" >> beam.Flatten()
             | "AllPairs" >> beam.GroupByKey()
-            | "Groups" >> beam.Map(lambda keyed: _groups(keyed[1], settings))
+            | "Groups"
+            >> beam.FlatMap(_grouped, settings, reported).with_outputs(
+                "report", "found", main="moves"
+            )
         )
-        moves = groups | "Moves" >> beam.FlatMap(_moves)
-        if settings.mode == "group" and not settings.leakage:
-            report = groups | "Report" >> beam.Map(_report, leaks=0, settings=settings)
-            return {"moves": moves, "verdicts": None, "report": report}
+        if reported:  # group mode without --leakage_check: no verdicts, no leak count
+            return {"moves": groups.moves, "verdicts": None, "report": groups.report}
         leaks = (
             found.leaks
             | "ClosestLeak" >> beam.CombinePerKey(_closest)
@@ -495,9 +527,10 @@ class FindDuplicates(beam.PTransform):
         leak_count = leaks | "CountLeaks" >> beam.combiners.Count.Globally()
         verdicts = [leaks]
         if settings.mode == "drop":
-            verdicts.append(groups | "Dropped" >> beam.FlatMap(_dropped, settings))
+            verdicts.append(groups.found | "Dropped" >> beam.FlatMap(_dropped, settings))
         verdict = verdicts | "AllVerdicts" >> beam.Flatten()
-        report = groups | "Report" >> beam.Map(
+        report = groups.found | "Report" >> beam.Map(
             _report, leaks=beam.pvalue.AsSingleton(leak_count), settings=settings
         )
+        moves = groups.moves
         return {"moves": moves, "verdicts": verdict, "report": report}

@@ -108,17 +108,10 @@ def _records(path: str, limit: int):
         yield from read_records(handle, path, size, limit)
 
 
-def _read_files(pbegin, label: str, paths: tuple[str, ...]):
-    """The paths as a spread collection: each file is one work item."""
-    return (
-        pbegin
-        | f"{label}Files" >> beam.Create(list(paths)).with_output_types(str)
-        | f"Spread{label}Files" >> beam.Reshuffle()
-    )
-
-
 def _annotated_images(pbegin, layout: Layout, staged: tuple[str, ...]):
-    return _read_files(pbegin, "StagedImages", staged) | "KeyAnnotatedImages" >> beam.ParDo(
+    # each file one work item, spread over the workers (Create reshuffles what it makes)
+    files = pbegin | "StagedImagesFiles" >> beam.Create(list(staged)).with_output_types(str)
+    return files | "KeyAnnotatedImages" >> beam.ParDo(
         _KeyAnnotatedImages(layout.annotations, layout.image_dir)
     ).with_outputs(REJECTS, main="keyed")
 
@@ -219,21 +212,47 @@ class ListAndPair(beam.PTransform):
 
 
 class FromListing(beam.PTransform):
-    """Entries the launcher already listed, paired and staged (local folders)."""
+    """Entries the launcher already listed, paired and staged (local folders): its pair and
+    reject files as one spread collection, each file one work item, each entry counted."""
 
     def __init__(self, staged: StagedEntries) -> None:
         super().__init__()
         self._staged = staged
 
     def expand(self, pbegin):
-        limit = self._staged.record_limit
-        pairs = _read_files(pbegin, "ListedPair", self._staged.pair_files) | (
-            "ReadListedPairs" >> beam.FlatMap(read_staged, limit).with_output_types(Pair)
+        staged = self._staged
+        listed = [(_PAIRS, path) for path in staged.pair_files]
+        listed += [(REJECTS, path) for path in staged.reject_files]
+        return (
+            pbegin
+            | "ListedFiles" >> beam.Create(listed)  # spread over workers: Create reshuffles
+            | "ReadListed"
+            >> beam.ParDo(_ReadListed(staged.record_limit)).with_outputs(REJECTS, main="pairs")
         )
-        rejects = _read_files(pbegin, "ListedReject", self._staged.reject_files) | (
-            "ReadListedRejects" >> beam.FlatMap(read_staged, limit).with_output_types(Reject)
-        )
-        return {"pairs": pairs, REJECTS: rejects}
+
+
+_PAIRS = "pairs"
+
+
+class _ReadListed(beam.DoFn):
+    """(kind, staged file) -> its pairs, or its rejects (tagged), each counted as found."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._discovered = Metrics.counter(_NAMESPACE, "discovered_keys")
+        self._paired = Metrics.counter(_NAMESPACE, "paired_keys")
+
+    def process(self, listed: tuple[str, str]):
+        kind, path = listed
+        entries = read_staged(path, self._limit)
+        if kind == _PAIRS:
+            for pair in entries:
+                self._discovered.inc()
+                self._paired.inc()
+                yield pair
+            return
+        for reject in entries:
+            yield beam.pvalue.TaggedOutput(REJECTS, _count_reject(reject))
 
 
 class DiscoverEntries(beam.PTransform):
@@ -251,10 +270,10 @@ class DiscoverEntries(beam.PTransform):
         self._staged_images = staged_images
 
     def expand(self, pbegin):
-        if self._entries is not None:
+        if self._entries is not None:  # counted as the staged files are read
             found = pbegin | "FromListing" >> FromListing(self._entries)
-        else:
-            found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._staged_images)
+            return {"pairs": found.pairs, REJECTS: found[REJECTS]}
+        found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._staged_images)
         counted = found["pairs"] | "CountPairs" >> beam.ParDo(_CountPairs())
         rejected = found[REJECTS] | "CountListingRejects" >> beam.Map(_count_reject)
         return {"pairs": counted, REJECTS: rejected}

@@ -26,7 +26,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
     discovered = (
         (found["pairs"], found[REJECTS])
         | "AllDiscovered" >> beam.Flatten()
-        | "CountDiscovered" >> beam.combiners.Count.Globally()
+        | "CountDiscovered"
+        >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
     )
     pairs = found["pairs"]
     early = [found[REJECTS]]

@@ -154,7 +154,7 @@ class PlanShards(beam.PTransform):
         )
         plan = (
             assigned.split.pipeline
-            | "PlanSeed" >> beam.Create([None])
+            | "PlanSeed" >> beam.Impulse()
             | "Plan" >> beam.Map(self._plan, sizes=beam.pvalue.AsDict(sizes))
         )
         limit = plan | "SeedLimit" >> beam.Map(lambda p: max(p.values()))

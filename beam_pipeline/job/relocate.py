@@ -23,7 +23,7 @@ from beam_pipeline.job.write_shards import PooledWork
 from transforms.splits import ShardAssigner, ShardSpec
 
 REJECTS = "rejects"
-_LEAVE, _COME = "leave", "come"
+_LEAVE, _COME, _WRITTEN = "leave", "come", "written"
 
 
 def _planned(assigner: ShardAssigner, key: str, split: str) -> ShardSpec:
@@ -60,8 +60,9 @@ def _changes(key: str, verdicts, moves, assigner: ShardAssigner, fractions):
 
 
 class _Rewrite(PooledWork):
-    """(shard name, {shards, changes}) -> the shard as written, or rewritten with its
-    changes (job/shard_rewrite.py), in this process or in the run's writer pool."""
+    """(shard name, its written attempts and changes) -> the shard as written, or rewritten
+    with its changes (job/shard_rewrite.py), in this process or in the run's writer pool.
+    `attempts`: shard name -> the attempts delivered for it (the first one is read)."""
 
     work = staticmethod(rewrite_shard)
     doing = "rewriting a shard"
@@ -72,7 +73,12 @@ class _Rewrite(PooledWork):
 
     def process(self, element, attempts):
         _, joined = element
-        shards, changes = list(joined["shards"]), list(joined["changes"])
+        shards, changes = [], []
+        for value in joined:
+            if value[0] == _WRITTEN:
+                shards.append(value[1])
+            else:
+                changes.append(value)
         if not changes:
             yield from shards  # every delivered attempt: the commit settles one
             return
@@ -83,7 +89,7 @@ class _Rewrite(PooledWork):
                 leaving[key] = detail
             else:
                 record_format = target.record_format
-                incoming.append(Incoming(key, detail, attempts[detail], record_format))
+                incoming.append(Incoming(key, detail, min(attempts[detail]), record_format))
                 spec = spec or target
         attempt = None if shard is None else shard.attempt
         size = (shard.num_examples if shard else 0) + len(incoming)
@@ -124,19 +130,16 @@ class RelocateRecords(beam.PTransform):
             )
         else:  # group mode without --leakage_check rejects nothing
             changes = inputs["moves"] | "ToShards" >> beam.FlatMap(_moved, **side)
-        attempts = (
-            shards
-            | "ShardAttempt" >> beam.Map(lambda shard: (shard.spec.name, shard.attempt))
-            | "FirstAttempt" >> beam.CombinePerKey(min)
+        attempts = shards | "ShardAttempt" >> beam.Map(
+            lambda shard: (shard.spec.name, shard.attempt)
         )
+        written = shards | "ByName" >> beam.Map(lambda shard: (shard.spec.name, (_WRITTEN, shard)))
         return (
-            {
-                "shards": shards | "ByName" >> beam.Map(lambda shard: (shard.spec.name, shard)),
-                "changes": changes,
-            }
-            | "ShardAndChanges" >> beam.CoGroupByKey()
+            (written, changes)
+            | "ShardsAndChanges" >> beam.Flatten()
+            | "ByShard" >> beam.GroupByKey()
             | "Rewrite"
             >> beam.ParDo(
-                _Rewrite(self._settings), attempts=beam.pvalue.AsDict(attempts)
+                _Rewrite(self._settings), attempts=beam.pvalue.AsMultiMap(attempts)
             ).with_outputs(REJECTS, main="shards")
         )

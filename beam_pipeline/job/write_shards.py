@@ -13,6 +13,7 @@ from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
 from transforms.duplicates import ImageHash
 from transforms.rejects import Reject
+from transforms.splits import ShardSpec
 
 REJECTS = "rejects"
 HASHES = "hashes"  # each shard's image hashes, for the duplicate search
@@ -85,9 +86,9 @@ class _WriteShard(PooledWork):
         self._read = Metrics.counter("segprep", "images_read")
 
     def process(self, element):
-        _, grouped = element
-        (spec,) = grouped["spec"]
-        pairs = [pair for batch in grouped["pairs"] for pair in batch]
+        _, values = element  # the shard's ShardSpec, and lists of its pairs
+        (spec,) = [value for value in values if isinstance(value, ShardSpec)]
+        pairs = [pair for batch in values if not isinstance(batch, ShardSpec) for pair in batch]
         yield from self.submit((spec, pairs), None, len(pairs))
 
     def emit(self, _, result):
@@ -117,7 +118,8 @@ class WriteShards(beam.PTransform):
 
     def expand(self, planned):
         return (
-            {"spec": planned["specs"], "pairs": planned["assigned"]}
-            | "GroupPathsByShard" >> beam.CoGroupByKey()
+            (planned["specs"], planned["assigned"])
+            | "SpecsAndPaths" >> beam.Flatten()
+            | "GroupPathsByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(self._dofn).with_outputs(REJECTS, HASHES, main="shards")
         )
