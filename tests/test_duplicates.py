@@ -847,3 +847,33 @@ def test_hashes_made_in_a_batch_are_each_images_own(tmp_path):
         grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
         assert hashes.phash == dups.phash_of_grey(grey)
         assert hashes.signature == dups.colour_signature(thumb)
+
+
+def test_band_buckets_gathered_per_band_are_each_images_bands():
+    """The launcher gathers a chunk's probes bucket by bucket (numpy, one band at a time):
+    every bucket holds exactly the probes whose band value it is, in the chunk's order, as
+    dups.bands gives them image by image; for edge hashes (0, all ones, few bits) too."""
+    import random
+
+    from beam_pipeline.job import duplicates as job_duplicates
+    from beam_pipeline.job import image_hashes
+
+    chooser = random.Random(7)
+    for size in (0, 1, 2, 64, 300):
+        chunk = [
+            dups.ImageHash(
+                f"k{i}",
+                f"{chooser.getrandbits(256):064x}",
+                chooser.choice([0, (1 << 64) - 1, chooser.getrandbits(64), chooser.getrandbits(6)]),
+            )
+            for i in range(size)
+        ]
+        for distance in (0, 3, 12, dups.MAX_DISTANCE):
+            expected: dict = {}
+            for hashes in chunk:
+                probe = image_hashes.as_probe(dups.Tagged("", hashes))
+                for band, value in enumerate(dups.bands(hashes.phash, distance)):
+                    expected.setdefault((band, value), []).append(probe)
+            gathered: dict = {}
+            job_duplicates._gather_bands(chunk, gathered, distance)
+            assert gathered == expected, (size, distance)

@@ -32,6 +32,7 @@ import zlib
 from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job import image_hashes
@@ -70,15 +71,27 @@ def _part(identity: tuple[str, str], parts: int) -> int:
     return zlib.crc32(f"{source}\0{key}".encode()) % parts
 
 
-def _band_items(hashes: dups.ImageHash, distance: int):
-    """((band, value), probe) for each of the D + 1 bands of this run's image."""
-    return _band_keys(dups.Tagged("", hashes), distance)
+def _gather_bands(chunk: list[dups.ImageHash], gathered: dict, distance: int) -> None:
+    """Each of this run's images' probe into the list of each of its D + 1 band buckets,
+    (band, value) -> probes: a band's values computed at once (numpy), and each bucket's
+    probes taken together, so the Python work is per bucket, not per image and band."""
+    probes = [image_hashes.as_probe(dups.Tagged("", hashes)) for hashes in chunk]
+    phashes = np.fromiter((hashes.phash for hashes in chunk), dtype=np.uint64, count=len(chunk))
+    for band, (shift, width) in enumerate(dups.band_edges(distance)):
+        values = (phashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)
+        order = np.argsort(values, kind="stable")  # stable: probes keep the chunk's order
+        ordered = values[order]
+        runs = np.split(order, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1) if chunk else []
+        for run in runs:
+            bucket = gathered.setdefault((band, int(values[run[0]])), [])
+            bucket.extend(probes[index] for index in run.tolist())
 
 
-def _part_items(hashes: dups.ImageHash, parts: int):
-    """(partition, whole hash) of this run's image: what verification joins back."""
-    whole = image_hashes.as_tuple(dups.Tagged("", hashes))
-    return [(_part(image_hashes.identity(whole), parts), whole)]
+def _gather_parts(chunk: list[dups.ImageHash], gathered: dict, parts: int) -> None:
+    """Each of this run's images' whole hash into its join partition's list: what
+    verification joins back to the candidates."""
+    for hashes in chunk:
+        _add_whole(gathered, image_hashes.as_tuple(dups.Tagged("", hashes)), parts)
 
 
 def _add_whole(by_part: dict[int, list[tuple]], whole: tuple, parts: int) -> None:
@@ -86,14 +99,14 @@ def _add_whole(by_part: dict[int, list[tuple]], whole: tuple, parts: int) -> Non
 
 
 class _Gathered(beam.DoFn):
-    """Chunks of this run's hashes -> (key, the bundle's values with that key), the items
-    of each hash given by `items`: band buckets, or join partitions (`tag`: the values go
-    as (tag, list), as the join takes them). One element per key and bundle rather than one
+    """Chunks of this run's hashes -> (key, the bundle's values with that key), gathered
+    by `gather(chunk, into)`: band buckets, or join partitions (`tag`: the values go as
+    (tag, list), as the join takes them). One element per key and bundle rather than one
     per item, so the shuffle moves lists; at most _BUCKETED hashes are held before they are
     passed on."""
 
-    def __init__(self, items, tag: str | None = None) -> None:
-        self._items = items
+    def __init__(self, gather, tag: str | None = None) -> None:
+        self._gather = gather
         self._tag = tag
 
     def start_bundle(self) -> None:
@@ -101,9 +114,7 @@ class _Gathered(beam.DoFn):
         self._held = 0
 
     def process(self, chunk: list[dups.ImageHash]):
-        for hashes in chunk:
-            for key, value in self._items(hashes):
-                self._gathered.setdefault(key, []).append(value)
+        self._gather(chunk, self._gathered)
         self._held += len(chunk)
         if self._held >= _BUCKETED:
             yield from self._passed()
@@ -470,8 +481,8 @@ class FindDuplicates(beam.PTransform):
         settings = self._settings
         distance = settings.distance
         pipeline = own.pipeline
-        bands = functools.partial(_band_items, distance=distance)
-        parts = functools.partial(_part_items, parts=settings.join_parts)
+        bands = functools.partial(_gather_bands, distance=distance)
+        parts = functools.partial(_gather_parts, parts=settings.join_parts)
         keyed = [own | "BandBuckets" >> beam.ParDo(_Gathered(bands))]
         whole = [own | "WholeHashes" >> beam.ParDo(_Gathered(parts, HASHES))]
         others = [

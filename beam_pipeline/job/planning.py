@@ -55,7 +55,8 @@ class _AssignSplit(beam.DoFn):
         self._left_out = Metrics.counter("segprep", f"rejected_{Reason.NOT_IN_SPLIT.value}")
 
     def process(self, batch: list[Pair]):
-        """A batch -> (split, its pairs in that split) per split."""
+        """A batch -> (split, its pairs in that split) per split; tagged, (split, (entries,
+        bytes)) and (split, keys) of those pairs, what the plan is made of."""
         by_split: dict[str, PairBatch] = {}
         for pair in batch:
             split = self._fractions.split_of(pair.key)
@@ -68,7 +69,14 @@ class _AssignSplit(beam.DoFn):
                 REJECTS,
                 Reject(pair.key, Reason.NOT_IN_SPLIT, detail, pair.image.path, pair.mask.path),
             )
-        yield from by_split.items()
+        for split, pairs in by_split.items():
+            yield split, pairs
+            size = sum(pair.image.size + pair.mask.size for pair in pairs)
+            yield beam.pvalue.TaggedOutput(_SIZES, (split, (len(pairs), size)))
+            yield beam.pvalue.TaggedOutput(_KEYS, (split, [pair.key for pair in pairs]))
+
+
+_SIZES, _KEYS = "sizes", "keys"
 
 
 def _add_sizes(sizes):
@@ -80,30 +88,33 @@ def _add_sizes(sizes):
 
 
 class _SeedKeys(beam.CombineFn):
-    """Per split, the `limit` smallest (shard_hash, key) pairs, then their keys (seed_keys).
+    """Per split, the `limit` smallest (shard_hash, key) pairs, then their keys (seed_keys);
+    `limit` is the plan's most shards in a split.
 
     Accumulators never hold more than 2 * limit pairs, so memory is bounded by the plan's
     largest split, not by the dataset.
     """
 
-    def create_accumulator(self, limit: int) -> list[tuple[int, str]]:
+    def create_accumulator(self, plan: dict[str, int]) -> list[tuple[int, str]]:
         return []
 
-    def add_input(self, accumulator, keys: list[str], limit: int):
+    def add_input(self, accumulator, keys: list[str], plan: dict[str, int]):
         """A batch's keys."""
         accumulator.extend((shard_hash(key), key) for key in keys)
+        limit = max(plan.values())
         if len(accumulator) >= 2 * limit:
             accumulator = heapq.nsmallest(limit, accumulator)
         return accumulator
 
-    def merge_accumulators(self, accumulators, limit: int):
-        return heapq.nsmallest(limit, itertools.chain.from_iterable(accumulators))
+    def merge_accumulators(self, accumulators, plan: dict[str, int]):
+        merged = itertools.chain.from_iterable(accumulators)
+        return heapq.nsmallest(max(plan.values()), merged)
 
-    def compact(self, accumulator, limit: int):
-        return heapq.nsmallest(limit, accumulator)
+    def compact(self, accumulator, plan: dict[str, int]):
+        return heapq.nsmallest(max(plan.values()), accumulator)
 
-    def extract_output(self, accumulator, limit: int) -> list[str]:
-        return seed_keys(accumulator, limit)
+    def extract_output(self, accumulator, plan: dict[str, int]) -> list[str]:
+        return seed_keys(accumulator, max(plan.values()))
 
 
 def _by_shard(split_and_pairs: tuple[str, list[Pair]], assigner: ShardAssigner):
@@ -140,28 +151,15 @@ class PlanShards(beam.PTransform):
     def expand(self, pairs):
         assigned = pairs | "AssignSplit" >> beam.ParDo(
             _AssignSplit(self._settings.fractions)
-        ).with_outputs(REJECTS, main="split")
-        sizes = (
-            assigned.split
-            | "EntrySize"
-            >> beam.MapTuple(
-                lambda split, pairs: (
-                    split,
-                    (len(pairs), sum(p.image.size + p.mask.size for p in pairs)),
-                )
-            )
-            | "SizePerSplit" >> beam.CombinePerKey(_add_sizes)
-        )
+        ).with_outputs(REJECTS, _SIZES, _KEYS, main="split")
+        sizes = assigned[_SIZES] | "SizePerSplit" >> beam.CombinePerKey(_add_sizes)
         plan = (
             assigned.split.pipeline
             | "PlanSeed" >> beam.Impulse()
             | "Plan" >> beam.Map(self._plan, sizes=beam.pvalue.AsDict(sizes))
         )
-        limit = plan | "SeedLimit" >> beam.Map(lambda p: max(p.values()))
-        seeds = (
-            assigned.split
-            | "SplitKeys" >> beam.MapTuple(lambda split, pairs: (split, [p.key for p in pairs]))
-            | "SeedKeys" >> beam.CombinePerKey(_SeedKeys(), beam.pvalue.AsSingleton(limit))
+        seeds = assigned[_KEYS] | "SeedKeys" >> beam.CombinePerKey(
+            _SeedKeys(), beam.pvalue.AsSingleton(plan)
         )
         record_format = self._settings.record_format
         assigner = plan | "Assigner" >> beam.Map(
