@@ -83,9 +83,13 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
             | beam.Create([[_pair(k) for k in keys[:25]], [_pair(k) for k in keys[25:]]])
             | PlanShards(PlanningSettings(fractions, num_shards=30))
         )
-        specs = planned["specs"] | "SpecNames" >> beam.Map(lambda kv: kv[0])
+        specs = (
+            planned["assigned"]
+            | "Specs" >> beam.MapTuple(lambda name, batch: (name, batch[0]))
+            | "DistinctSpecs" >> beam.Distinct()
+        )
         assigned = planned["assigned"] | "Assigned" >> beam.FlatMapTuple(
-            lambda name, pairs: [(pair.key, name) for pair in pairs]
+            lambda name, batch: [(pair.key, name) for pair in batch[1]]
         )
         used = (
             planned["assigned"]
@@ -101,7 +105,10 @@ def test_plan_shards_assigns_every_pair_and_plans_every_shard():
         seeds = {s: seed_keys([(shard_hash(k), k) for k in m], plan[s]) for s, m in members.items()}
         assigner = ShardAssigner.from_seeds(plan, seeds)
         expected_specs = [spec.name for spec in shard_specs(plan)]
-        assert_that(specs, equal_to(expected_specs), label="specs")
+        # each batch carries the ShardSpec its name says
+        assert_that(
+            specs, equal_to([(spec.name, spec) for spec in shard_specs(plan)]), label="specs"
+        )
         assert_that(used, equal_to(expected_specs), label="no_empty_shard")
         expected_assigned = [
             (k, assigner.assign(k, s).name) for k, s in splits.items() if s is not None
@@ -118,14 +125,15 @@ def test_seed_keys_combine_merges_partial_results_like_one_pass():
     """Bundles keep partial smallest-n lists; merged, they equal the pure seed_keys."""
     keys = [f"k{i}" for i in range(500)]
     combine = _SeedKeys()
+    plan = {"train": 12, "validation": 2}  # the limit is the plan's most shards in a split
     parts = []
     for start in range(0, 500, 70):  # eight bundles of uneven sizes
-        accumulator = combine.create_accumulator(12)
+        accumulator = combine.create_accumulator(plan)
         for key in keys[start : start + 70]:
-            accumulator = combine.add_input(accumulator, [key], 12)
+            accumulator = combine.add_input(accumulator, [key], plan)
         assert len(accumulator) < 24
-        parts.append(combine.compact(accumulator, 12))
-    merged = combine.extract_output(combine.merge_accumulators(parts, 12), 12)
+        parts.append(combine.compact(accumulator, plan))
+    merged = combine.extract_output(combine.merge_accumulators(parts, plan), plan)
     assert merged == seed_keys([(shard_hash(k), k) for k in keys], 12)
 
 
@@ -136,6 +144,8 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
     (src / "good.mat").write_bytes(mat_v5(blob_mask(24, 16)))
     (src / "bad.jpg").write_bytes(b"not an image")
     (src / "bad.mat").write_bytes(mat_v5(blob_mask(24, 16)))
+    (src / "bad2.jpg").write_bytes(b"not an image either")
+    (src / "bad2.mat").write_bytes(mat_v5(blob_mask(24, 16)))
 
     def pair(key):
         return Pair(
@@ -145,18 +155,21 @@ def test_write_shards_writes_records_and_rejects(tmp_path):
     staging = normalize_dir(str(tmp_path / "staging"))
     (tmp_path / "staging" / "index").mkdir(parents=True)  # what make_staging_dir makes
     spec = ShardSpec("train", 0, 2)
-    empty = ShardSpec("train", 1, 2)
+    empty = ShardSpec("train", 1, 2)  # every pair rejected: written, then left out by the commit
     with _pipeline() as p:
+        batches = [(spec, [pair("good")]), (spec, [pair("bad")]), (empty, [pair("bad2")])]
         planned = {
-            "specs": p | "Specs" >> beam.Create([(spec.name, spec), (empty.name, empty)]),
-            "assigned": p
-            | "Pairs" >> beam.Create([(spec.name, [pair("good")]), (spec.name, [pair("bad")])]),
+            "assigned": p | "Pairs" >> beam.Create([(s.name, (s, b)) for s, b in batches]),
         }
         written = planned | WriteShards(ShardWriterSettings(staging))
         counts = written.shards | beam.Map(lambda r: (r.spec.name, r.num_examples))
         reasons = written[REJECTS] | "Reasons" >> beam.Map(lambda r: (r.key, r.reason.value))
         assert_that(counts, equal_to([(spec.name, 1), (empty.name, 0)]), label="counts")
-        assert_that(reasons, equal_to([("bad", "image_unreadable")]), label="rejects")
+        assert_that(
+            reasons,
+            equal_to([("bad", "image_unreadable"), ("bad2", "image_unreadable")]),
+            label="rejects",
+        )
     # Staged under their attempt's names (job/attempts.py), with their indexes; no partial
     # files left behind.
     staged = sorted(path.name for path in (tmp_path / "staging").iterdir())

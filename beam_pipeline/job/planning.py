@@ -19,12 +19,12 @@ from transforms.pairing import Pair, PairBatch
 from transforms.rejects import Reason, Reject
 from transforms.splits import (
     ShardAssigner,
+    ShardSpec,
     SplitFractions,
     SplitSize,
     plan_num_shards,
     seed_keys,
     shard_hash,
-    shard_specs,
 )
 
 REJECTS = "rejects"
@@ -118,18 +118,19 @@ class _SeedKeys(beam.CombineFn):
 
 
 def _by_shard(split_and_pairs: tuple[str, list[Pair]], assigner: ShardAssigner):
-    """(shard name, the batch's pairs in that shard) per shard the batch reaches."""
+    """(shard name, (its ShardSpec, the batch's pairs in that shard)) per shard the batch
+    reaches: each planned shard has a seed key, so every one is reached."""
     split, pairs = split_and_pairs
-    by_shard: dict[str, PairBatch] = {}
+    by_shard: dict[ShardSpec, PairBatch] = {}
     for pair in pairs:
-        by_shard.setdefault(assigner.assign(pair.key, split).name, PairBatch()).append(pair)
-    return by_shard.items()
+        by_shard.setdefault(assigner.assign(pair.key, split), PairBatch()).append(pair)
+    return [(spec.name, (spec, batch)) for spec, batch in by_shard.items()]
 
 
 class PlanShards(beam.PTransform):
-    """Batches of pairs -> (shard name, a list of its pairs), (shard name, ShardSpec) for
-    every planned shard, and the plan's ShardAssigner (the duplicate search's changes find
-    their shards with it, job/relocate.py).
+    """Batches of pairs -> (shard name, (its ShardSpec, a list of its pairs)), and the plan's
+    ShardAssigner (the duplicate search's changes find their shards with it,
+    job/relocate.py).
 
     The plan never has more shards in a split than entries, and each shard is opened by one
     of the split's seed keys (ShardAssigner), so no planned shard is left without a pair.
@@ -165,14 +166,10 @@ class PlanShards(beam.PTransform):
         assigner = plan | "Assigner" >> beam.Map(
             ShardAssigner.from_seeds, seeds=beam.pvalue.AsDict(seeds), record_format=record_format
         )
-        specs = plan | "ShardSpecs" >> beam.FlatMap(
-            lambda p: [(spec.name, spec) for spec in shard_specs(p, record_format)]
-        )
         by_shard = assigned.split | "AssignShard" >> beam.FlatMap(
             _by_shard, assigner=beam.pvalue.AsSingleton(assigner)
         )
         return {
-            "specs": specs,
             "assigned": by_shard,
             "assigner": assigner,
             REJECTS: assigned[REJECTS],

@@ -13,7 +13,6 @@ from beam_pipeline.job.shard_work import WrittenShard, write_shard
 from beam_pipeline.runtime import writer_pool
 from transforms.duplicates import ImageHash
 from transforms.rejects import Reject
-from transforms.splits import ShardSpec
 
 REJECTS = "rejects"
 HASHES = "hashes"  # each shard's image hashes, for the duplicate search
@@ -86,9 +85,10 @@ class _WriteShard(PooledWork):
         self._read = Metrics.counter("segprep", "images_read")
 
     def process(self, element):
-        _, values = element  # the shard's ShardSpec, and lists of its pairs
-        (spec,) = [value for value in values if isinstance(value, ShardSpec)]
-        pairs = [pair for batch in values if not isinstance(batch, ShardSpec) for pair in batch]
+        _, batches = element  # (the shard's ShardSpec, a list of its pairs) per batch
+        batches = list(batches)  # a grouped iterable may be read once only (Dataflow)
+        spec = batches[0][0]
+        pairs = [pair for _, batch in batches for pair in batch]
         yield from self.submit((spec, pairs), None, len(pairs))
 
     def emit(self, _, result):
@@ -118,8 +118,7 @@ class WriteShards(beam.PTransform):
 
     def expand(self, planned):
         return (
-            (planned["specs"], planned["assigned"])
-            | "SpecsAndPaths" >> beam.Flatten()
+            planned["assigned"]
             | "GroupPathsByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(self._dofn).with_outputs(REJECTS, HASHES, main="shards")
         )
