@@ -23,6 +23,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.runtime.local_listing import read_staged
 from transforms.limits import STAGED_RECORD_BYTES
@@ -41,6 +42,7 @@ from transforms.rejects import Reject
 from transforms.spill import read_records
 
 REJECTS = "rejects"
+COUNTED = "counted"  # per bundle, how many entries (pairs and rejects) it found
 _NAMESPACE = "segprep"
 
 
@@ -227,7 +229,9 @@ class FromListing(beam.PTransform):
             pbegin
             | "ListedFiles" >> beam.Create(listed)  # spread over workers: Create reshuffles
             | "ReadListed"
-            >> beam.ParDo(_ReadListed(staged.record_limit)).with_outputs(REJECTS, main="pairs")
+            >> beam.ParDo(_ReadListed(staged.record_limit)).with_outputs(
+                REJECTS, COUNTED, main="pairs"
+            )
         )
 
 
@@ -235,24 +239,27 @@ _PAIRS = "pairs"
 
 
 class _ReadListed(beam.DoFn):
-    """(kind, staged file) -> its pairs, or its rejects (tagged), each counted as found."""
+    """(kind, staged file) -> its pairs, or its rejects (tagged), each counted as found;
+    tagged COUNTED, how many entries the bundle found."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._discovered = Metrics.counter(_NAMESPACE, "discovered_keys")
-        self._paired = Metrics.counter(_NAMESPACE, "paired_keys")
+        self._counted = _Counted()
+
+    def start_bundle(self) -> None:
+        self._counted.start_bundle()
 
     def process(self, listed: tuple[str, str]):
         kind, path = listed
-        entries = read_staged(path, self._limit)
+        entries = self._counted.process_all(read_staged(path, self._limit))
         if kind == _PAIRS:
-            for pair in entries:
-                self._discovered.inc()
-                self._paired.inc()
-                yield pair
-            return
-        for reject in entries:
-            yield beam.pvalue.TaggedOutput(REJECTS, _count_reject(reject))
+            yield from entries
+        else:
+            for reject in entries:
+                yield beam.pvalue.TaggedOutput(REJECTS, reject)
+
+    def finish_bundle(self):
+        yield from self._counted.finish_bundle()
 
 
 class DiscoverEntries(beam.PTransform):
@@ -272,28 +279,44 @@ class DiscoverEntries(beam.PTransform):
     def expand(self, pbegin):
         if self._entries is not None:  # counted as the staged files are read
             found = pbegin | "FromListing" >> FromListing(self._entries)
-            return {"pairs": found.pairs, REJECTS: found[REJECTS]}
+            return {"pairs": found.pairs, REJECTS: found[REJECTS], COUNTED: found[COUNTED]}
         found = pbegin | "ListAndPair" >> ListAndPair(self._layout, self._staged_images)
-        counted = found["pairs"] | "CountPairs" >> beam.ParDo(_CountPairs())
-        rejected = found[REJECTS] | "CountListingRejects" >> beam.Map(_count_reject)
-        return {"pairs": counted, REJECTS: rejected}
+        pairs = found["pairs"] | "CountPairs" >> beam.ParDo(_Counted()).with_outputs(
+            COUNTED, main="entries"
+        )
+        rejects = found[REJECTS] | "CountListingRejects" >> beam.ParDo(_Counted()).with_outputs(
+            COUNTED, main="entries"
+        )
+        counts = (pairs[COUNTED], rejects[COUNTED]) | "AllCounts" >> beam.Flatten()
+        return {"pairs": pairs.entries, REJECTS: rejects.entries, COUNTED: counts}
 
 
-class _CountPairs(beam.DoFn):
-    """Counts each pair (Dataflow's job page shows the counters); counters made once, since
-    making one costs more than the pair's whole step."""
+class _Counted(beam.DoFn):
+    """Entries (pairs or rejects) passed on, each counted (Dataflow's job page shows the
+    counters; made once, since making one costs more than the entry's whole step); tagged
+    COUNTED, how many the bundle passed (the commit's accounting sums them)."""
 
     def __init__(self) -> None:
         self._discovered = Metrics.counter(_NAMESPACE, "discovered_keys")
         self._paired = Metrics.counter(_NAMESPACE, "paired_keys")
 
-    def process(self, pair: Pair):
-        self._discovered.inc()
-        self._paired.inc()
-        yield pair
+    def start_bundle(self) -> None:
+        self._seen = 0
 
+    def process(self, entry: Pair | Reject):
+        yield from self.process_all((entry,))
 
-def _count_reject(reject: Reject) -> Reject:
-    Metrics.counter(_NAMESPACE, "discovered_keys").inc()
-    Metrics.counter(_NAMESPACE, f"rejected_{reject.reason.value}").inc()
-    return reject
+    def process_all(self, entries):
+        for entry in entries:
+            self._seen += 1
+            self._discovered.inc()
+            if isinstance(entry, Reject):
+                Metrics.counter(_NAMESPACE, f"rejected_{entry.reason.value}").inc()
+            else:
+                self._paired.inc()
+            yield entry
+
+    def finish_bundle(self):
+        if self._seen:
+            yield beam.pvalue.TaggedOutput(COUNTED, GlobalWindows.windowed_value(self._seen))
+        self._seen = 0

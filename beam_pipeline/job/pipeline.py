@@ -12,7 +12,7 @@ import apache_beam as beam
 from beam_pipeline.job.commit import CommitOutput
 from beam_pipeline.job.duplicates import FindDuplicates
 from beam_pipeline.job.existing_keys import SKIPPED, CheckExistingKeys
-from beam_pipeline.job.listing import REJECTS, DiscoverEntries
+from beam_pipeline.job.listing import COUNTED, REJECTS, DiscoverEntries
 from beam_pipeline.job.planning import Batch, PlanShards
 from beam_pipeline.job.relocate import RelocateRecords
 from beam_pipeline.job.settings import JobSettings
@@ -23,12 +23,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
     """Adds the whole job to `pipeline`; returns the commit step's output (the metadata)."""
     discover = DiscoverEntries(job.layout, job.entries, job.staged_images)
     found = pipeline | "DiscoverEntries" >> discover
-    discovered = (
-        (found["pairs"], found[REJECTS])
-        | "AllDiscovered" >> beam.Flatten()
-        | "CountDiscovered"
-        >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
-    )
+    discovered = found[COUNTED] | "CountDiscovered" >> beam.CombineGlobally(sum).without_defaults()
     pairs = found["pairs"]
     early = [found[REJECTS]]
     counts = {"discovered": discovered}
