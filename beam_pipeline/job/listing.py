@@ -43,6 +43,7 @@ from transforms.spill import read_records
 
 REJECTS = "rejects"
 COUNTED = "counted"  # per bundle, how many entries (pairs and rejects) it found
+_PAIRS = "pairs"  # a staged listing file of pairs (the others hold rejects)
 _NAMESPACE = "segprep"
 
 
@@ -235,33 +236,6 @@ class FromListing(beam.PTransform):
         )
 
 
-_PAIRS = "pairs"
-
-
-class _ReadListed(beam.DoFn):
-    """(kind, staged file) -> its pairs, or its rejects (tagged), each counted as found;
-    tagged COUNTED, how many entries the bundle found."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._counted = _Counted()
-
-    def start_bundle(self) -> None:
-        self._counted.start_bundle()
-
-    def process(self, listed: tuple[str, str]):
-        kind, path = listed
-        entries = self._counted.process_all(read_staged(path, self._limit))
-        if kind == _PAIRS:
-            yield from entries
-        else:
-            for reject in entries:
-                yield beam.pvalue.TaggedOutput(REJECTS, reject)
-
-    def finish_bundle(self):
-        yield from self._counted.finish_bundle()
-
-
 class DiscoverEntries(beam.PTransform):
     """Pairs and listing rejects, from the launcher's staged listing or listed here."""
 
@@ -320,3 +294,21 @@ class _Counted(beam.DoFn):
         if self._seen:
             yield beam.pvalue.TaggedOutput(COUNTED, GlobalWindows.windowed_value(self._seen))
         self._seen = 0
+
+
+class _ReadListed(_Counted):
+    """(kind, staged file) -> its pairs, or its rejects (tagged), each counted as found;
+    tagged COUNTED, how many entries the bundle found."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+
+    def process(self, listed: tuple[str, str]):
+        kind, path = listed
+        entries = self.process_all(read_staged(path, self._limit))
+        if kind == _PAIRS:
+            yield from entries
+        else:
+            for reject in entries:
+                yield beam.pvalue.TaggedOutput(REJECTS, reject)
