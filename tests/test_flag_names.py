@@ -73,3 +73,28 @@ def test_new_flag_names_print_no_deprecation(coco_set):
     ).stdout
     assert "--unlabeled_pixels" in help_text and "--images_without_mask" in help_text
     assert "--coco_unlabeled" not in help_text and "--unlabeled_images" not in help_text
+
+
+def test_planning_reads_the_flags_as_one_frozen_value(sample_dataset, tmp_path, monkeypatch):
+    """Every planning step gets the same parsed flags, and none of them can change them."""
+    import dataclasses
+
+    from beam_pipeline.launch import masks, plan
+    from tests.helpers.runs import job_args
+
+    seen = []
+    real = masks.plan_masks
+
+    def recording(args, export):
+        seen.append(args)
+        return real(args, export)
+
+    monkeypatch.setattr(masks, "plan_masks", recording)
+    argv = job_args(sample_dataset, tmp_path / "out", "--dry_run", "--num_shards", "3")
+    made = plan.make_plan(argv)
+    (args,) = seen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        args.num_shards = 4
+    assert args.num_shards == 3 and made.job.planning.num_shards == 3
+    parsed, _ = plan.build_parser().parse_known_args(argv)
+    assert args == plan.frozen_args(parsed)

@@ -10,9 +10,12 @@ Kept free of Beam, TensorFlow and image-library imports so `segprep --help` answ
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import re
 import sys
+from typing import Any
 
 from transforms.format import record_formats
 from transforms.format.features import (
@@ -148,6 +151,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+@functools.cache
+def _frozen_type(names: tuple[str, ...]) -> type:
+    return dataclasses.make_dataclass("PrepareArgs", names, frozen=True)
+
+
+def frozen_args(parsed: argparse.Namespace) -> Any:
+    """The parsed flags as one frozen value, a field a flag: planning reads it and cannot
+    change it, so no step depends on the order the others ran in."""
+    values = vars(parsed)
+    return _frozen_type(tuple(sorted(values)))(**values)
+
+
 BEAM_FLAGS_NOTE = (
     "Any Apache Beam pipeline option is accepted as well and checked by Beam's own parser, "
     "e.g. --runner DataflowRunner --project P --region R --temp_location gs://B/tmp "
@@ -156,6 +171,19 @@ BEAM_FLAGS_NOTE = (
 
 
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every prepare flag, in the order --help shows them."""
+    _add_input_flags(parser)
+    _add_mask_type_flags(parser)
+    _add_public_dataset_flags(parser)
+    _add_output_flags(parser)
+    _add_writer_flags(parser)
+    _add_reject_flags(parser)
+    _add_duplicate_flags(parser)
+    _add_run_flags(parser)
+    _add_price_flags(parser)
+
+
+def _add_input_flags(parser: argparse.ArgumentParser) -> None:
     inputs = parser.add_argument_group(
         "inputs (either --data_dir, or --image_dir and --mask_dir, or --image_dir and "
         "--coco_annotations)"
@@ -187,6 +215,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         choices=tools.names(),
         help="the export's format; default: told from its content",
     )
+
+
+def _add_mask_type_flags(parser: argparse.ArgumentParser) -> None:
     classes = parser.add_argument_group(
         "mask types (docs/classes.md): binary 0/1 masks, or class-id masks"
     )
@@ -249,6 +280,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
             new="--unlabeled_pixels",
             help=argparse.SUPPRESS,
         )
+
+
+def _add_public_dataset_flags(parser: argparse.ArgumentParser) -> None:
     public = parser.add_argument_group(
         "public datasets as they ship (docs/public-datasets.md): official splits, unlabeled "
         "images, side files, naming conventions"
@@ -299,6 +333,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="masks are KEY+S, e.g. _gtFine_labelIds.png (Cityscapes); default as --mask_dir says",
     )
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
     )
@@ -345,6 +382,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="downscale images whose longer side exceeds N pixels (antialiased, JPEG re-encoded; "
         "masks nearest-neighbour, ids never interpolated); images within N are stored as they are",
     )
+
+
+def _add_writer_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads_per_shard",
         type=count_or_auto,
@@ -360,6 +400,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "per core, 1 = write in the runner's process (Dataflow parallelises by itself and "
         "ignores this)",
     )
+
+
+def _add_reject_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max_reject_fraction",
         type=fraction,
@@ -368,6 +411,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "in neither part) nothing is "
         "published and the job fails; the rejects stay in OUT/.segprep/runs/RUN/",
     )
+
+
+def _add_duplicate_flags(parser: argparse.ArgumentParser) -> None:
     found = parser.add_argument_group("duplicates and leakage (docs/duplicates.md)")
     found.add_argument(
         "--duplicates",
@@ -391,6 +437,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="another segprep output (e.g. your test set), repeatable: entries that "
         "near-duplicate one of its images are rejected (leaks_into)",
     )
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -416,6 +465,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan the run and print it as JSON (for Dataflow: the job Beam would submit, "
         "steps, packaging, project, region, locations); reads inputs, writes nothing",
     )
+
+
+def _add_price_flags(parser: argparse.ArgumentParser) -> None:
     prices = parser.add_argument_group(
         "cost of a --dry_run estimate (docs/estimate.md): your own per-unit prices"
     )

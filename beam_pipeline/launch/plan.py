@@ -35,6 +35,7 @@ from beam_pipeline.launch.options import (
     PRICE_FLAGS,
     HelpFormatter,
     add_prepare_arguments,
+    frozen_args,
 )
 from beam_pipeline.runtime import output_protocol, writer_pool
 from beam_pipeline.runtime.local_listing import LocalListing, list_local
@@ -152,132 +153,34 @@ def build_parser() -> argparse.ArgumentParser:
 def make_plan(argv: list[str]) -> RunPlan:
     """Parse, check and resolve everything; raises UsageError with one line on any mistake."""
     parser = build_parser()
-    _raise_usage_errors(parser)
-    try:
-        args, rest = parser.parse_known_args(argv)
-        export = masks.check_mask_flags(args)
-        layout = _layout(args, export)
-    except UsageError:
-        _refuse_unknown_flags(argv, parser)  # a misspelt --image_dir explains "required"
-        raise
+    args, rest, export, layout = _parse(parser, argv)
     output_dir = files.normalize_dir(args.output_dir)
-    folders = tuple(folder for folder in (layout.image_dir, layout.mask_dir) if folder)
+    paths = (*(folder for folder in (layout.image_dir, layout.mask_dir) if folder), output_dir)
     _refuse_output_inside_inputs(output_dir, layout, args, export)
-    paths = (*folders, output_dir)  # what the writers read and write
     if _may_use_writer_pool(args, paths):
         writer_pool.warm_up()  # before Beam's parser loads Beam: the record code imports beside it
     beam = _parse_beam_flags(rest, parser)
     runner = _runner(beam, args)
-    overrides = _beam_overrides(beam, args, runner)
-    if runner.dataflow:
-        dataflow.check_dataflow(layout, output_dir, beam)
-    elif not runner.local and any(files.is_local(path) for path in paths):
-        raise UsageError(
-            f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
-        )
-    remote_data = any(not files.is_local(path) for path in paths)
-    # Class-name, colormap and annotation files are read while planning, dry run or not.
-    remote_files = any(
-        path is not None and not files.is_local(path)
-        for path in (args.class_names, args.colormap, export.path if export else None)
-    )
-    if (remote_data and not args.dry_run) or remote_files:
-        credentials.check_credentials()
-    try:
-        fractions = official_splits.splitter(args, layout)
-    except ValueError as error:
-        raise usage_error(error) from None
-    if isinstance(fractions, SplitLists) and remote_data:
-        raise UsageError(
-            "--split_file needs local data folders (a listed key missing on disk must be "
-            "found before the job); use --split_by_folder or copy the data"
-        )
+    _check_where_it_runs(runner, layout, output_dir, beam, paths)
+    _check_credentials(args, export, paths)
+    fractions = _splitter(args, layout, paths)
     mask_plan = masks.plan_masks(args, export)
     spec = record_spec(args, mask_plan)
     listing = _inputs(args, layout, mask_plan, fractions, export)
     output = _output(args, output_dir)
-    append = None
-    if args.append:
-        from beam_pipeline.launch.append import plan_append
-
-        append = plan_append(args, output_dir, output, spec, fractions)
-
-    processes = _writer_processes(args, runner, paths)
-    threads = args.threads_per_shard or (1 if processes > 1 else writer_pool.usable_cores())
+    append = _append(args, output_dir, output, spec, fractions)
     run_id = _run_id()
-    staging = output_protocol.staging_dir(output_dir, run_id)
-    progress = listing is not None and runner.local and files.is_local(output_dir)
-    shard_size = args.shard_size_mb
-    if args.num_shards is None and shard_size is None:
-        shard_size = DEFAULT_SHARD_SIZE_MB
-    planning = PlanningSettings(
-        fractions,
-        num_shards=args.num_shards,
-        shard_size_mb=shard_size,
-        min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * runner.workers),
-        record_format=spec.record_format,
-    )
-    duplicates = plan_duplicates(
-        args,
-        fractions,
-        staging,
-        run_id if processes > 1 else None,
-        None if listing is None else listing.paired,
-    )
-    writing = ShardWriterSettings(
-        staging_dir=staging,
-        spec=spec,
-        threads=threads,
-        pool=run_id if processes > 1 else None,
-        progress_dir=os.path.join(staging, "progress") if progress else None,
-        annotation_fill=mask_plan.annotation_fill,
-        mask_source=mask_plan.source,
-        store_hashes=duplicates is not None,
-    )
     started_at = time.time()
-    parameters = {
-        "image_dir": layout.image_dir,
-        "mask_dir": layout.mask_dir,
-        "output_dir": output_dir,
-        **_split_parameters(fractions),
-        "unlabeled_images": "skip" if layout.skip_unlabeled else "reject",
-        "ignore_files": list(layout.ignore_files),
-        "image_suffix": layout.image_suffix,
-        "mask_suffix": layout.mask_suffix,
-        "num_shards": args.num_shards,
-        "shard_size_mb": shard_size,
-        "mask_format": mask_plan.mask_format,
-        "record_format": args.record_format,
-        "mask_key": args.mask_key,
-        **mask_plan.parameters(args),
-        "max_reject_fraction": args.max_reject_fraction,
-        "threads_per_shard": threads,
-        "writer_processes": processes,
-        "runner": runner.name,
-        "duplicates": args.duplicates,
-        "duplicate_distance": args.duplicate_distance,
-        "leakage_check": [check.output_dir for check in duplicates.leakage] if duplicates else [],
-    }
-    commit = CommitSettings(
-        output_dir,
-        run_id,
-        parameters,
-        spec,
-        args.max_reject_fraction,
-        started_at,
-        release_lock=not runner.local and not runner.template,
-        annotations=None if mask_plan.dataset is None else mask_plan.dataset.metadata(),
-        append=append,
+    processes = _writer_processes(args, runner, paths)
+    progress = listing is not None and runner.local and files.is_local(output_dir)
+    decided = _Decided(
+        args, layout, output_dir, runner, fractions, mask_plan, spec, listing, run_id, processes
     )
-    staged_images = ()
-    if mask_plan.dataset is not None and not listing:
-        # Pairs of a local listing carry their image records; the job lists anything else.
-        staged_images = masks.staged_image_files(staging, mask_plan.dataset)
     return RunPlan(
         run_id=run_id,
         started_at=started_at,
         beam_args=tuple(rest),
-        beam_overrides=tuple(sorted(overrides.items())),
+        beam_overrides=tuple(sorted(_beam_overrides(beam, args, runner).items())),
         runner=runner,
         layout=layout,
         output_dir=output_dir,
@@ -287,18 +190,181 @@ def make_plan(argv: list[str]) -> RunPlan:
         output=output,
         writer_processes=processes,
         progress=progress,
-        job=JobSettings(
-            layout,
-            listing.staged if listing else None,
-            planning,
-            writing,
-            commit,
-            staged_images,
-            duplicates,
-        ),
+        job=_job_settings(decided, append, started_at, progress),
         masks=mask_plan,
         prices=_prices(args),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decided:
+    """What the planning steps settled, which the job's settings are made of."""
+
+    args: Any  # the frozen flags (options.frozen_args)
+    layout: Layout
+    output_dir: str
+    runner: RunnerPlan
+    fractions: SplitFractions | SplitLists | FolderSplits
+    mask_plan: masks.MaskPlan
+    spec: RecordSpec
+    listing: LocalListing | None
+    run_id: str
+    processes: int
+
+    @property
+    def pool(self) -> str | None:
+        """The writer pool's name, when the writers run in processes."""
+        return self.run_id if self.processes > 1 else None
+
+    @property
+    def staging(self) -> str:
+        return output_protocol.staging_dir(self.output_dir, self.run_id)
+
+    @property
+    def threads(self) -> int:
+        chosen = self.args.threads_per_shard
+        return chosen or (1 if self.processes > 1 else writer_pool.usable_cores())
+
+    @property
+    def shard_size_mb(self) -> float | None:
+        if self.args.num_shards is None and self.args.shard_size_mb is None:
+            return DEFAULT_SHARD_SIZE_MB
+        return self.args.shard_size_mb
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]):
+    """segprep's flags, frozen, with Beam's left over; the annotation export and the folders."""
+    _raise_usage_errors(parser)
+    try:
+        parsed, rest = parser.parse_known_args(argv)
+        args = frozen_args(parsed)
+        export = masks.check_mask_flags(args)
+        layout = _layout(args, export)
+    except UsageError:
+        _refuse_unknown_flags(argv, parser)  # a misspelt --image_dir explains "required"
+        raise
+    return args, rest, export, layout
+
+
+def _check_where_it_runs(
+    runner: RunnerPlan, layout: Layout, output_dir: str, beam: argparse.Namespace, paths
+) -> None:
+    if runner.dataflow:
+        dataflow.check_dataflow(layout, output_dir, beam)
+    elif not runner.local and any(files.is_local(path) for path in paths):
+        raise UsageError(
+            f"--runner {runner.name} runs elsewhere: every data folder must be on Cloud Storage"
+        )
+
+
+def _check_credentials(args, export: masks.Annotations | None, paths) -> None:
+    """Fail fast without credentials where Cloud Storage will be read: class-name, colormap
+    and annotation files are read while planning, dry run or not."""
+    remote_data = any(not files.is_local(path) for path in paths)
+    remote_files = any(
+        path is not None and not files.is_local(path)
+        for path in (args.class_names, args.colormap, export.path if export else None)
+    )
+    if (remote_data and not args.dry_run) or remote_files:
+        credentials.check_credentials()
+
+
+def _splitter(args, layout: Layout, paths) -> SplitFractions | SplitLists | FolderSplits:
+    try:
+        fractions = official_splits.splitter(args, layout)
+    except ValueError as error:
+        raise usage_error(error) from None
+    if isinstance(fractions, SplitLists) and any(not files.is_local(path) for path in paths):
+        raise UsageError(
+            "--split_file needs local data folders (a listed key missing on disk must be "
+            "found before the job); use --split_by_folder or copy the data"
+        )
+    return fractions
+
+
+def _append(args, output_dir: str, output, spec: RecordSpec, fractions):
+    if not args.append:
+        return None
+    from beam_pipeline.launch.append import plan_append
+
+    return plan_append(args, output_dir, output, spec, fractions)
+
+
+def _job_settings(decided: _Decided, append, started_at: float, progress: bool) -> JobSettings:
+    args, listing, mask_plan, spec = decided.args, decided.listing, decided.mask_plan, decided.spec
+    staging = decided.staging
+    duplicates = plan_duplicates(
+        args, decided.fractions, staging, decided.pool, None if listing is None else listing.paired
+    )
+    planning = PlanningSettings(
+        decided.fractions,
+        num_shards=args.num_shards,
+        shard_size_mb=decided.shard_size_mb,
+        min_total_shards=max(MIN_SHARDS, SHARDS_PER_LOCAL_WORKER * decided.runner.workers),
+        record_format=spec.record_format,
+    )
+    writing = ShardWriterSettings(
+        staging_dir=staging,
+        spec=spec,
+        threads=decided.threads,
+        pool=decided.pool,
+        progress_dir=os.path.join(staging, "progress") if progress else None,
+        annotation_fill=mask_plan.annotation_fill,
+        mask_source=mask_plan.source,
+        store_hashes=duplicates is not None,
+    )
+    commit = CommitSettings(
+        decided.output_dir,
+        decided.run_id,
+        _parameters(decided, duplicates),
+        spec,
+        args.max_reject_fraction,
+        started_at,
+        release_lock=not decided.runner.local and not decided.runner.template,
+        annotations=None if mask_plan.dataset is None else mask_plan.dataset.metadata(),
+        append=append,
+    )
+    staged_images = ()
+    if mask_plan.dataset is not None and not listing:
+        # Pairs of a local listing carry their image records; the job lists anything else.
+        staged_images = masks.staged_image_files(staging, mask_plan.dataset)
+    return JobSettings(
+        decided.layout,
+        listing.staged if listing else None,
+        planning,
+        writing,
+        commit,
+        staged_images,
+        duplicates,
+    )
+
+
+def _parameters(decided: _Decided, duplicates) -> dict[str, Any]:
+    """The run's flags as metadata.json's `parameters` records them."""
+    args, layout = decided.args, decided.layout
+    return {
+        "image_dir": layout.image_dir,
+        "mask_dir": layout.mask_dir,
+        "output_dir": decided.output_dir,
+        **_split_parameters(decided.fractions),
+        "unlabeled_images": "skip" if layout.skip_unlabeled else "reject",
+        "ignore_files": list(layout.ignore_files),
+        "image_suffix": layout.image_suffix,
+        "mask_suffix": layout.mask_suffix,
+        "num_shards": args.num_shards,
+        "shard_size_mb": decided.shard_size_mb,
+        "mask_format": decided.mask_plan.mask_format,
+        "record_format": args.record_format,
+        "mask_key": args.mask_key,
+        **decided.mask_plan.parameters(args),
+        "max_reject_fraction": args.max_reject_fraction,
+        "threads_per_shard": decided.threads,
+        "writer_processes": decided.processes,
+        "runner": decided.runner.name,
+        "duplicates": args.duplicates,
+        "duplicate_distance": args.duplicate_distance,
+        "leakage_check": [check.output_dir for check in duplicates.leakage] if duplicates else [],
+    }
 
 
 def record_spec(args: argparse.Namespace, mask_plan: masks.MaskPlan) -> RecordSpec:
