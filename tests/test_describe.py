@@ -42,7 +42,7 @@ def _tables(splits, version=1, hashes=False) -> StagedTables:
         key_tables={s: ref(key_table_name(s, version)) for s in splits},
         digest_tables={s: ref(digest_table_name(s, version)) for s in splits},
         hash_tables={s: ref(hashes_name(s, version)) for s in splits} if hashes else {},
-        duplicates_file=ref("duplicates.jsonl") if hashes and version == 1 else None,
+        duplicates_file=ref("duplicates.jsonl") if hashes else None,
     )
 
 
@@ -72,7 +72,8 @@ def _first(tmp_path, fmt="tfrecord") -> tuple[DatasetInfo, dict]:
     )
     settings = dataclasses.replace(settings, started_at=STARTED)
     published = final_names(shards)
-    report = {"mode": "group", "groups": 0}
+    report = {"mode": "group", "groups": 0, "moved": {"train": -1, "validation": 1}}
+    report.update(dropped=0, leaks=2, in_output_matches=0, leakage_checked=["/test/"])
     run = _accounting(rejects, discovered=8, duplicates=report)
     tables = _tables(["train", "validation"], hashes=True)
     return describe(shards, published, tables, run, settings), published
@@ -97,6 +98,8 @@ def test_a_first_version_is_described_from_its_shards_and_tables(tmp_path):
     assert info.duplicates == {
         "mode": "group",
         "groups": 0,
+        "moved": {"train": -1, "validation": 1},
+        **{"dropped": 0, "leaks": 2, "in_output_matches": 0, "leakage_checked": ["/test/"]},
         "file": {"file": "duplicates.jsonl", "bytes": 7, "sha256": "duplicates.jsonl-sha"},
     }
     assert info.run.wall_seconds == 10.0 and info.run.records_per_second == 0.6
@@ -128,9 +131,10 @@ def test_an_append_extends_the_previous_version(tmp_path):
     )
     published = final_names(shards, version=2)
     merged = RejectCounts(3, {"key_exists": 1, "missing_mask": 2}, {"key_exists": "b"})
-    report = {"mode": "group", "in_output_matches": 1}
+    report = {"mode": "group", "groups": 3, "in_output_matches": 1, "dropped": 0, "leaks": 0}
+    report.update(moved={"train": 1, "validation": -1}, leakage_checked=[])
     run = _accounting(rejects, discovered=3, skipped=1, num_rejected=merged, duplicates=report)
-    tables = _tables(["train", "validation"], 2)
+    tables = _tables(["train", "validation"], 2, hashes=True)
     info = describe(shards, published, tables, run, settings, previous)
     train = info.split("train")
     assert [s.file for s in train.shards][-1] == "train_v00002-00000-of-00001.tfrecord"
@@ -139,7 +143,13 @@ def test_an_append_extends_the_previous_version(tmp_path):
     assert info.num_discovered == 7 + 1 + 3  # each key of the latest version once
     assert info.exif_orientation_ignored == 1  # the first version's, carried on
     assert info.parameters == {"output_dir": str(tmp_path) + "/moved/"}  # the first run's flags
-    assert info.duplicates["latest_append"] == report and info.duplicates["mode"] == "group"
+    # the whole dataset's groups (the append searched the stored images too); what each run
+    # did adds up: the first run's move and this one's cancel out, its leaks are kept
+    assert info.duplicates["latest_append"] == report and info.duplicates["groups"] == 3
+    assert info.duplicates["file"] == tables.duplicates_file.to_json()
+    assert info.duplicates["moved"] == {} and info.duplicates["leaks"] == 2
+    assert info.duplicates["leakage_checked"] == ["/test/"]
+    assert info.duplicates["in_output_matches"] == 1
     first, second = info.dataset_versions
     assert first == previous.dataset_versions[0]
     assert second.added == {"train": 2, "validation": 0} and second.skipped_identical == 1

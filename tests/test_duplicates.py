@@ -628,6 +628,76 @@ def test_an_appended_near_copy_joins_its_originals_split(portraits, tmp_path):
     assert "this append: 1 new entry is a near copy of images already in the output" in done.stdout
 
 
+def test_an_appends_groups_are_those_of_a_prepare_of_the_union(
+    portraits, portraits_grouped, tmp_path
+):
+    """Half of the entries prepared, then all of them appended: duplicates.jsonl and the
+    group counts are those of one prepare of them all (portraits_grouped), stored images
+    and new ones in the same groups, every key in the same split."""
+    data, truth = portraits
+    union, _ = portraits_grouped
+    first = tmp_path / "first"
+    _copy_entries(data, first, sorted(truth)[::2])
+    out = tmp_path / "out"
+    _prepare(first, out)
+    done = _prepare(data, out, "--append")
+    assert (out / "duplicates.jsonl").read_bytes() == (union / "duplicates.jsonl").read_bytes()
+    stored, alone = (
+        json.loads((o / "metadata.json").read_text())["duplicates"] for o in (out, union)
+    )
+    for count in ("groups", "keys_in_groups", "exact_groups", "conflicting_mask_groups"):
+        assert stored[count] == alone[count] == stored["latest_append"][count], count
+    assert stored["in_output_matches"] == stored["latest_append"]["in_output_matches"] > 0
+    assert _split_of_every_version(out) == _split_of_every_version(union)
+    assert (
+        f"duplicates: {alone['groups']} groups of {alone['keys_in_groups']} entries" in done.stdout
+    )
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_bucket_pairs_pairs_stored_images_with_each_other_never_with_another_output():
+    """An append's search compares the images the output stores with each other too (its
+    groups are the dataset's), but not with another output's (a leak is this run's)."""
+    stored = [dups.Tagged(dups.existing_source("train"), dups.ImageHash(k, "", 0)) for k in "st"]
+    theirs = dups.Tagged("gs://b/test/", dups.ImageHash("x", "", 1))
+    found = list(dups.bucket_pairs(0, [*stored, theirs], 3))
+    assert [(a.image.key, b.image.key) for a, b, _ in found] == [("s", "t")]
+
+
+def test_stored_exact_copies_stand_as_one_apart_from_this_runs():
+    same = "ab" * 32
+    ours = [dups.Tagged("", dups.ImageHash(k, same, 5)) for k in ("b", "a")]
+    stored = [dups.Tagged(dups.existing_source(s), dups.ImageHash(k, same, 5)) for s, k in
+              (("train", "d"), ("validation", "c"))]  # fmt: skip
+    standing, copies = dups.collapse_copies([*ours, *stored])
+    assert sorted((t.source, t.image.key) for t in standing) == [
+        ("", "a"), (dups.existing_source("validation"), "c")
+    ]  # fmt: skip
+    assert [t.image.key for t in copies["a"]] == ["a", "b"]
+    assert [t.image.key for t in copies[(dups.STORED, "c")]] == ["c", "d"]
+
+
+def test_a_stored_member_without_a_mask_digest_is_no_mask_conflict():
+    """Tables written before mask digests were stored: their members are not compared."""
+    same = "ab" * 32
+    new = dups.ImageHash("n", same, 0, "m1")
+    old = dups.ImageHash("o", same, 0, None)
+    assert not dups.describe_group([new, old], "train", {"o": "train"}).conflicting_masks
+    assert dups.describe_group([new, old], "train", {}).conflicting_masks
+    other = dups.ImageHash("p", same, 0, "m2")
+    assert dups.describe_group(
+        [new, old, other], "train", {"o": "train", "p": "train"}
+    ).conflicting_masks
+
+
+def test_hash_rows_keep_the_mask_digest():
+    row = dups.ImageHash("k", "ab" * 32, 7, "cd" * 32, b"s").row()
+    assert dups.ImageHash.from_row(row).mask == "cd" * 32
+    assert dups.ImageHash.from_row({**row, "mask": None}).mask is None
+    with pytest.raises(ValueError, match="mask"):
+        dups.ImageHash.from_row({**row, "mask": 5})
+
+
 def test_exact_copies_stand_as_one_and_keep_every_pair():
     """Byte-identical images are compared once (their smallest key stands for them): the
     search reports each copy once, paired with that key, and the groups are the same as

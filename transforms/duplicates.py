@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -226,9 +227,12 @@ class ImageHash:
     signature: bytes = dataclasses.field(default=b"", compare=False)
 
     def row(self) -> dict[str, str]:
-        """Its line in index/<split>.hashes.jsonl (the mask digest stays in the job); `sig`,
+        """Its line in index/<split>.hashes.jsonl; `mask`, the mask file's sha256, when
+        there is one (an append's search tells exact copies with other masks by it); `sig`,
         the signature in base64 (256 characters), only when there is one."""
         row = {"key": self.key, "sha256": self.sha256, "phash": f"{self.phash:016x}"}
+        if self.mask is not None:
+            row["mask"] = self.mask
         if self.signature:
             row["sig"] = base64.b64encode(self.signature).decode("ascii")
         return row
@@ -242,7 +246,10 @@ class ImageHash:
         if not isinstance(sig, str):
             raise ValueError(f"sig {sig!r} is not base64")
         signature = base64.b64decode(sig, validate=True)  # binascii.Error is a ValueError
-        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), None, signature)
+        mask = row.get("mask")  # None: no mask file, or a table written before masks were
+        if mask is not None and not isinstance(mask, str):
+            raise ValueError(f"mask {mask!r} is not a sha256")
+        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), mask, signature)
 
 
 def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
@@ -306,28 +313,31 @@ def bucket_pairs(
     band: int, members: Sequence[Tagged], distance: int
 ) -> Iterator[tuple[Tagged, Tagged, int]]:
     """Pairs within `distance` among the hashes sharing band `band`'s value, each reported
-    once over all bands (here only if no earlier band is shared); at least one side is this
-    run's, and the run's own image comes first in a mixed pair.
+    once over all bands (here only if no earlier band is shared): pairs with one of this
+    run's images, and (an append) pairs of two images the output stores, so the groups are
+    those of the whole dataset; never two of another output's, nor one of another output's
+    with a stored one. The run's own image comes first in a mixed pair.
 
     Work is quadratic in the bucket, in numpy blocks of _ROWS rows (a few numpy calls per
     block, not per member); memory is that of one block.
     """
     own = np.array([not m.source for m in members], dtype=bool)
-    if len(members) < 2 or not own.any():
+    stored = np.array([is_existing(m.source) for m in members], dtype=bool)
+    if len(members) < 2 or not (own.any() or stored.sum() > 1):
         return
     values = np.array([m.image.phash for m in members], dtype=np.uint64)
     columns = np.arange(len(members))
     for start in range(0, len(members), _ROWS):
         rows = columns[start : start + _ROWS]
         apart = np.bitwise_count(values[rows, None] ^ values[None, :])
-        # Each pair once (i < j), another run's hash only against this run's.
+        # Each pair once (i < j); another output's hash only against this run's.
         close = (apart <= distance) & (columns[None, :] > rows[:, None])
-        close &= own[rows, None] | own[None, :]
+        close &= own[rows, None] | own[None, :] | (stored[rows, None] & stored[None, :])
         first, second = np.nonzero(close)
         first = rows[first]
         keep = _first_shared_band_is(values[first] ^ values[second], band, distance)
         for i, j in zip(first[keep].tolist(), second[keep].tolist(), strict=True):
-            a, b = (members[i], members[j]) if own[i] else (members[j], members[i])
+            a, b = (members[i], members[j]) if own[i] or not own[j] else (members[j], members[i])
             if b.source == "" and b.image.key == a.image.key:
                 continue
             yield a, b, int(apart[i - start, j])
@@ -345,27 +355,33 @@ def _first_shared_band_is(xor: np.ndarray, band: int, distance: int) -> np.ndarr
     return first
 
 
-def collapse_copies(members: Sequence[Tagged]) -> tuple[list[Tagged], dict[str, list[Tagged]]]:
+def collapse_copies(members: Sequence[Tagged]) -> tuple[list[Tagged], dict[Any, list[Tagged]]]:
     """This run's byte-identical images (same sha256) stand as one in the search: the
-    smallest key for all of them. Returns the members that stand (every other source's
-    too) and, per standing key of two or more copies, all of them (the standing one
-    first). Identical bytes have identical hashes, so they share every bucket, pair with
-    exactly the same images, and pair with each other; a copy-heavy scrape then costs the
-    search its distinct images, not its copies squared."""
-    by_bytes: dict[str, list[Tagged]] = {}
+    smallest key for all of them; so do the appended output's own (apart from this run's:
+    a leak is looked for with this run's images only). Returns the members that stand
+    (every other output's too) and, per standing image of two or more copies, all of them
+    (the standing one first), keyed by its key (this run's) or (STORED, key). Identical
+    bytes have identical hashes, so they share every bucket, pair with exactly the same
+    images, and pair with each other; a copy-heavy scrape then costs the search its
+    distinct images, not its copies squared."""
+    by_bytes: dict[tuple[bool, str], list[Tagged]] = {}
     standing: list[Tagged] = []
     for member in members:
-        if member.source or not member.image.sha256:
+        stored = is_existing(member.source)
+        if (member.source and not stored) or not member.image.sha256:
             standing.append(member)
         else:
-            by_bytes.setdefault(member.image.sha256, []).append(member)
-    copies: dict[str, list[Tagged]] = {}
-    for same in by_bytes.values():
+            by_bytes.setdefault((stored, member.image.sha256), []).append(member)
+    copies: dict[Any, list[Tagged]] = {}
+    for (stored, _), same in by_bytes.items():
         same.sort(key=lambda member: member.image.key)
         standing.append(same[0])
         if len(same) > 1:
-            copies[same[0].image.key] = same
+            copies[(STORED, same[0].image.key) if stored else same[0].image.key] = same
     return standing, copies
+
+
+STORED = "stored"  # collapse_copies' key of an appended output's own copies
 
 
 # ---- groups -------------------------------------------------------------------------------
@@ -505,12 +521,16 @@ def describe_group(
     split: str | list[str] | None,
     stored: Mapping[str, str] | None = None,
 ) -> Group:
-    """The group's line: kind, largest distance, and whether exact copies disagree on masks."""
+    """The group's line: kind, largest distance, and whether exact copies disagree on masks
+    (a stored member without a mask digest, from a table written before they were kept,
+    is not compared)."""
+    stored = stored or {}
     exact = len({m.sha256 for m in members}) == 1
     largest = _largest_distance(np.array([m.phash for m in members], dtype=np.uint64))
     masks_by_image: dict[str, set[str | None]] = {}
     for member in members:
-        masks_by_image.setdefault(member.sha256, set()).add(member.mask)
+        if member.mask is not None or member.key not in stored:
+            masks_by_image.setdefault(member.sha256, set()).add(member.mask)
     conflict = any(len(masks) > 1 for masks in masks_by_image.values())
     return Group(
         tuple(m.key for m in members),
@@ -518,7 +538,7 @@ def describe_group(
         "exact" if exact else "near",
         largest,
         conflict,
-        dict(stored or {}),
+        dict(stored),
     )
 
 

@@ -17,7 +17,7 @@ import apache_beam as beam
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job import attempts, versions
 from beam_pipeline.job.describe import Accounting, StagedTables, describe
-from beam_pipeline.job.hash_tables import stage_duplicates, stage_hash_table, staged_hash_rows
+from beam_pipeline.job.hash_tables import stage_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol
@@ -123,7 +123,8 @@ def commit(
         package_versions(), time.time(),
     )  # fmt: skip
     info = _stage_tfds_files(staged, describe(shards, published, tables, run, settings, previous))
-    _publish(info, settings, _moves(info, published, tables, bool(unlabeled)), previous)
+    moves = _moves(info, published, tables, bool(unlabeled), _groups_changed(tables, previous))
+    _publish(info, settings, moves, previous)
     return info
 
 
@@ -195,14 +196,10 @@ def _stage_tables(
         for split in splits
     }
     tables = StagedTables(key_tables, digest_tables)
-    if duplicates is not None:
+    if duplicates is not None:  # an append's rows go to tables of its version
         listed = split_names(parse_shard_name(name)[0] for name in published.values())
-        if previous is None:
-            found, hashes = stage_duplicates(staged, listed, shards, published)
-            tables = dataclasses.replace(tables, hash_tables=hashes, duplicates_file=found)
-        else:  # an append's rows go to tables of its version; duplicates.jsonl stays as it was
-            hashes = {s: stage_hash_table(staged, s, shards, published, version) for s in listed}
-            tables = dataclasses.replace(tables, hash_tables=hashes)
+        found, hashes = stage_duplicates(staged, listed, shards, published, version)
+        tables = dataclasses.replace(tables, hash_tables=hashes, duplicates_file=found)
     return tables, new_keys
 
 
@@ -226,8 +223,21 @@ def _stage_tfds_files(staged: str, info: DatasetInfo) -> DatasetInfo:
     return dataclasses.replace(info, tfds_files=tuple(refs))
 
 
+def _groups_changed(tables: StagedTables, previous: DatasetInfo | None) -> bool:
+    """Whether the run publishes a duplicates.jsonl: a search's, unless an append's groups
+    are the output's own to the byte (its file then stays, inode and all)."""
+    if tables.duplicates_file is None:
+        return False
+    earlier = (previous.duplicates or {}).get("file") if previous is not None else None
+    return earlier != tables.duplicates_file.to_json()
+
+
 def _moves(
-    info: DatasetInfo, published: dict[str, str], tables: StagedTables, unlabeled: bool
+    info: DatasetInfo,
+    published: dict[str, str],
+    tables: StagedTables,
+    unlabeled: bool,
+    groups: bool,
 ) -> list[tuple[str, str]]:
     """(staged name, final name) of every file the run publishes besides metadata.json."""
     offsets = info.adapter.offset_index
@@ -239,7 +249,7 @@ def _moves(
         *((ref.file, ref.file) for ref in info.tfds_files),
         (REJECTS_FILE, REJECTS_FILE),
         *([(UNLABELED_FILE, UNLABELED_FILE)] if unlabeled else []),
-        *([(DUPLICATES_FILE, DUPLICATES_FILE)] if tables.duplicates_file else []),
+        *([(DUPLICATES_FILE, DUPLICATES_FILE)] if groups else []),
         *((ref.file, ref.file) for ref in tables.hash_tables.values()),
     ]
 
@@ -259,6 +269,8 @@ def _publish(
     if previous is not None:
         # Every earlier file stays where it is, untouched; only these are replaced.
         replaced = {METADATA_FILE, REJECTS_FILE, *TFDS_FILES}
+        if any(final == DUPLICATES_FILE for _, final in moves):
+            replaced.add(DUPLICATES_FILE)  # the whole dataset's groups, new images among them
         state = output_protocol.inspect_output(settings.output_dir, holder=False)
         keep = [name for name in state.ours if name not in replaced]
     output_protocol.publish(settings.output_dir, settings.run_id, moves, data, keep=keep)

@@ -199,15 +199,32 @@ def _parameters(settings: CommitSettings, previous: DatasetInfo | None) -> Mappi
 def _duplicates(
     report: Mapping[str, Any] | None, listed: FileRef | None, previous: DatasetInfo | None
 ) -> Mapping[str, Any] | None:
-    """The search's report and duplicates.jsonl; an append keeps the earlier section and
-    adds what its own search found among its new images (docs/duplicates.md)."""
-    if previous is not None:
-        if report is None or previous.duplicates is None:
-            return previous.duplicates
-        return {**previous.duplicates, "latest_append": dict(report)}
+    """The search's report and duplicates.jsonl. An append's search took in the images the
+    output stores, so its duplicates.jsonl and counts are the whole dataset's groups; what
+    each run did (moves, drops, leaks, near copies of stored images) adds up over the
+    versions, and `latest_append` is this append's own report (docs/duplicates.md). An
+    append that did not search keeps the earlier section."""
     if report is None or listed is None:
-        return {"mode": "off"}
-    return {**report, "file": listed.to_json()}
+        return {"mode": "off"} if previous is None else previous.duplicates
+    section = {**report, "file": listed.to_json()}
+    if previous is None:
+        return section
+    earlier = previous.duplicates or {}
+    moved = dict(earlier.get("moved") or {})
+    for split, change in (report.get("moved") or {}).items():
+        moved[split] = moved.get(split, 0) + change
+    checked = {*earlier.get("leakage_checked", ()), *report.get("leakage_checked", ())}
+    return {
+        **section,
+        **{name: earlier.get(name, 0) + report.get(name, 0) for name in _ADDED_UP},
+        "moved": {split: change for split, change in sorted(moved.items()) if change},
+        "leakage_checked": sorted(checked),
+        "latest_append": dict(report),
+    }
+
+
+# The duplicates section's counts of what a run did, summed over an output's versions.
+_ADDED_UP = ("dropped", "leaks", "in_output_matches")
 
 
 def _run_info(shards: Sequence[WrittenShard], settings: CommitSettings, now: float) -> RunInfo:

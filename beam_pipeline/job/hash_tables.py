@@ -68,9 +68,15 @@ def stage_hash_table(
 
 
 def stage_duplicates(
-    staged: str, splits: Sequence[str], shards: Sequence[Any], published: dict[str, str]
+    staged: str,
+    splits: Sequence[str],
+    shards: Sequence[Any],
+    published: dict[str, str],
+    version: int = FIRST_VERSION,
 ) -> tuple[FileRef, dict[str, FileRef]]:
-    """The staged duplicates.jsonl's reference and each split's joined hash table."""
+    """The staged duplicates.jsonl's reference (an append's holds the groups of the whole
+    dataset, stored images with new) and each split's joined hash table of this version."""
     data = files.read_own(staged + DUPLICATES_FILE)
     listed = FileRef(DUPLICATES_FILE, len(data), hashlib.sha256(data).hexdigest())
-    return listed, {split: stage_hash_table(staged, split, shards, published) for split in splits}
+    hashes = {s: stage_hash_table(staged, s, shards, published, version) for s in splits}
+    return listed, hashes

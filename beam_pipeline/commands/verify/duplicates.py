@@ -60,7 +60,13 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return problems + [f"split {name!r}: no key table, duplicates not checked"]
         records[name] = [row.key for row in record_index.parse_key_table(data)]
     split_of = {key: name for name, keys in records.items() for key in keys}
-    _check_hashes(base, splits, records, problems)
+    for name, split in splits.items():  # an append's groups hold its keys too
+        for table in split.get("appended_key_tables") or () if isinstance(split, dict) else ():
+            data = _listed(base, table, problems, check=False)
+            keys = record_index.parse_key_table(data) if data is not None else ()
+            split_of.update((row.key, name) for row in keys)
+    if (metadata.get("parameters") or {}).get("duplicates") != "off":
+        _check_hashes(base, splits, records, problems)  # else the first version stored none
     data = _listed(base, section["file"], problems)
     if data is None:
         return problems
