@@ -655,6 +655,48 @@ def test_an_appends_groups_are_those_of_a_prepare_of_the_union(
     assert _segprep("verify", str(out)).stdout.startswith("OK ")
 
 
+def test_an_append_in_drop_mode_keeps_the_stored_image_and_verifies(portraits, tmp_path):
+    """drop, then an append of every entry with drop: no group keeps two records, a stored
+    image is never dropped (its new copies are), and verify reads the whole-dataset groups."""
+    data, truth = portraits
+    first = tmp_path / "first"
+    _copy_entries(data, first, sorted(truth)[1::2])
+    out = tmp_path / "out"
+    _prepare(first, out, "--duplicates", "drop")
+    stored = set(_key_tables(out))
+    _prepare(data, out, "--append", "--duplicates", "drop")
+    split_of, rejects = _split_of_every_version(out), _rejects(out)
+    assert stored <= set(split_of)
+    joined = 0
+    for group in _groups(out):
+        kept = [key for key in group["keys"] if key in split_of]
+        assert len(kept) == 1, group
+        joined += kept[0] in stored and len(group["keys"]) > 1
+        for key in group["keys"]:
+            assert key in split_of or rejects[key]["reason"] == "duplicate_image"
+    assert joined > 0  # a stored image kept while its new copies went
+    assert _segprep("verify", str(out)).stdout.startswith("OK ")
+
+
+def test_verify_names_a_drop_group_with_two_records_in_any_version():
+    from beam_pipeline.commands.verify.duplicates import _kept_too_many
+
+    split_of = {"a": "train", "b": "train", "c": "validation"}
+    assert not _kept_too_many(["a", "x"], "train", split_of, set())
+    assert _kept_too_many(["a", "b"], "train", split_of, set())  # two records
+    assert _kept_too_many(["x", "a"], "train", split_of, set())  # not the smallest key
+    # an append keeps the stored image, whatever its key, and drops its new copies
+    assert not _kept_too_many(["x", "b"], "train", split_of, {"b"})
+    assert not _kept_too_many(["a", "b"], "train", split_of, {"a", "b"})  # an earlier group run's
+    assert _kept_too_many(["a", "b"], "train", split_of, {"b"})  # a is new, beside stored b
+    assert _kept_too_many(["a", "b"], "train", split_of, {"a"})
+    official = ["train", "validation"]
+    assert _kept_too_many(["a", "c"], official, split_of, set())  # train beside validation
+    assert not _kept_too_many(["a", "c"], official, split_of, {"a"})  # a was stored before
+    assert not _kept_too_many(["a", "c"], official, split_of, {"a", "c"})
+    assert _kept_too_many(["b", "c"], official, split_of, {"c"})  # b is new, beside c
+
+
 def test_bucket_pairs_pairs_stored_images_with_each_other_never_with_another_output():
     """An append's search compares the images the output stores with each other too (its
     groups are the dataset's), but not with another output's (a leak is this run's)."""

@@ -3,8 +3,8 @@
 Against the output's own key tables and rejects.jsonl: every key of a group is a record or
 a reject; a group's records are all in the split the file names (one split per group; under
 official splits, the list of splits its members are listed in); under --duplicates drop only
-the kept key (the smallest; under official splits one per split, none in train beside
-validation/test) is a record; each split's hashes file
+the kept key (the smallest, or the one an earlier version stored; under official splits one
+per split, none new in train beside validation/test) is a record; each split's hashes file
 lists the split's keys in key-table order, and each append's (`appended_hashes`) the keys of
 that version's key table. Reads files only (local or gs://), no TensorFlow.
 """
@@ -60,11 +60,15 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
             return problems + [f"split {name!r}: no key table, duplicates not checked"]
         records[name] = [row.key for row in record_index.parse_key_table(data)]
     split_of = {key: name for name, keys in records.items() for key in keys}
+    latest = _latest_version(metadata)
+    earlier = set(split_of) if latest != FIRST_VERSION else set()  # records before the latest
     for name, split in splits.items():  # an append's groups hold its keys too
         for table in split.get("appended_key_tables") or () if isinstance(split, dict) else ():
             data = _listed(base, table, problems, check=False)
-            keys = record_index.parse_key_table(data) if data is not None else ()
-            split_of.update((row.key, name) for row in keys)
+            keys = [row.key for row in record_index.parse_key_table(data)] if data else []
+            split_of.update((key, name) for key in keys)
+            if isinstance(table, dict) and table.get("file") != key_table_name(name, latest):
+                earlier.update(keys)
     if (metadata.get("parameters") or {}).get("duplicates") != "off":
         _check_hashes(base, splits, records, problems)  # else the first version stored none
     data = _listed(base, section["file"], problems)
@@ -89,7 +93,8 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
         placed = {split_of[key] for key in keys if key in split_of}
         if _misplaced(placed, group["split"]):
             straddling.append(f"line {number} ({', '.join(sorted(placed))})")
-        if section.get("mode") == "drop" and _kept_too_many(keys, group["split"], split_of):
+        drop = section.get("mode") == "drop"
+        if drop and _kept_too_many(keys, group["split"], split_of, earlier):
             kept_wrong.append(f"line {number}")
     for found, noun, text in (
         (unknown, "key", "in neither a shard nor rejects.jsonl"),
@@ -113,14 +118,34 @@ def _misplaced(placed: set[str], named: Any) -> bool:
     return len(placed) > 1 or bool(placed and placed != {named})
 
 
-def _kept_too_many(keys: list[str], named: Any, split_of: dict[str, str]) -> bool:
-    """--duplicates drop kept more than it should: besides the smallest key; under official
-    splits, more than one record per split, or a train record beside a validation/test one."""
+def _kept_too_many(
+    keys: list[str], named: Any, split_of: dict[str, str], earlier: set[str]
+) -> bool:
+    """--duplicates drop kept more than it should. The latest version's records of a group
+    (`earlier`: the keys earlier versions stored, which an append never drops): besides the
+    smallest key, or any beside an earlier record; under official splits, more than one
+    record per split, or a train record beside a validation/test one."""
+    new = [key for key in keys if key in split_of and key not in earlier]
     if not isinstance(named, list):
-        return any(key in split_of for key in keys[1:])
+        if any(key in earlier for key in keys):
+            return bool(new)
+        return any(key != keys[0] for key in new)
     placed = [split_of[key] for key in keys if key in split_of]
-    beside_train = "train" in placed and any(split != "train" for split in placed)
-    return len(placed) != len(set(placed)) or beside_train
+    held_in = {split for split in placed if split != "train"}
+    if any(split_of[key] == "train" for key in new) and held_in:
+        return True
+    kept = [split_of[key] for key in new]
+    stored_in = {split_of[key] for key in keys if key in earlier}
+    return len(kept) != len(set(kept)) or bool(stored_in & set(kept))
+
+
+def _latest_version(metadata: dict[str, Any]) -> int:
+    versions = metadata.get("dataset_versions")
+    if isinstance(versions, list) and versions and isinstance(versions[-1], dict):
+        number = versions[-1].get("version")
+        if isinstance(number, int):
+            return number
+    return FIRST_VERSION
 
 
 def _check_hashes(base, splits, records, problems) -> None:
