@@ -148,7 +148,6 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     """The output protocol's state (runtime/output_protocol.py): no run writing, the last
     commit finished, and the manifest naming exactly the published files."""
     from beam_pipeline.runtime import output_protocol
-    from transforms import files
 
     names = set(files.listdir(base))
     published = names - {INDEX_DIR}

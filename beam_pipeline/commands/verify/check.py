@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from beam_pipeline.commands.shard_records import record_format
-from beam_pipeline.commands.verify import accounting, classes, indexes, records
-from beam_pipeline.commands.verify.duplicates import duplicate_problems
+from beam_pipeline.commands.verify import accounting, classes, duplicates, indexes, records
 from beam_pipeline.commands.verify.report import VerifyReport
 from beam_pipeline.commands.verify.state import Checked
 from beam_pipeline.errors import UsageError
@@ -48,7 +47,7 @@ def check_output(directory: str) -> VerifyReport:
     accounting.check_extra_shards(state)
     accounting.check_rejects(state)
     accounting.check_accounting(state)
-    report.problems.extend(duplicate_problems(base, metadata))
+    duplicates.check_duplicates(state)
     report.problems.extend(accounting.protocol_problems(base, metadata))
     return report
 
@@ -58,7 +57,6 @@ def run_verify(directory: str, *, repair: bool = False) -> int:
     finishes a commit cut short (runtime/output_protocol.py repair)."""
     if repair:
         from beam_pipeline.runtime import output_protocol
-        from transforms import files
 
         for line in output_protocol.repair(files.normalize_dir(directory)):
             print(f"repaired: {line}")

@@ -15,6 +15,7 @@ import hashlib
 from typing import Any
 
 from beam_pipeline.commands.summary import plural
+from beam_pipeline.commands.verify.state import Checked
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import record_index, side_tables
@@ -44,46 +45,51 @@ def duplicate_files(metadata: dict[str, Any]) -> set[str]:
     return {name for name in names if isinstance(name, str)}
 
 
-def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
+def check_duplicates(state: Checked) -> None:
+    metadata, splits = state.metadata, state.metadata["splits"]
     section = metadata.get("duplicates")
-    problems = _appended_hash_problems(base, metadata.get("splits") or {})
+    _check_appended_hashes(state)
     if section is None or (isinstance(section, dict) and section.get("mode") == "off"):
-        return problems  # the first version did not search: only appends' hashes to check
+        return  # the first version did not search: only appends' hashes to check
     if not isinstance(section, dict) or not isinstance(section.get("file"), dict):
-        return [*problems, "metadata.json: the `duplicates` section lists no duplicates file"]
-    splits = metadata.get("splits") or {}
+        state.problem("metadata.json: the `duplicates` section lists no duplicates file")
+        return
     records: dict[str, list[str]] = {}  # split -> keys in key-table order
     for name, split in splits.items():
-        table = split.get("key_table") if isinstance(split, dict) else None
-        data = _listed(base, table, problems, check=False)
-        if data is None:
-            return problems + [f"split {name!r}: no key table, duplicates not checked"]
-        records[name] = [row.key for row in record_index.parse_key_table(data)]
+        keys = _table_keys(state, split.get("key_table") if isinstance(split, dict) else None)
+        if keys is None:
+            state.problem(f"split {name!r}: no key table, duplicates not checked")
+            return
+        records[name] = keys
     split_of = {key: name for name, keys in records.items() for key in keys}
     latest = _latest_version(metadata)
     earlier = set(split_of) if latest != FIRST_VERSION else set()  # records before the latest
     for name, split in splits.items():  # an append's groups hold its keys too
         for table in split.get("appended_key_tables") or () if isinstance(split, dict) else ():
-            data = _listed(base, table, problems, check=False)
-            keys = [row.key for row in record_index.parse_key_table(data)] if data else []
+            keys = _table_keys(state, table) or []
             split_of.update((key, name) for key in keys)
             if isinstance(table, dict) and table.get("file") != key_table_name(name, latest):
                 earlier.update(keys)
     if (metadata.get("parameters") or {}).get("duplicates") != "off":
-        _check_hashes(base, splits, records, problems)  # else the first version stored none
-    data = _listed(base, section["file"], problems)
+        _check_hashes(state, records)  # else the first version stored none
+    ref = section["file"]
+    data = _listed(state, ref)
     if data is None:
-        return problems
+        return
+    where = ref["file"]
+    if len(data) != ref.get("bytes") or hashlib.sha256(data).hexdigest() != ref.get("sha256"):
+        state.problem(f"{where}: size or sha256 differs from metadata.json")
     try:
         groups = parse_groups(data)
     except ValueError as error:
-        return [*problems, f"{section['file']['file']}: {error}"]
-    where = section["file"]["file"]
+        state.problem(f"{where}: {error}")
+        return
     outside = {key for group in groups for key in group["keys"] if key not in split_of}
     try:
-        rejects = _rejects(base, outside)
+        rejects = _rejects(state.base, outside)
     except (OSError, ValueError) as error:
-        return [*problems, f"rejects.jsonl: {error}"]
+        state.problem(f"rejects.jsonl: {error}")
+        return
     unknown, straddling, kept_wrong = [], [], []
     for number, group in enumerate(groups, start=1):
         keys = group["keys"]
@@ -103,11 +109,10 @@ def duplicate_problems(base: str, metadata: dict[str, Any]) -> list[str]:
     ):
         if found:
             counted = plural(len(found), noun)
-            problems.append(f"{where}: {counted} {text}: {', '.join(found[:_SHOWN])}")
+            state.problem(f"{where}: {counted} {text}: {', '.join(found[:_SHOWN])}")
     if len(groups) != section.get("groups"):
         said = section.get("groups")
-        problems.append(f"{where}: {plural(len(groups), 'group')}, metadata.json says {said}")
-    return problems
+        state.problem(f"{where}: {plural(len(groups), 'group')}, metadata.json says {said}")
 
 
 def _misplaced(placed: set[str], named: Any) -> bool:
@@ -148,21 +153,20 @@ def _latest_version(metadata: dict[str, Any]) -> int:
     return FIRST_VERSION
 
 
-def _check_hashes(base, splits, records, problems) -> None:
-    for name, split in splits.items():
+def _check_hashes(state: Checked, records: dict[str, list[str]]) -> None:
+    for name, split in state.metadata["splits"].items():
         ref = split.get("hashes") if isinstance(split, dict) else None
         if ref is None:
-            problems.append(f"split {name!r}: no image hashes listed (--duplicates was on)")
+            state.problem(f"split {name!r}: no image hashes listed (--duplicates was on)")
             continue
         whose = f"keys of split {name!r} in key-table order"
-        _check_hash_keys(base, name, ref, records[name], problems, whose=whose)
+        _check_hash_keys(state, name, ref, records[name], whose)
 
 
-def _appended_hash_problems(base: str, splits: Any) -> list[str]:
+def _check_appended_hashes(state: Checked) -> None:
     """Each append's hash table (`appended_hashes`) against its version's key table: the
     same keys in the same order, the table as metadata.json lists it."""
-    problems: list[str] = []
-    for name, split in splits.items() if isinstance(splits, dict) else ():
+    for name, split in state.metadata["splits"].items():
         if not isinstance(split, dict) or not isinstance(split.get("appended_hashes"), list):
             continue
         key_tables = {
@@ -174,31 +178,37 @@ def _appended_hash_problems(base: str, splits: Any) -> list[str]:
             file = entry.get("file") if isinstance(entry, dict) else None
             version = hashes_version(name, file) if isinstance(file, str) else None
             if version is None or version == FIRST_VERSION:
-                problems.append(f"split {name!r}: appended_hashes lists {str(file)[:80]!r}")
+                state.problem(f"split {name!r}: appended_hashes lists {str(file)[:80]!r}")
                 continue
-            table = key_tables.get(key_table_name(name, version))
-            data = _listed(base, table, problems, check=False)
-            if data is None:
-                problems.append(f"{file}: no key table of version {version} to check it with")
+            keys = _table_keys(state, key_tables.get(key_table_name(name, version)))
+            if keys is None:
+                state.problem(f"{file}: no key table of version {version} to check it with")
                 continue
-            keys = [row.key for row in record_index.parse_key_table(data)]
             whose = f"keys of its key table for split {name!r}, in key-table order"
-            _check_hash_keys(base, name, entry, keys, problems, whose, _appended_ref)
-    return problems
+            _check_hash_keys(state, name, entry, keys, whose, _appended_ref)
 
 
-def _check_hash_keys(base, split, entry, keys, problems, whose, ref_of=None) -> None:
-    """One hash table's rows hold `keys`, in that order (`whose` says which keys)."""
-    data = _hash_table(base, split, entry, problems, ref_of)
-    if data is None:
+def _check_hash_keys(
+    state: Checked, split: str, entry: Any, keys: list[str], whose: str, ref_of=None
+) -> None:
+    """One hash table's rows hold `keys`, in that order (`whose` says which keys). The table
+    is read through side_tables (its name, no link, a regular file, the listed size and
+    sha256, bounded lines); `ref_of` makes its FileRef from `entry`."""
+    try:
+        ref = (ref_of or side_tables.hash_table_ref_of)(split, entry)
+        with side_tables.open_table(state.base, ref) as table:
+            data = b"".join(table.lines())
+    except side_tables.SideTableError as error:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        state.problem(f"{str(name)[:80]}: size or sha256 differs from metadata.json ({error})")
         return
     try:
         found = [row.key for row in parse_hash_rows(data)]
     except (ValueError, UnicodeDecodeError) as error:
-        problems.append(f"{entry.get('file')}: {error}")
+        state.problem(f"{entry.get('file')}: {error}")
         return
     if found != keys:
-        problems.append(
+        state.problem(
             f"{entry.get('file')}: {len(found)} keys that are not the {len(keys)} {whose}"
         )
 
@@ -211,43 +221,21 @@ def _appended_ref(split: str, entry: Any) -> FileRef:
     return FileRef(entry["file"], size, digest)
 
 
-def _hash_table(
-    base: str, split: str, entry: Any, problems: list[str], ref_of=None
-) -> bytes | None:
-    """The split's hash table through side_tables (its name, no link, a regular file, the
-    listed size and sha256, bounded lines); a problem and None when it is not that."""
-    try:
-        ref = (ref_of or side_tables.hash_table_ref_of)(split, entry)
-        with side_tables.open_table(base, ref) as table:
-            return b"".join(table.lines())
-    except side_tables.SideTableError as error:
-        name = entry.get("file") if isinstance(entry, dict) else None
-        problems.append(f"{str(name)[:80]}: size or sha256 differs from metadata.json ({error})")
-        return None
+def _table_keys(state: Checked, ref: Any) -> list[str] | None:
+    """The keys of a listed key table, in file order; None when it cannot be read."""
+    data = _listed(state, ref)
+    return None if data is None else [row.key for row in record_index.parse_key_table(data)]
 
 
-def _listed(base: str, ref: Any, problems: list[str], check: bool = True) -> bytes | None:
-    """A listed file's bytes; a problem when it is missing or (check) differs from its ref."""
+def _listed(state: Checked, ref: Any) -> bytes | None:
+    """A listed file's bytes; a problem when it is missing or not a name segprep writes."""
     if not isinstance(ref, dict) or not isinstance(ref.get("file"), str):
         return None
-    if not (ref["file"] == DUPLICATES_FILE or side_tables.is_side_table_name(ref["file"])):
-        problems.append(
-            f"{ref['file'][:80]!r}: not a name segprep writes (listed in metadata.json)"
-        )
+    name = ref["file"]
+    if not (name == DUPLICATES_FILE or side_tables.is_side_table_name(name)):
+        state.problem(f"{name[:80]!r}: not a name segprep writes (listed in metadata.json)")
         return None
-    path = files.join(base, ref["file"])
-    if not files.exists(path):
-        problems.append(f"{ref['file']}: missing (listed in metadata.json)")
-        return None
-    try:
-        data = files.read_bounded(path, FILE_LIMITS.index_bytes)
-    except OSError as error:  # too large, a FIFO or a device: a problem, never a traceback
-        problems.append(f"{ref['file']}: not readable: {error}")
-        return None
-    digest = hashlib.sha256(data).hexdigest()
-    if check and (len(data) != ref.get("bytes") or digest != ref.get("sha256")):
-        problems.append(f"{ref['file']}: size or sha256 differs from metadata.json")
-    return data
+    return state.read(name, FILE_LIMITS.index_bytes)
 
 
 def _rejects(base: str, wanted: set[str]) -> set[str]:

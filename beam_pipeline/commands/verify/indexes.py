@@ -64,15 +64,10 @@ def check_index(state: Checked) -> None:
 
 
 def _listed_file(state: Checked, ref: FileRef, limit: int) -> bytes | None:
-    """The file's bytes when it exists with the size and sha256 metadata.json gives."""
-    path = state.path(ref.file)
-    if not files.exists(path):
-        state.problem(f"{ref.file}: missing (listed in metadata.json)")
-        return None
-    try:
-        data = files.read_bounded(path, limit)
-    except OSError as error:  # a FIFO, a device, a folder, or far larger than listed
-        state.problem(f"{ref.file}: not readable: {error}")
+    """The file's bytes, with a problem when its size or sha256 is not what metadata.json
+    gives; None when it cannot be read."""
+    data = state.read(ref.file, limit)
+    if data is None:
         return None
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != ref.bytes or digest != ref.sha256:
@@ -183,10 +178,7 @@ def _check_extra_index_files(state: Checked, listed: set[str]) -> None:
 
 def lists_index(metadata: dict[str, Any]) -> set[str]:
     """Every index or TFDS file name metadata.json lists, read leniently (it may be damaged)."""
-    names = set()
-    for entry in metadata.get("tfds_files") or []:
-        names.add(entry.get("file") if isinstance(entry, dict) else None)
-    refs = []
+    refs = list(metadata.get("tfds_files") or [])
     for split in metadata["splits"].values():
         if not isinstance(split, dict):
             continue
@@ -195,7 +187,6 @@ def lists_index(metadata: dict[str, Any]) -> set[str]:
     for version in metadata.get("dataset_versions") or []:
         tables = version.get("digest_tables") if isinstance(version, dict) else None
         refs += list(tables.values()) if isinstance(tables, dict) else []
-    names.update(ref.get("file") for ref in refs if isinstance(ref, dict))
-    names.discard(None)
-    names |= {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}
-    return {name for name in names if isinstance(name, str)}
+    names = {ref.get("file") for ref in refs if isinstance(ref, dict)}
+    names = {name for name in names if isinstance(name, str)}
+    return names | {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from beam_pipeline.commands.shard_records import record_format, shard_records
+from beam_pipeline.commands.shard_records import shard_records
 from beam_pipeline.commands.verify import pixels
 from beam_pipeline.commands.verify.class_count import ClassCount
 from beam_pipeline.commands.verify.classes import SHOWN
@@ -45,8 +45,7 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
     shards = info.get("shards") if isinstance(info, dict) else None
     if not isinstance(shards, list):
         state.problem(f"metadata.json: split {split!r} has no shards list")
-        state.records_complete = False
-        state.uncounted(split)
+        state.unread(split)
         return
     if info.get("num_shards") != len(shards):
         state.problem(
@@ -62,13 +61,12 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
     shape = info.get("image_shape")
     image_shape = tuple(shape) if shape else None
     read = 0
-    expected_names = _expected_shard_names(split, shards, record_format(state.metadata).suffix)
+    expected_names = _expected_shard_names(split, shards, state.adapter.suffix)
     for index, shard in enumerate(shards):
         name = shard.get("file") if isinstance(shard, dict) else None
         if not isinstance(name, str):
             state.problem(f"metadata.json: split {split!r} shard {index} has no file name")
-            state.records_complete = False
-            state.uncounted(split)
+            state.unread(split)
             continue
         state.listed.add(name)
         if name != expected_names[index]:
@@ -76,15 +74,9 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
                 f"{name}: name does not match its place in metadata.json "
                 f"(split {split!r}, shard {index} of {len(shards)}: {expected_names[index]})"
             )
-        count = _check_shard(state, name, shard, image_shape, split)
-        read += count or 0
+        read += _check_shard(state, name, shard, image_shape, split)
         state.report.shards += 1
     state.report.examples[split] = read
-
-
-def _unread(state: Checked, split: str) -> None:
-    state.records_complete = False
-    state.uncounted(split)
 
 
 def _check_shard(
@@ -93,20 +85,20 @@ def _check_shard(
     entry: dict[str, Any],
     image_shape: tuple[int, ...] | None,
     split: str,
-) -> int | None:
-    """Records read from one shard, or None when it is missing or unreadable."""
+) -> int:
+    """Records read from one shard (0 when it is missing or unreadable)."""
     path = state.path(name)
     if not files.exists(path):
         state.problem(f"{name}: missing (listed in metadata.json)")
-        _unread(state, split)
-        return None
+        state.unread(split)
+        return 0
     try:
         size = files.stat(path).size
         digest = files.sha256(path)
     except OSError as error:  # a FIFO, a device, a folder: never read
         state.problem(f"{name}: not readable: {error}")
-        _unread(state, split)
-        return None
+        state.unread(split)
+        return 0
     if size != entry.get("bytes"):
         state.problem(f"{name}: {size} bytes, metadata.json says {entry.get('bytes')}")
     if digest != entry.get("sha256"):
@@ -114,8 +106,7 @@ def _check_shard(
     count = 0
     records = []
     try:
-        adapter = record_format(state.metadata)
-        with shard_records(path, name, adapter) as payloads:
+        with shard_records(path, name, state.adapter) as payloads:
             for serialized in payloads:
                 where = f"{name} record {count}"
                 key = _check_record(state, serialized, where, image_shape, split)
@@ -123,10 +114,10 @@ def _check_shard(
                 count += 1
     except (OSError, ValueError) as error:
         state.problem(
-            f"{name}: record {count} fails the {adapter.name} check (bad checksum or "
+            f"{name}: record {count} fails the {state.adapter.name} check (bad checksum or "
             f"framing): {type(error).__name__}: {error}"
         )
-        _unread(state, split)
+        state.unread(split)
         return count
     if count != entry.get("num_examples"):
         state.problem(f"{name}: {count} records, metadata.json says {entry.get('num_examples')}")

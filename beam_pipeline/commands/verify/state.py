@@ -1,5 +1,6 @@
 """What one verify run has learnt so far, shared by its checks (records, classes, index,
-accounting): the problems found, the keys and record lengths read, what could be counted."""
+duplicates, accounting): the problems found, the keys and record lengths read, what could
+be counted."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import collections
 import dataclasses
 from typing import Any
 
+from beam_pipeline.commands.shard_records import record_format
 from beam_pipeline.commands.verify.class_count import ClassCount
 from beam_pipeline.commands.verify.report import VerifyReport
+from transforms import files
 from transforms.format.dataset_info import ClassesInfo, MetadataError
 from transforms.record_spec import stored_spec
 
@@ -29,6 +32,7 @@ class Checked:
 
     def __post_init__(self) -> None:
         self.mask_format = self.metadata.get("mask_format")
+        self.adapter = record_format(self.metadata)  # check.py has refused a bad one
         self.spec = stored_spec(self.metadata)  # what every record must be
         self.has_classes = self.metadata.get("classes") is not None
         if self.has_classes:
@@ -46,5 +50,22 @@ class Checked:
         if split in self.class_counts:
             self.class_counts[split].complete = False
 
+    def unread(self, split: str) -> None:
+        """Records of `split` were not read: nothing that needs every record is compared."""
+        self.records_complete = False
+        self.uncounted(split)
+
     def path(self, name: str) -> str:
         return f"{self.base}/{name}"
+
+    def read(self, name: str, limit: int) -> bytes | None:
+        """A file metadata.json lists, whole; a problem and None when it cannot be read."""
+        path = self.path(name)
+        if not files.exists(path):
+            self.problem(f"{name}: missing (listed in metadata.json)")
+            return None
+        try:
+            return files.read_bounded(path, limit)
+        except OSError as error:  # a FIFO, a device, a folder, or larger than `limit`
+            self.problem(f"{name}: not readable: {error}")
+            return None
