@@ -9,9 +9,6 @@ adapter, Examples by protobuf, pixels by simplejpeg and Pillow (pixels.py).
 A class-id output (metadata.json `classes`) has each mask decoded at the stored bit depth,
 every value checked to be a class id or the ignore index, and the per-split statistics
 counted again from the masks read (a plain bincount) and compared with metadata.json.
-
-Modules: check (the whole run), records (shards, records, pixels), classes (statistics),
-indexes (record index and TFDS files), accounting (rejects, extras, output protocol).
 """
 
 from beam_pipeline.commands.verify.check import check_output, run_verify, verify_output

@@ -26,8 +26,7 @@ _NOT_A_REJECT = "not a JSON object with key and reason"
 
 def check_extra_shards(state: Checked) -> None:
     for name in files.listdir(state.base):
-        is_shard = looks_like_shard(name)
-        if is_shard and name not in state.listed:
+        if looks_like_shard(name) and name not in state.listed:
             state.problem(f"{name}: extra shard, present but not in metadata.json")
 
 

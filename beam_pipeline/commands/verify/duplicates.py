@@ -46,7 +46,8 @@ def duplicate_files(metadata: dict[str, Any]) -> set[str]:
 
 
 def check_duplicates(state: Checked) -> None:
-    metadata, splits = state.metadata, state.metadata["splits"]
+    metadata = state.metadata
+    splits = metadata["splits"]
     section = metadata.get("duplicates")
     _check_appended_hashes(state)
     if section is None or (isinstance(section, dict) and section.get("mode") == "off"):

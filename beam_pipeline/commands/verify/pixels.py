@@ -17,7 +17,8 @@ from PIL import Image
 from transforms.limits import DEFAULT_LIMITS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_JPEG_CHANNELS = {"Gray": 1, "CMYK": 4, "YCCK": 4}
+# simplejpeg's output colourspace that keeps the JPEG's channel count (else RGB)
+_JPEG_OUTPUT = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}
 
 
 class DecodeError(ValueError):
@@ -34,8 +35,7 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         _check_pixels(height, width)
-        channels = _JPEG_CHANNELS.get(colorspace, 3)
-        output = {1: "GRAY", 4: "CMYK"}.get(channels, "RGB")
+        output = _JPEG_OUTPUT.get(colorspace, "RGB")
         pixels = simplejpeg.decode_jpeg(data, colorspace=output, fastdct=True)
     except ValueError as error:
         raise DecodeError(f"ValueError: {error}") from None
