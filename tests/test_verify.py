@@ -68,7 +68,31 @@ def extra_reject_line(directory) -> str:
     return f"{REJECTS_FILE}: {len(lines) + 1} lines"
 
 
-DAMAGE = [flip_byte, remove_shard, add_extra_shard, overstate_count, extra_reject_line]
+def garble_key_table(directory) -> str:
+    """Every check that reads the key table (the index check, and the duplicates check,
+    whose groups name keys) reports the damage instead of failing on it."""
+    name = _metadata(directory)["splits"]["train"]["key_table"]["file"]
+    (directory / name).write_text('garbage\n{"x":\n')
+    return f"{name}: line 1: not [key, shard, record]"
+
+
+def list_as_file_name(directory) -> str:
+    """A damaged metadata.json whose index entry names a list, not a file."""
+    metadata = _metadata(directory)
+    metadata["splits"]["train"]["shards"][0]["index"]["file"] = ["x"]
+    _write_metadata(directory, metadata)
+    return "index: file ['x'], expected"
+
+
+DAMAGE = [
+    flip_byte,
+    remove_shard,
+    add_extra_shard,
+    overstate_count,
+    extra_reject_line,
+    garble_key_table,
+    list_as_file_name,
+]
 
 
 def test_clean_output_passes(prepared, capsys):

@@ -223,9 +223,16 @@ def _appended_ref(split: str, entry: Any) -> FileRef:
 
 
 def _table_keys(state: Checked, ref: Any) -> list[str] | None:
-    """The keys of a listed key table, in file order; None when it cannot be read."""
+    """The keys of a listed key table, in file order; None when it cannot be read or parsed
+    (a damaged table is a problem: the index check names it too)."""
     data = _listed(state, ref)
-    return None if data is None else [row.key for row in record_index.parse_key_table(data)]
+    if data is None:
+        return None
+    try:
+        return [row.key for row in record_index.parse_key_table(data)]
+    except (record_index.IndexFormatError, UnicodeDecodeError) as error:
+        state.problem(f"{ref['file']}: {error}")
+        return None
 
 
 def _listed(state: Checked, ref: Any) -> bytes | None:

@@ -187,6 +187,5 @@ def lists_index(metadata: dict[str, Any]) -> set[str]:
     for version in metadata.get("dataset_versions") or []:
         tables = version.get("digest_tables") if isinstance(version, dict) else None
         refs += list(tables.values()) if isinstance(tables, dict) else []
-    names = {ref.get("file") for ref in refs if isinstance(ref, dict)}
-    names = {name for name in names if isinstance(name, str)}
+    names = {r["file"] for r in refs if isinstance(r, dict) and isinstance(r.get("file"), str)}
     return names | {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}
