@@ -55,6 +55,7 @@ _OTHER_PARTED = 4 * _OTHER_BUCKETED
 
 from_member = image_hashes.from_member
 HASHES = "hashes"  # another output's whole hashes by partition, beside its bucket lists
+EXACT = "exact"  # pairs of identical bytes, which go to the groups unverified
 
 
 def _band_keys(tagged: dups.Tagged, distance: int):
@@ -133,7 +134,8 @@ class _Gathered(beam.DoFn):
 
 class _CompareInBuckets(beam.DoFn):
     """Candidate pairs inside each band bucket, each keyed by the join partition of both
-    its images (_by_image): in the run's writer pool on local runs (chunks of about
+    its images (_by_image), and (tagged EXACT, keyed None as the groups take them) the
+    pairs of identical bytes: in the run's writer pool on local runs (chunks of about
     _COMPARED probes, at most _IN_FLIGHT chunks at a time, so memory stays that of a few
     chunks), else in this process (Dataflow)."""
 
@@ -159,11 +161,19 @@ class _CompareInBuckets(beam.DoFn):
 
     def finish_bundle(self):
         for output in self._keyed(self._send(drain=True)):
-            yield GlobalWindows.windowed_value(output)
+            if isinstance(output, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(
+                    output.tag, GlobalWindows.windowed_value(output.value)
+                )
+            else:
+                yield GlobalWindows.windowed_value(output)
 
-    def _keyed(self, candidates):
-        for candidate in candidates:
-            yield from _by_image(candidate, self._parts)
+    def _keyed(self, found):
+        for tag, value in found:
+            if tag == "pairs":
+                yield beam.pvalue.TaggedOutput(EXACT, (None, value))
+            else:
+                yield from _by_image(value, self._parts)
 
     def _send(self, drain: bool = False):
         chunk, self._chunk, self._size = self._chunk, [], 0
@@ -493,16 +503,16 @@ class FindDuplicates(beam.PTransform):
             keyed.append(other.buckets)
             whole.append(other[HASHES])
         compare = _CompareInBuckets(distance, settings.pool, settings.join_parts)
-        candidates = (
+        compared = (
             _flattened(keyed, "AllBandKeys")
             | "ByBand" >> beam.GroupByKey()
-            | "CompareInBucket" >> beam.ParDo(compare)
+            | "CompareInBucket" >> beam.ParDo(compare).with_outputs(EXACT, main="candidates")
         )
         # Each candidate gets its two images' whole hashes (signature, digests) by partition
         # of image: they travel once each, not D + 1 times through the bucket shuffle; one
         # join for both (values tagged at their source, so a Flatten and one GroupByKey).
         found = (
-            [*whole, candidates]
+            [*whole, compared.candidates]
             | "HashesAndCandidates" >> beam.Flatten()
             | "JoinHashes" >> beam.GroupByKey()
             | "WithWholeHashes" >> beam.FlatMap(_with_whole)
@@ -520,7 +530,7 @@ class FindDuplicates(beam.PTransform):
         )
         reported = settings.mode == "group" and not settings.leakage
         groups = (
-            (seed, found.pairs)
+            (seed, compared[EXACT], found.pairs)
             | "SeedAndPairs" >> beam.Flatten()
             | "AllPairs" >> beam.GroupByKey()
             | "Groups"

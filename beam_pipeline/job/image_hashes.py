@@ -13,10 +13,12 @@ from transforms import duplicates as dups
 # Between stages a hash travels as plain tuples (Beam encodes tuples of str, int and bytes
 # with its fast coder, dataclasses only by pickling). Each image is keyed D + 1 times into
 # the band buckets, so there it travels as a small probe (source, key, phash, the first 16
-# bytes of its sha256); the rest (full sha256, mask digest, signature) travels once, as a
-# member, and is joined back only to the candidate pairs the buckets find.
+# bytes of its sha256 and of its mask's); the signature travels once, in the whole hash,
+# and is joined back only to the candidate pairs whose bytes differ. Exact copies need no
+# signature: the buckets give them to the groups as they are. The groups compare digests
+# for equality only, so a member carries the same prefixes as a probe.
 
-_PREFIX = 16  # bytes of sha256 a probe carries: collisions need ~2^64 work, not 2^32
+_PREFIX = 16  # bytes of a sha256 a probe carries: collisions need ~2^64 work, not 2^32
 
 
 def as_tuple(tagged: dups.Tagged) -> tuple:
@@ -30,16 +32,21 @@ def from_tuple(value: tuple) -> dups.Tagged:
     return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
 
 
+def _prefix(digest: str) -> bytes:
+    return bytes.fromhex(digest[: 2 * _PREFIX])
+
+
 def as_probe(tagged: dups.Tagged) -> tuple:
     image = tagged.image
-    prefix = bytes.fromhex(image.sha256[: 2 * _PREFIX]) if image.sha256 else b""
-    return tagged.source, image.key, image.phash, prefix
+    mask = None if image.mask is None else _prefix(image.mask)
+    return tagged.source, image.key, image.phash, _prefix(image.sha256), mask
 
 
 def from_probe(value: tuple) -> dups.Tagged:
-    """A probe as a hash the bucket search can compare (its sha256 the prefix, in hex)."""
-    source, key, phash, prefix = value
-    return dups.Tagged(source, dups.ImageHash(key, prefix.hex(), phash))
+    """A probe as a hash the bucket search can compare (its digests the prefixes, in hex)."""
+    source, key, phash, prefix, mask = value
+    mask = None if mask is None else mask.hex()
+    return dups.Tagged(source, dups.ImageHash(key, prefix.hex(), phash, mask))
 
 
 def identity(value: tuple) -> tuple[str, str]:
@@ -48,8 +55,9 @@ def identity(value: tuple) -> tuple[str, str]:
 
 
 def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: int) -> list:
-    """Candidate pairs (probe, probe, distance) in each (band, probes) bucket: within the
-    distance, each reported in one band only, this run's image first.
+    """What each (band, probes) bucket finds within the distance, each pair in one band
+    only, this run's image first: ("pairs", (member, member)) for identical bytes, which
+    need no verification, and ("candidates", (probe, probe, distance)) to verify.
 
     This run's exact copies stand as one (dups.collapse_copies): each is reported once,
     paired with the key standing for its bytes, in band 0 (the first band identical hashes
@@ -60,11 +68,14 @@ def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: in
         standing, copies = dups.collapse_copies([from_probe(value) for value in values])
         if band == 0:
             for kept, *same in copies.values():
-                found += [(as_probe(kept), as_probe(copy), 0) for copy in same]
+                found += [("pairs", (as_member(kept), as_member(copy))) for copy in same]
         for a, b, distance_ab in dups.bucket_pairs(band, standing, distance):
+            if a.image.sha256 and a.image.sha256 == b.image.sha256:  # stored and own copies
+                found.append(("pairs", (as_member(a), as_member(b))))
+                continue
             leak = b.source and not dups.is_existing(b.source)
             for own in copies.get(a.image.key, (a,)) if leak else (a,):
-                found.append((as_probe(own), as_probe(b), distance_ab))
+                found.append(("candidates", (as_probe(own), as_probe(b), distance_ab)))
     return found
 
 
@@ -81,10 +92,11 @@ def verify(candidate: tuple, a: tuple, b: tuple, min_similarity: float):
 
 
 def as_member(tagged: dups.Tagged) -> tuple:
-    """A hash as the groups need it: as_tuple without the signature (192 bytes that only the
-    verification reads)."""
+    """A hash as the groups need it: its digests' prefixes in hex (the groups only compare
+    them), no signature (only the verification reads it)."""
     image = tagged.image
-    return tagged.source, image.key, image.phash, image.sha256, image.mask
+    mask = None if image.mask is None else image.mask[: 2 * _PREFIX]
+    return tagged.source, image.key, image.phash, image.sha256[: 2 * _PREFIX], mask
 
 
 def from_member(value: tuple) -> dups.Tagged:
