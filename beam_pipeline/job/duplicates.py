@@ -1,13 +1,14 @@
 """Duplicates and leakage, found once the shards are written (docs/duplicates.md).
 
 The shard writers hash each image in its validation decode (job/shard_work.py) -> each
-hash's probe (source, key, phash, a sha256 prefix) keyed by its D + 1 band values (gathered
-into lists per bundle) -> inside each band bucket (writer pool on local runs) this run's
-exact copies stand as one, and the pairs within D (transforms/duplicates.py: pigeonhole,
-every pair within D shares a band) are candidates -> one join by partition of image gives
-each candidate its two images' whole hashes (signature, digests), which travel once rather
-than D + 1 times -> the pairs whose colour signatures confirm them are collected in one
-place for the complete-linkage groups -> without official splits, the images a chain of
+hash's probe (source, key, phash, sha256 and mask digest prefixes) keyed by its D + 1 band
+values (gathered into lists per bundle) -> inside each band bucket (writer pool on local
+runs) this run's exact copies stand as one, pairs of identical bytes go straight to the
+groups, and the other pairs within D (transforms/duplicates.py: pigeonhole, every pair
+within D shares a band) are candidates -> one join by partition of image gives each
+candidate its two images' whole hashes (signature, digests), which travel once rather than
+D + 1 times -> the pairs whose colour signatures confirm them, with the exact ones, are
+collected in one place for the complete-linkage groups -> without official splits, the images a chain of
 pairs links all follow one split (the smallest key's, or the split an appended output
 already stores a member in); under --split_file / --split_by_folder nobody moves and groups
 that cross splits are reported; drop keeps one member per group (per split under official
