@@ -33,7 +33,6 @@ CACHE_FORMAT = 2
 CACHE_PREFIX = "examples"
 MANIFEST = "manifest.json"
 _MANIFEST_BYTES = 1 << 20
-_CHUNK = 1 << 20
 
 
 class CacheBusyError(RuntimeError):
@@ -160,11 +159,8 @@ def _refuse_unsealed(directory: CacheDirectory, remedy: str) -> None:
 
 
 def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
     with open_regular(path) as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _claim(directory: str) -> None:

@@ -114,11 +114,7 @@ def make_loader(
     samples.check_format(sample_format)
     read_order.check_shuffle(shuffle, window_shards)
     source = RecordSource(
-        data_dir,
-        split,
-        version=version,
-        cache_dir=cache_dir,
-        cache_limit_bytes=cache_limit_bytes,
+        data_dir, split, version=version, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes
     )
     if len(source) == 0:
         raise ValueError(
@@ -256,20 +252,15 @@ class _Steps:
         return list(dict.fromkeys(self.source.shard_of(self.steps[step]).tolist()))
 
 
-class _Transformed:
+class _Transformed(samples.SampleReader):
     """Batches of transformed samples: each record read, sized, transformed, then stacked."""
-
-    def __init__(self, source, image_size, resize, with_valid, transform, sample_format, seed):
-        self.source, self.image_size, self.resize = source, image_size, resize
-        self.with_valid, self.transform = with_valid, transform
-        self.torch_form, self.seed = sample_format == samples.TORCH_FORMAT, seed
 
     per_epoch = 1  # batches in an epoch
 
     def __call__(self, position: int, indices: np.ndarray) -> dict[str, np.ndarray]:
         # The batch's place in the repeated dataset tells its epoch (batches never span two).
         epoch = position // self.per_epoch
-        made = [self._sample(int(index), epoch) for index in indices]
+        made = [self.sample(int(index), epoch) for index in indices]
         names = ["image", "mask"] + (["valid"] if self.with_valid else [])
         batch = {}
         for name in names:
@@ -283,19 +274,7 @@ class _Transformed:
         batch["key"] = np.array([sample["key"] for sample in made])
         return batch
 
-    def _sample(self, index: int, epoch: int) -> dict:
-        item = self.source.read_sized(index, self.image_size, self.resize)
-        if not self.with_valid:
-            item.pop("valid", None)
-        elif "valid" not in item:
-            item["valid"] = np.ones_like(item["mask"], np.uint8)
-        if self.torch_form:  # only this form needs torch
-            from shard_reader.torch import torch_form
-
-            item = torch_form(item)
-        return samples.apply(self.transform, item, samples.sample_seed(self.seed, epoch, index))
-
     def _hwc(self, value) -> np.ndarray:
-        if self.torch_form:
+        if self.sample_format == samples.TORCH_FORMAT:
             return np.asarray(value).transpose(1, 2, 0)
         return np.asarray(value)

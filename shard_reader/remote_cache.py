@@ -52,7 +52,6 @@ from transforms import files
 # Defaults for a training host: the user's cache folder, and at most 64 GiB or half the free
 # space of its file system (checked when the cache is created), whichever is smaller.
 DEFAULT_CACHE_LIMIT_CAP = 64 << 30
-_CHUNK = 1 << 20
 _SUBFOLDERS = ("objects", "partial", "locks")
 # The names this cache gives its files: only these are ever evicted or counted.
 _OWN_NAMES = {
@@ -122,12 +121,9 @@ def _download_into(url: str, size: int, handle) -> None:
 
 
 def _file_sha256(fd: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while chunk := os.pread(fd, _CHUNK, offset):
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
+    with os.fdopen(os.dup(fd), "rb") as handle:
+        handle.seek(0)  # the descriptor's offset is where the download left it
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)

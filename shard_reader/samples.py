@@ -99,3 +99,28 @@ def apply(transform: Transform, sample: dict[str, Any], seed: int) -> dict[str, 
     if "key" not in result:
         result = {**result, "key": sample["key"]}
     return result
+
+
+class SampleReader:
+    """A source's records as samples: read at `image_size`, "valid" kept only when asked for
+    (then always there), in `sample_format`, then `transform`ed under the record's own seed
+    (without a transform, as read)."""
+
+    def __init__(self, source, image_size, resize, with_valid, transform, sample_format, seed):
+        self.source, self.image_size, self.resize = source, image_size, resize
+        self.with_valid, self.transform = with_valid, transform
+        self.sample_format, self.seed = sample_format, seed
+
+    def sample(self, index: int, epoch: int) -> dict[str, Any]:
+        item = self.source.read_sized(index, self.image_size, self.resize)
+        if not self.with_valid:
+            item.pop("valid", None)
+        elif "valid" not in item:
+            item["valid"] = np.ones_like(item["mask"], np.uint8)
+        if self.sample_format == TORCH_FORMAT:  # only this form needs torch
+            from shard_reader.torch import torch_form
+
+            item = torch_form(item)
+        if self.transform is None:
+            return item
+        return apply(self.transform, item, sample_seed(self.seed, epoch, index))

@@ -124,7 +124,7 @@ def _stack(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.from_numpy(np.stack([value.numpy() for value in values]))
 
 
-class _Records(torch.utils.data.Dataset):
+class _Records(samples.SampleReader, torch.utils.data.Dataset):
     """RecordSource as batches: __getitems__ decodes a whole batch into its tensors.
 
     `loader.dataset` is this: dataset[i] is record i as a sample in the loader's
@@ -132,22 +132,8 @@ class _Records(torch.utils.data.Dataset):
     loader has a transform.
     """
 
-    def __init__(
-        self,
-        source: RecordSource,
-        image_size: tuple[int, int] | None,
-        resize: str,
-        with_valid: bool,
-        transform: samples.Transform | None,
-        sample_format: str,
-        collate_fn: Callable[[list], Any] | None,
-        seed: int,
-    ) -> None:
-        self.source = source
-        self.image_size, self.resize, self.with_valid = image_size, resize, with_valid
-        self.transform, self.sample_format = transform, sample_format
-        self.collate_fn, self.seed = collate_fn, seed
-        self.ring: Ring | None = None  # set before the first pass with worker processes
+    collate_fn: Callable[[list], Any] | None = None  # the user's, when given
+    ring: Ring | None = None  # set before the first pass with worker processes
 
     @property
     def per_sample(self) -> bool:
@@ -163,25 +149,13 @@ class _Records(torch.utils.data.Dataset):
         return len(self.source)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self._sample(int(index), 0)
-
-    def _sample(self, index: int, epoch: int) -> dict[str, Any]:
-        item = self.source.read_sized(index, self.image_size, self.resize)
-        if not self.with_valid:
-            item.pop("valid", None)
-        elif "valid" not in item:
-            item["valid"] = np.ones_like(item["mask"], np.uint8)
-        sample = item if self.sample_format == samples.NUMPY_FORMAT else torch_form(item)
-        if self.transform is None:
-            return sample
-        seed = samples.sample_seed(self.seed, epoch, index)
-        return samples.apply(self.transform, sample, seed)
+        return self.sample(int(index), 0)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple | Ringed | _Collated:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""
         if self.per_sample:
             epoch = getattr(indices, "epoch", 0)
-            made = [self._sample(int(index), epoch) for index in indices]
+            made = [self.sample(int(index), epoch) for index in indices]
             return _Collated(len(made), (self.collate_fn or default_collate)(made))
         worker = torch.utils.data.get_worker_info()
         slot = None if self.ring is None or worker is None else self.ring.acquire(worker.id)
@@ -281,7 +255,7 @@ class SegmentationLoader:
 
     def __init__(
         self,
-        source: RecordSource,
+        records: _Records,
         batch_size: int,
         *,
         shuffle: bool | str,
@@ -291,20 +265,14 @@ class SegmentationLoader:
         num_workers: int,
         drop_last: bool,
         with_keys: bool,
-        image_size: tuple[int, int] | None,
         prefetch_factor: int | None,
-        resize: str = resizing.STRETCH,
-        with_valid: bool = False,
-        transform: samples.Transform | None = None,
-        sample_format: str = samples.TORCH_FORMAT,
         uneven_ranks: bool = False,
-        collate_fn: Callable[[list], Any] | None = None,
         pin_memory: bool = False,
         persistent_workers: bool | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
         window_shards: int = read_order.DEFAULT_WINDOW_SHARDS,
     ) -> None:
-        self.source = source
+        self.source = records.source
         self.window_shards = window_shards
         self.batch_size = batch_size
         self.shuffle, self.seed = shuffle, seed
@@ -322,9 +290,6 @@ class SegmentationLoader:
         self._finished = False  # this pass yielded its last batch
         if persistent_workers is None:
             persistent_workers = num_workers > 0
-        records = _Records(
-            source, image_size, resize, with_valid, transform, sample_format, collate_fn, seed
-        )
         self._batch_sampler = _BatchSampler(self)
         self._loader = torch.utils.data.DataLoader(
             records,
@@ -395,12 +360,12 @@ class SegmentationLoader:
         self._start = self._resume or 0
         self._resume, self._yielded, self._finished = None, 0, False
         records: _Records = self._loader.dataset
-        if records.ring is None and self._workers > 0 and not records.per_sample:
-            if records.shape is not None and not records.with_valid:
-                slots = self._prefetch + 1
-                records.ring = Ring(
-                    self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
-                )
+        ringable = self._workers > 0 and not records.per_sample and not records.with_valid
+        if records.ring is None and ringable and records.shape is not None:
+            slots = self._prefetch + 1
+            records.ring = Ring(
+                self._workers, slots, self.batch_size, records.shape, self.source.mask_dtype
+            )
         ring = records.ring
         # Pinning needs an accelerator; without one torch's DataLoader skips it too.
         pin = self.pin_memory and torch.accelerator.is_available()
@@ -565,11 +530,7 @@ def make_loader(
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
     read_order.check_shuffle(shuffle, window_shards)
     source = RecordSource(
-        data_dir,
-        split,
-        version=version,
-        cache_dir=cache_dir,
-        cache_limit_bytes=cache_limit_bytes,
+        data_dir, split, version=version, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes
     )
     workers = default_num_workers() if num_workers is None else num_workers
     if source.cache is not None:
@@ -584,14 +545,16 @@ def make_loader(
             f"{world_size} ranks for the {len(source)} records of split {split!r}: some would "
             "get none (uneven_ranks=True lets ranks differ, for evaluation)"
         )
-    if source.image_shape is None and image_size is None and batch_size > 1:
-        if transform is None and collate_fn is None:
-            raise ValueError(
-                f"records of split {split!r} differ in size (metadata image_shape is null): "
-                "pass image_size=(height, width), or batch_size=1"
-            )
+    per_sample = transform is not None or collate_fn is not None
+    if source.image_shape is None and image_size is None and batch_size > 1 and not per_sample:
+        raise ValueError(
+            f"records of split {split!r} differ in size (metadata image_shape is null): "
+            "pass image_size=(height, width), or batch_size=1"
+        )
+    records = _Records(source, image_size, resize, with_valid, transform, sample_format, seed)
+    records.collate_fn = collate_fn
     return SegmentationLoader(
-        source,
+        records,
         batch_size,
         shuffle=shuffle,
         seed=seed,
@@ -600,14 +563,8 @@ def make_loader(
         num_workers=workers,
         drop_last=drop_last,
         with_keys=with_keys,
-        image_size=image_size,
         prefetch_factor=prefetch_factor,
-        resize=resize,
-        with_valid=with_valid,
-        transform=transform,
-        sample_format=sample_format,
         uneven_ranks=uneven_ranks,
-        collate_fn=collate_fn,
         pin_memory=pin_memory,
         persistent_workers=persistent_workers,
         worker_init_fn=worker_init_fn,
