@@ -274,6 +274,11 @@ class _Transformed(samples.SampleReader):
         batch["key"] = np.array([sample["key"] for sample in made])
         return batch
 
+    def to_torch(self, item: dict) -> dict:
+        from shard_reader.torch import torch_form  # only this form needs torch
+
+        return torch_form(item)
+
     def _hwc(self, value) -> np.ndarray:
         if self.sample_format == samples.TORCH_FORMAT:
             return np.asarray(value).transpose(1, 2, 0)

@@ -104,7 +104,8 @@ def apply(transform: Transform, sample: dict[str, Any], seed: int) -> dict[str, 
 class SampleReader:
     """A source's records as samples: read at `image_size`, "valid" kept only when asked for
     (then always there), in `sample_format`, then `transform`ed under the record's own seed
-    (without a transform, as read)."""
+    (without a transform, as read). Subclasses give `to_torch(item)`, the "torch" form
+    (shard_reader.torch.torch_form), so that only the loaders import torch."""
 
     def __init__(self, source, image_size, resize, with_valid, transform, sample_format, seed):
         self.source, self.image_size, self.resize = source, image_size, resize
@@ -117,10 +118,8 @@ class SampleReader:
             item.pop("valid", None)
         elif "valid" not in item:
             item["valid"] = np.ones_like(item["mask"], np.uint8)
-        if self.sample_format == TORCH_FORMAT:  # only this form needs torch
-            from shard_reader.torch import torch_form
-
-            item = torch_form(item)
+        if self.sample_format == TORCH_FORMAT:
+            item = self.to_torch(item)
         if self.transform is None:
             return item
         return apply(self.transform, item, sample_seed(self.seed, epoch, index))

@@ -178,9 +178,12 @@ class RecordSource:
         return self._reader(shard_number).read(record)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        return self._decode(index)
+
+    def _decode(self, index: int, out: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
         serialized = self.read_serialized(index)
         where = f"{self.split} record {index}"
-        return decode_example(serialized, self.mask_format, where, classes=self.classes)
+        return decode_example(serialized, self.mask_format, where, out, self.classes)
 
     def read_into(self, index: int, image: np.ndarray, mask: np.ndarray) -> str:
         """Decode record `index` into `image` (HxWx3) and `mask` (HxWx1); its key.
@@ -188,11 +191,7 @@ class RecordSource:
         For batch buffers: the pixels land where they are needed, with no copy. The record
         must have the buffers' height and width (CorruptRecordError otherwise).
         """
-        serialized = self.read_serialized(index)
-        where = f"{self.split} record {index}"
-        return decode_example(
-            serialized, self.mask_format, where, out=(image, mask), classes=self.classes
-        )["key"]
+        return self._decode(index, (image, mask))["key"]
 
     def read_batch(
         self,

@@ -151,6 +151,9 @@ class _Records(samples.SampleReader, torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.sample(int(index), 0)
 
+    def to_torch(self, item: dict[str, Any]) -> dict[str, Any]:
+        return torch_form(item)
+
     def __getitems__(self, indices: Sequence[int]) -> tuple | Ringed | _Collated:
         """torch.utils.data fetches a batch through this: (images, masks, keys), [B,H,W,C]."""
         if self.per_sample:
@@ -336,9 +339,6 @@ class SegmentationLoader:
             return len(range(self.rank, rest, self.world_size))
         return rest // self.world_size
 
-    def _num_batches(self, records: int) -> int:
-        return records // self.batch_size if self.drop_last else -(-records // self.batch_size)
-
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch (the shuffle order) of the next pass, as DistributedSampler does.
 
@@ -354,7 +354,8 @@ class SegmentationLoader:
         rank, or what is left of it after load_state_dict (so tqdm and step-based
         schedulers see the right total)."""
         start = self._start if self._running else (self._resume or 0)
-        return self._num_batches(self._part_size(start))
+        records = self._part_size(start)
+        return records // self.batch_size if self.drop_last else -(-records // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple]:
         self._start = self._resume or 0
@@ -545,14 +546,13 @@ def make_loader(
             f"{world_size} ranks for the {len(source)} records of split {split!r}: some would "
             "get none (uneven_ranks=True lets ranks differ, for evaluation)"
         )
-    per_sample = transform is not None or collate_fn is not None
-    if source.image_shape is None and image_size is None and batch_size > 1 and not per_sample:
+    records = _Records(source, image_size, resize, with_valid, transform, sample_format, seed)
+    records.collate_fn = collate_fn
+    if records.shape is None and batch_size > 1 and not records.per_sample:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "
             "pass image_size=(height, width), or batch_size=1"
         )
-    records = _Records(source, image_size, resize, with_valid, transform, sample_format, seed)
-    records.collate_fn = collate_fn
     return SegmentationLoader(
         records,
         batch_size,
