@@ -8,14 +8,14 @@ groups, and the other pairs within D (transforms/duplicates.py: pigeonhole, ever
 within D shares a band) are candidates -> one join by partition of image gives each
 candidate its two images' whole hashes (signature, digests), which travel once rather than
 D + 1 times -> the pairs whose colour signatures confirm them, with the exact ones, are
-collected in one place for the complete-linkage groups -> without official splits, the images a chain of
-pairs links all follow one split (the smallest key's, or the split an appended output
-already stores a member in); under --split_file / --split_by_folder nobody moves and groups
-that cross splits are reported; drop keeps one member per group (per split under official
-splits, train's copies of validation/test images going). Hashes of other outputs
-(--leakage_check) join the same buckets (this run's images close to one of them become
-rejects), and so do, on an append, the hashes the output stores. What the search decides
-(moves, verdicts) reaches only the shards it changes (job/relocate.py).
+collected in one place for the complete-linkage groups -> without official splits, the
+images a chain of pairs links all follow one split (the smallest key's, or the split an
+appended output already stores a member in); under --split_file / --split_by_folder nobody
+moves and groups that cross splits are reported; drop keeps one member per group (per split
+under official splits, train's copies of validation/test images going). Hashes of other
+outputs (--leakage_check) join the same buckets (this run's images close to one of them
+become rejects), and so do, on an append, the hashes the output stores. What the search
+decides (moves, verdicts) reaches only the shards it changes (job/relocate.py).
 
 No step holds every hash: buckets hold the probes sharing one band value, the join one
 partition's hashes and its candidates. The pairs are gathered by a one-key shuffle: exact
