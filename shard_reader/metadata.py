@@ -1,6 +1,5 @@
 """The reader's view of metadata.json (checked by transforms.format.dataset_info): shard paths,
-counts,
-and for class-id outputs what the mask values mean, with class weights from their statistics.
+counts and, for class-id outputs, what the mask values mean and class weights from their stats.
 
 No TensorFlow here: the no-TensorFlow readers (shard_reader.source, .torch, .grain) use it too.
 """

@@ -197,10 +197,9 @@ class SplitInfo:
         )
         if self.key_table is not None:
             data["key_table"] = self.key_table.to_json()
-        if self.appended_key_tables:
-            data["appended_key_tables"] = [ref.to_json() for ref in self.appended_key_tables]
-        if self.appended_hashes:
-            data["appended_hashes"] = [ref.to_json() for ref in self.appended_hashes]
+        for field in ("appended_key_tables", "appended_hashes"):
+            if refs := getattr(self, field):
+                data[field] = [ref.to_json() for ref in refs]
         return data
 
 
@@ -253,13 +252,12 @@ class VersionInfo:
         for field in ("created_at", "run_id"):
             if not isinstance(data.get(field), str):
                 raise MetadataError(f"{where}: {field} is not a string")
-        tables = {}
         fields = ("shards", "added", "num_examples", "image_shape", "key_tables", "digest_tables")
         for field in fields:
             if not isinstance(data.get(field), dict):
                 raise MetadataError(f"{where}: {field} is not an object")
-            tables[field] = data[field]
-        shards = {}
+        # Each table checked split by split, its values replaced by their typed form.
+        tables = {field: dict(data[field]) for field in fields}
         for split, names in tables["shards"].items():
             if not isinstance(names, list) or not all(isinstance(f, str) for f in names):
                 raise MetadataError(f"{where}: shards of {split!r} is not a list of names")
@@ -267,26 +265,20 @@ class VersionInfo:
                 parsed = parse_shard_name(name)
                 if parsed is None or parsed[0] != split or shard_version(name) != number:
                     raise MetadataError(f"{where}: {name!r} is no {split} shard of its version")
-            shards[split] = tuple(names)
-        counts = {}
+            tables["shards"][split] = tuple(names)
         for field in ("added", "num_examples"):
             for split, value in tables[field].items():
                 if not is_count(value):
                     raise MetadataError(f"{where}: {field} of {split!r} is not a count")
-            counts[field] = dict(tables[field])
-        shapes = {}
         for split, shape in tables["image_shape"].items():
-            good = isinstance(shape, list) and len(shape) == 2
-            if shape is not None and not (good and all(is_count(n) and n for n in shape)):
+            if shape is not None and not _is_shape(shape):
                 raise MetadataError(f"{where}: image_shape of {split!r} is not [height, width]")
-            shapes[split] = (shape[0], shape[1]) if shape else None
-        refs = {}
+            tables["image_shape"][split] = (shape[0], shape[1]) if shape else None
         names = (("key_tables", key_table_name), ("digest_tables", digest_table_name))
         for field, name_of in names:
-            refs[field] = {
-                split: _file_ref(ref, f"{where} {field} {split}", name_of(split, number))
-                for split, ref in tables[field].items()
-            }
+            for split, ref in tables[field].items():
+                expected = name_of(split, number)
+                tables[field][split] = _file_ref(ref, f"{where} {field} {split}", expected)
         skipped = data.get("skipped_identical", 0)
         rejected = data.get("num_rejected", {})
         if not is_count(skipped) or not isinstance(rejected, dict):
@@ -295,15 +287,10 @@ class VersionInfo:
         if class_stats is not None and not isinstance(class_stats, dict):
             raise MetadataError(f"{where}: class_stats is not an object")
         return cls(
-            version=number,
-            created_at=data["created_at"],
-            run_id=data["run_id"],
-            shards=shards,
-            added=counts["added"],
-            num_examples=counts["num_examples"],
-            image_shape=shapes,
-            key_tables=refs["key_tables"],
-            digest_tables=refs["digest_tables"],
+            number,
+            data["created_at"],
+            data["run_id"],
+            **tables,
             skipped_identical=skipped,
             num_rejected=dict(rejected),
             class_stats=class_stats,
@@ -502,6 +489,8 @@ class DatasetInfo:
         for name, split in self.splits.items():
             shards = tuple(s for s in split.shards if shard_version(s.file) <= version)
             tables = split.key_tables[:version] if split.key_table else ()
+            appended = split.appended_hashes
+            hashes = tuple(h for h in appended if (hashes_version(name, h.file) or 0) <= version)
             splits[name] = dataclasses.replace(
                 split,
                 num_examples=sum(s.num_examples for s in shards),
@@ -509,11 +498,7 @@ class DatasetInfo:
                 shards=shards,
                 key_table=tables[0] if tables else None,
                 appended_key_tables=tuple(tables[1:]),
-                appended_hashes=tuple(
-                    ref
-                    for ref in split.appended_hashes
-                    if (hashes_version(name, ref.file) or 0) <= version
-                ),
+                appended_hashes=hashes,
             )
         classes = self.classes
         if classes is not None and pinned.class_stats is not None:
@@ -640,40 +625,32 @@ class DatasetInfo:
         )
 
 
-# DatasetInfo's fields that an output older than them lacks: written only when set.
-_OPTIONAL_FIELDS = (
-    "num_discovered",
-    "num_rejected",
-    "exif_orientation_ignored",
-    "run",
-    "parameters",
-    "versions",
-    "features",
-    "record_spec",
-    "duplicates",
-)
+# DatasetInfo's fields that an output older than them lacks, written only when set, with what
+# each holds: a count, a section of that class, or an object kept as written.
+_OPTIONAL_FIELDS: dict[str, Any] = {
+    "num_discovered": int,
+    "num_rejected": RejectCounts,
+    "exif_orientation_ignored": int,
+    "run": RunInfo,
+    **dict.fromkeys(("parameters", "versions", "features", "record_spec", "duplicates"), dict),
+}
 # The fields every DatasetInfo reads (the rest of metadata.json is `extra`).
 _TOP_FIELDS = ("format_version", "mask_format", "record_format", "splits", "tfds_files")
 _TOP_FIELDS += ("classes", "dataset_versions", "num_unlabeled")
-_SECTIONS = {"num_rejected": RejectCounts, "run": RunInfo}
-_COUNTS = ("num_discovered", "exif_orientation_ignored")
 
 
 def _optional_fields(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The optional fields present in `data`, typed: counts are counts, sections parse,
-    the sections kept as written are objects."""
+    """The optional fields present in `data`, each checked and typed as its kind says."""
     fields: dict[str, Any] = {}
-    for name in _OPTIONAL_FIELDS:
+    for name, kind in _OPTIONAL_FIELDS.items():
         value = data.get(name)
         if value is None:
             continue
-        if name in _SECTIONS:
-            value = _SECTIONS[name].from_json(value)
-        elif name in _COUNTS and not is_count(value):
+        if kind is int and not is_count(value):
             raise MetadataError(f"metadata.json {name} {value!r} is not a count")
-        elif name not in _COUNTS and not isinstance(value, dict):
+        if kind is dict and not isinstance(value, dict):
             raise MetadataError(f"metadata.json {name} is not an object")
-        fields[name] = value
+        fields[name] = value if kind in (int, dict) else kind.from_json(value)
     unlabeled = data.get("num_unlabeled")
     if unlabeled is not None:
         if not (isinstance(unlabeled, dict) and is_count(unlabeled.get("total"))) or (
@@ -740,11 +717,11 @@ def _capped(value: int, cap: int, what: str, where: str) -> int:
     return value
 
 
-def _count(entry: Mapping[str, Any], field: str, where: str) -> int:
+def _count(entry: Mapping[str, Any], field: str, where: str, cap: int | None = None) -> int:
     value = entry.get(field)
     if not is_count(value):
         raise MetadataError(f"{where}: {field} {value!r} is not a count")
-    return value
+    return value if cap is None else _capped(value, cap, field, where)
 
 
 def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileRef:
@@ -756,6 +733,11 @@ def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileR
     if not isinstance(name, str) or not isinstance(digest, str):
         raise MetadataError(f"{where}: file and sha256 must be strings")
     return FileRef(name, _count(entry, "bytes", where), digest)
+
+
+def _is_shape(value: Any) -> bool:
+    """An image_shape as metadata.json writes it: [height, width], both positive counts."""
+    return isinstance(value, list) and len(value) == 2 and all(is_count(n) and n for n in value)
 
 
 def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> SplitInfo:
@@ -771,18 +753,14 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
     if twice:
         # A shard listed twice would be served twice per epoch.
         raise MetadataError(f"{where}: shard {twice[0]} is listed more than once")
-    num_examples = _capped(
-        _count(entry, "num_examples", where), LIMITS.split_examples, "num_examples", where
-    )
+    num_examples = _count(entry, "num_examples", where, LIMITS.split_examples)
     sizes = [shard.num_examples for shard in shards]
     if sum(sizes) != num_examples:
         raise MetadataError(f"{where}: shard counts {sizes} do not add up to {num_examples}")
     if entry.get("num_shards", len(shards)) != len(shards):
         raise MetadataError(f"{where}: num_shards {entry['num_shards']} but {len(shards)} listed")
     shape = entry.get("image_shape")
-    if shape is not None and not (
-        isinstance(shape, list) and len(shape) == 2 and all(is_count(n) and n for n in shape)
-    ):
+    if shape is not None and not _is_shape(shape):
         raise MetadataError(f"{where}: image_shape {shape!r} is not [height, width]")
     if shape is not None and shape[0] * shape[1] > LIMITS.image_pixels:
         raise MetadataError(
@@ -803,15 +781,8 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
     for ref in appended_tables:
         _capped(ref.bytes, LIMITS.key_table_bytes, "bytes", f"{where} {ref.file}")
     appended_hashes = _appended_hashes(name, entry.get("appended_hashes"), where)
-    known = (
-        "num_examples",
-        "num_shards",
-        "image_shape",
-        "shards",
-        "key_table",
-        "appended_key_tables",
-        "appended_hashes",
-    )
+    known = ("num_examples", "num_shards", "image_shape", "shards", "key_table")
+    known += ("appended_key_tables", "appended_hashes")
     return SplitInfo(
         name=name,
         num_examples=num_examples,
@@ -857,7 +828,7 @@ def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFo
     digest = entry.get("sha256")
     if not isinstance(digest, str):
         raise MetadataError(f"{where}: sha256 {digest!r} is not a string")
-    size = _capped(_count(entry, "bytes", where), LIMITS.shard_bytes, "bytes", where)
+    size = _count(entry, "bytes", where, LIMITS.shard_bytes)
     num_examples = _count(entry, "num_examples", where)
     if num_examples * FRAME_OVERHEAD > size:
         raise MetadataError(
@@ -872,14 +843,8 @@ def _shard(split: str, number: int, entry: Any, adapter: record_formats.RecordFo
         cap = num_examples * INDEX_LINE_BYTES
         _capped(index.bytes, cap, "bytes", f"{where} index of {num_examples} records")
     known = ("file", "num_examples", "bytes", "sha256", "index")
-    return ShardInfo(
-        file=name,
-        num_examples=num_examples,
-        bytes=size,
-        sha256=digest,
-        index=index,
-        extra={key: value for key, value in entry.items() if key not in known},
-    )
+    extra = {key: value for key, value in entry.items() if key not in known}
+    return ShardInfo(name, num_examples, size, digest, index, extra)
 
 
 def read_metadata_bytes(data_dir: str | os.PathLike) -> bytes:
