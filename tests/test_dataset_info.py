@@ -17,6 +17,7 @@ from transforms.format.dataset_info import (
     DatasetInfo,
     IncompleteOutputError,
     MetadataError,
+    VersionInfo,
 )
 from transforms.format.naming import METADATA_FILE
 
@@ -97,6 +98,8 @@ def _damaged(raw: dict, change) -> dict:
             "expected 'index/train.keys.jsonl'",
         ),
         (lambda d: d.update(tfds_files=[{"file": "x.json", "bytes": 1, "sha256": "0"}]), "x.json"),
+        (lambda d: d.update(tfds_files=7), "tfds_files is not a list"),
+        (lambda d: d.update(tfds_files="dataset_info.json"), "tfds_files is not a list"),
         (lambda d: d["splits"].update({"Train!": d["splits"]["train"]}), "split name"),
         (lambda d: d["splits"]["train"]["shards"].append(7), "not an object"),
         (lambda d: d["splits"]["train"].update(appended_hashes={}), "not a list"),
@@ -120,6 +123,12 @@ def _damaged(raw: dict, change) -> dict:
 def test_bad_metadata_is_refused_with_a_reason(raw, change, message):
     with pytest.raises(MetadataError, match=message):
         DatasetInfo.from_json(_damaged(raw, change))
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_a_version_number_is_an_integer(version):
+    with pytest.raises(MetadataError, match=f"version {version!r}, expected 1"):
+        VersionInfo.from_json({"version": version}, 1)
 
 
 def test_not_an_object():

@@ -247,7 +247,8 @@ class VersionInfo:
         where = f"metadata.json dataset_versions[{number - 1}]"
         if not isinstance(data, dict):
             raise MetadataError(f"{where}: not an object")
-        if data.get("version") != number:
+        version = data.get("version")
+        if type(version) is not int or version != number:  # not True, not 1.0
             raise MetadataError(f"{where}: version {data.get('version')!r}, expected {number}")
         for field in ("created_at", "run_id"):
             if not isinstance(data.get(field), str):
@@ -587,9 +588,11 @@ class DatasetInfo:
         splits = data.get("splits")
         if not isinstance(splits, dict):
             raise MetadataError("metadata.json lacks a `splits` table")
+        listed = data.get("tfds_files") or []
+        if not isinstance(listed, list):
+            raise MetadataError("metadata.json tfds_files is not a list")
         tfds_files = tuple(
-            _file_ref(entry, f"tfds_files[{number}]")
-            for number, entry in enumerate(data.get("tfds_files") or [])
+            _file_ref(entry, f"tfds_files[{number}]") for number, entry in enumerate(listed)
         )
         for ref in tfds_files:
             if ref.file not in TFDS_FILES:
