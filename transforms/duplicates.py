@@ -569,6 +569,10 @@ def parse_groups(data: bytes) -> list[dict]:
                 raise ValueError(f"kind {group['kind']!r} is not exact or near")
             for field in ("split", "max_distance", "conflicting_masks"):
                 group[field]  # noqa: B018 - present, even when null
+            split = group["split"]
+            names = split if isinstance(split, list) else [split]
+            if split is not None and not all(isinstance(name, str) for name in names):
+                raise ValueError(f"split {str(split)[:40]} is not a split name or list of them")
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"line {number}: {error}") from None
         groups.append(group)

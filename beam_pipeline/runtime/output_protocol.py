@@ -625,7 +625,11 @@ def protocol_problems(
             f"{MANIFEST_FILE}: state {manifest.get('state')!r}: a commit did not finish "
             "(`segprep verify --repair` completes or undoes it)"
         )
-    files = set(manifest.get("files") or ())
+    listed = manifest.get("files") or []
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
+        problems.append(f"{MANIFEST_FILE}: `files` is not a list of names: damaged or tampered")
+        return problems
+    files = set(listed)
     published = {name for name in names if is_output_name(name.split("/", 1)[0])}
     for name in sorted(name for name in published - files if "/" not in name):
         problems.append(f"{name}: a published name the manifest does not list")

@@ -77,15 +77,17 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
             count += 1
             try:
                 entry = json_shape.loads(line, f"{REJECTS_FILE} line {number}")
-                reasons[entry["reason"]] += 1
-                key = entry["key"]
+                key, reason = entry["key"], entry["reason"]
+                if not (isinstance(key, str) and isinstance(reason, str)):
+                    raise TypeError("key or reason not a string")
+                reasons[reason] += 1
             except (ValueError, KeyError, TypeError):
                 bad += 1
                 if bad <= _BAD_LINES_SHOWN:
                     state.problem(f"{REJECTS_FILE} line {number}: {_NOT_A_REJECT}")
                 continue
             # key_exists: an append left the key's earlier record as it was, by design.
-            if key in state.keys and entry["reason"] != "key_exists":
+            if key in state.keys and reason != "key_exists":
                 state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
     if bad > _BAD_LINES_SHOWN:
         state.problem(f"{REJECTS_FILE}: {bad - _BAD_LINES_SHOWN:,} more lines: {_NOT_A_REJECT}")
@@ -115,7 +117,11 @@ def check_accounting(state: Checked) -> None:
 def _unlabeled(state: Checked) -> int | None:
     """Lines of unlabeled.jsonl (--unlabeled_images skip), checked against metadata.json and
     the shards; None after a problem."""
-    counted = (state.metadata.get("num_unlabeled") or {}).get("total", 0)
+    section = state.metadata.get("num_unlabeled") or {}
+    if not isinstance(section, dict):
+        state.problem(f"metadata.json: num_unlabeled {str(section)[:80]!r} is not a JSON object")
+        return None
+    counted = section.get("total", 0)
     path = state.path(UNLABELED_FILE)
     if not counted and not files.exists(path):
         return 0

@@ -33,16 +33,17 @@ _SHOWN = 3  # groups named per kind of problem
 
 def duplicate_files(metadata: dict[str, Any]) -> set[str]:
     """The duplicates file and hash files metadata.json lists (read leniently)."""
-    names = set()
+    refs = []
     section = metadata.get("duplicates")
-    if isinstance(section, dict) and isinstance(section.get("file"), dict):
-        names.add(section["file"].get("file"))
+    if isinstance(section, dict):
+        refs.append(section.get("file"))
     for split in (metadata.get("splits") or {}).values():
-        if isinstance(split, dict) and isinstance(split.get("hashes"), dict):
-            names.add(split["hashes"].get("file"))
-        if isinstance(split, dict) and isinstance(split.get("appended_hashes"), list):
-            names.update(r.get("file") for r in split["appended_hashes"] if isinstance(r, dict))
-    return {name for name in names if isinstance(name, str)}
+        if isinstance(split, dict):
+            refs.append(split.get("hashes"))
+            appended = split.get("appended_hashes")
+            refs += appended if isinstance(appended, list) else []
+    names = (ref.get("file") for ref in refs if isinstance(ref, dict))
+    return {name for name in names if isinstance(name, str)}  # a list or table names no file
 
 
 def check_duplicates(state: Checked) -> None:
@@ -71,9 +72,16 @@ def check_duplicates(state: Checked) -> None:
             split_of.update((key, name) for key in keys)
             if isinstance(table, dict) and table.get("file") != key_table_name(name, latest):
                 earlier.update(keys)
-    if (metadata.get("parameters") or {}).get("duplicates") != "off":
+    parameters = metadata.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        state.problem("metadata.json: parameters is not a JSON object")
+        parameters = {}
+    if parameters.get("duplicates") != "off":
         _check_hashes(state, records)  # else the first version stored none
     ref = section["file"]
+    if not isinstance(ref.get("file"), str):
+        state.problem("metadata.json: the `duplicates` section's file entry names no file")
+        return
     data = _listed(state, ref)
     if data is None:
         return

@@ -17,6 +17,7 @@ from transforms import files
 from transforms.format import features
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.naming import shard_name, shard_version
+from transforms.format.record_index import is_count
 from transforms.record_spec import record_problems
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
@@ -52,14 +53,24 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
             f"metadata.json: split {split!r} num_shards {info.get('num_shards')} "
             f"but {len(shards)} shards listed"
         )
-    listed_total = sum(shard.get("num_examples", 0) for shard in shards if isinstance(shard, dict))
+    # a count that is not one is named by its shard's own check (records against it)
+    listed_total = sum(
+        count
+        for count in (shard.get("num_examples", 0) for shard in shards if isinstance(shard, dict))
+        if is_count(count)
+    )
     if info.get("num_examples") != listed_total:
         state.problem(
             f"metadata.json: split {split!r} num_examples {info.get('num_examples')} "
             f"but its shards list {listed_total}"
         )
     shape = info.get("image_shape")
-    image_shape = tuple(shape) if shape else None
+    image_shape = None  # none: records of any size
+    if isinstance(shape, list) and len(shape) == 2 and all(map(is_count, shape)):
+        image_shape = tuple(shape)
+    elif shape:
+        shown = str(shape)[:40]
+        state.problem(f"metadata.json: split {split!r} image_shape {shown} is not [height, width]")
     read = 0
     expected_names = _expected_shard_names(split, shards, state.adapter.suffix)
     for index, shard in enumerate(shards):
@@ -213,9 +224,9 @@ def _check_class_mask(
 
 
 def _check_mask(state: Checked, encoded: bytes, where: str, height: int, width: int) -> None:
-    decode = {"png": pixels.decode_png, "jpeg": pixels.decode_jpeg}.get(
-        state.mask_format, pixels.decode_any
-    )
+    decoders = {"png": pixels.decode_png, "jpeg": pixels.decode_jpeg}
+    known = isinstance(state.mask_format, str)  # else a list or table: check_splits names it
+    decode = decoders.get(state.mask_format, pixels.decode_any) if known else pixels.decode_any
     try:
         mask = decode(encoded)
     except pixels.DecodeError as error:

@@ -1,0 +1,136 @@
+"""`segprep verify` on damaged files: each damage is a problem (exit 1), never a crash.
+
+One case per code site a fuzz of metadata.json, the manifest, rejects.jsonl and
+duplicates.jsonl (values swapped for null, lists, tables, strings, huge, negative and
+infinite numbers, keys deleted) found raising an exception, and a few generic type swaps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from beam_pipeline import cli
+from beam_pipeline.commands.verify import verify_output
+from transforms.format.naming import DUPLICATES_FILE, MANIFEST_FILE, METADATA_FILE, REJECTS_FILE
+
+
+def _edit_json(path: Path, steps: tuple, value) -> None:
+    data = json.loads(path.read_text())
+    parent = data
+    for step in steps[:-1]:
+        parent = parent[step]
+    parent[steps[-1]] = value
+    path.write_text(json.dumps(data))
+
+
+def meta(*steps, value):
+    def damage(directory: Path) -> None:
+        _edit_json(directory / METADATA_FILE, steps, value)
+
+    return damage
+
+
+def manifest(field: str, value):
+    def damage(directory: Path) -> None:
+        _edit_json(directory / MANIFEST_FILE, (field,), value)
+
+    return damage
+
+
+def reject_row(field: str, value):
+    """rejects.jsonl's first line with `field` swapped."""
+
+    def damage(directory: Path) -> None:
+        path = directory / REJECTS_FILE
+        lines = path.read_text().splitlines()
+        row = json.loads(lines[0])
+        row[field] = value
+        path.write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+
+    return damage
+
+
+def group_split(value):
+    """duplicates.jsonl as one group of two stored keys whose split is `value`."""
+
+    def damage(directory: Path) -> None:
+        table = json.loads((directory / METADATA_FILE).read_text())["splits"]["train"]
+        keys = (directory / table["key_table"]["file"]).read_text().splitlines()[:2]
+        group = {
+            "keys": [json.loads(line)[0] for line in keys],
+            "split": value,
+            "kind": "exact",
+            "max_distance": 0,
+            "conflicting_masks": False,
+        }
+        (directory / DUPLICATES_FILE).write_text(json.dumps(group) + "\n")
+
+    return damage
+
+
+DAMAGES = {
+    # one per crash site fixed
+    "manifest_files_number": manifest("files", 7),  # output_protocol: not iterable
+    "manifest_files_numbers": manifest("files", [1, "x"]),  # output_protocol: sorted str/int
+    "shard_count_string": meta("splits", "train", "shards", 0, "num_examples", value="3"),
+    "image_shape_number": meta("splits", "train", "image_shape", value=7),
+    "shards_number": meta("splits", "train", "shards", value=7),  # lists_index
+    "tfds_files_number": meta("tfds_files", value=7),  # lists_index
+    "dataset_versions_number": meta("dataset_versions", value=1.5),  # lists_index
+    "parameters_string": meta("parameters", value="x"),  # duplicates
+    "num_unlabeled_number": meta("num_unlabeled", value=3),  # accounting._unlabeled
+    "hashes_file_list": meta("splits", "train", "hashes", "file", value=["x"]),
+    "duplicates_file_table": meta("duplicates", "file", "file", value={"x": 1}),
+    "mask_format_list": meta("mask_format", value=["jpeg"]),  # records._check_mask
+    "reject_reason_null": reject_row("reason", None),  # accounting: sorted reasons
+    "reject_key_list": reject_row("key", ["x"]),  # accounting: unhashable key
+    "group_split_table": group_split({"x": 1}),  # parse_groups
+    # generic type swaps (handled before the fuzz, kept so they stay so)
+    "splits_train_list": meta("splits", "train", value=[]),
+    "shard_entry_string": meta("splits", "train", "shards", 0, value="x"),
+    "num_rejected_string": meta("num_rejected", value="x"),
+    "key_table_number": meta("splits", "train", "key_table", value=10**40),
+    "classes_number": meta("classes", value=-7),
+    "duplicates_list": meta("duplicates", value=[]),
+    "record_format_table": meta("record_format", value={}),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(prepared, tmp_path_factory):
+    """One copy of the session's output; each case damages and restores its own files."""
+    copy = tmp_path_factory.mktemp("damage") / "out"
+    shutil.copytree(prepared[0], copy)
+    return copy
+
+
+@pytest.fixture
+def output(pristine):
+    saved = {
+        name: (pristine / name).read_bytes()
+        for name in (METADATA_FILE, MANIFEST_FILE, REJECTS_FILE, DUPLICATES_FILE)
+    }
+    yield pristine
+    for name, data in saved.items():
+        (pristine / name).write_bytes(data)
+
+
+def test_pristine_copy_passes(pristine):
+    assert verify_output(str(pristine)) == []
+
+
+@pytest.mark.parametrize("name", DAMAGES)
+def test_damage_is_a_problem_not_a_crash(name, output, capsys):
+    DAMAGES[name](output)
+
+    problems = verify_output(str(output))  # raises nothing
+    assert problems
+
+    assert cli.main(["verify", str(output)]) == 1
+    captured = capsys.readouterr()
+    assert "segprep: failed" not in captured.err
+    assert captured.out.strip().splitlines()[:-1] == problems
