@@ -15,7 +15,13 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.commands.verify import verify_output
-from transforms.format.naming import DUPLICATES_FILE, MANIFEST_FILE, METADATA_FILE, REJECTS_FILE
+from transforms.format.naming import (
+    DUPLICATES_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    REJECTS_FILE,
+    UNLABELED_FILE,
+)
 
 
 def _edit_json(path: Path, steps: tuple, value) -> None:
@@ -72,6 +78,29 @@ def group_split(value):
     return damage
 
 
+def train_split(**fields):
+    """The train split's entry with `fields` set, as an append's would be (one version)."""
+
+    def damage(directory: Path) -> None:
+        path = directory / METADATA_FILE
+        data = json.loads(path.read_text())
+        data["splits"]["train"].update(fields)
+        path.write_text(json.dumps(data))
+
+    return damage
+
+
+def latest_version_huge(directory: Path) -> None:
+    """The last version numbered past what a table name can hold, beside an append's table."""
+    train_split(appended_key_tables=[{"file": "index/train.v2.keys.jsonl"}])(directory)
+    _edit_json(directory / METADATA_FILE, ("dataset_versions", -1, "version"), 10**40)
+
+
+def unlabeled_key_list(directory: Path) -> None:
+    _edit_json(directory / METADATA_FILE, ("num_unlabeled",), {"total": 1})
+    (directory / UNLABELED_FILE).write_text(json.dumps({"key": ["x"]}) + "\n")
+
+
 DAMAGES = {
     # one per crash site fixed
     "manifest_files_number": manifest("files", 7),  # output_protocol: not iterable
@@ -89,6 +118,13 @@ DAMAGES = {
     "reject_reason_null": reject_row("reason", None),  # accounting: sorted reasons
     "reject_key_list": reject_row("key", ["x"]),  # accounting: unhashable key
     "group_split_table": group_split({"x": 1}),  # parse_groups
+    "appended_key_tables_number": train_split(appended_key_tables=7),  # duplicates, indexes
+    "appended_key_table_file_list": train_split(
+        appended_hashes=[{"file": "index/train.v2.hashes.jsonl", "bytes": 1, "sha256": "0"}],
+        appended_key_tables=[{"file": ["x"]}],
+    ),  # duplicates._check_appended_hashes
+    "latest_version_huge": latest_version_huge,  # duplicates: key_table_name's ValueError
+    "unlabeled_key_list": unlabeled_key_list,  # accounting._unlabeled
     # generic type swaps (handled before the fuzz, kept so they stay so)
     "splits_train_list": meta("splits", "train", value=[]),
     "shard_entry_string": meta("splits", "train", "shards", 0, value="x"),
@@ -117,6 +153,7 @@ def output(pristine):
     yield pristine
     for name, data in saved.items():
         (pristine / name).write_bytes(data)
+    (pristine / UNLABELED_FILE).unlink(missing_ok=True)
 
 
 def test_pristine_copy_passes(pristine):

@@ -138,6 +138,8 @@ def _unlabeled(state: Checked) -> int | None:
     for number, line in enumerate(lines, start=1):
         try:
             key = json_shape.loads(line, UNLABELED_FILE)["key"]
+            if not isinstance(key, str):
+                raise TypeError("key not a string")
         except (ValueError, KeyError, TypeError):
             state.problem(f"{UNLABELED_FILE} line {number}: not a JSON object with a key")
             return None

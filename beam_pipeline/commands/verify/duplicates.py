@@ -23,6 +23,7 @@ from transforms.format.dataset_info import FileRef
 from transforms.format.naming import (
     DUPLICATES_FILE,
     FIRST_VERSION,
+    MAX_VERSION,
     hashes_version,
     key_table_name,
 )
@@ -67,7 +68,8 @@ def check_duplicates(state: Checked) -> None:
     latest = _latest_version(metadata)
     earlier = set(split_of) if latest != FIRST_VERSION else set()  # records before the latest
     for name, split in splits.items():  # an append's groups hold its keys too
-        for table in split.get("appended_key_tables") or () if isinstance(split, dict) else ():
+        tables = split.get("appended_key_tables") if isinstance(split, dict) else None
+        for table in tables if isinstance(tables, list) else ():  # else the index check's
             keys = _table_keys(state, table) or []
             split_of.update((key, name) for key in keys)
             if isinstance(table, dict) and table.get("file") != key_table_name(name, latest):
@@ -157,8 +159,8 @@ def _latest_version(metadata: dict[str, Any]) -> int:
     versions = metadata.get("dataset_versions")
     if isinstance(versions, list) and versions and isinstance(versions[-1], dict):
         number = versions[-1].get("version")
-        if isinstance(number, int):
-            return number
+        if isinstance(number, int) and FIRST_VERSION <= number <= MAX_VERSION:
+            return number  # else a damaged version the index check names
     return FIRST_VERSION
 
 
@@ -178,10 +180,11 @@ def _check_appended_hashes(state: Checked) -> None:
     for name, split in state.metadata["splits"].items():
         if not isinstance(split, dict) or not isinstance(split.get("appended_hashes"), list):
             continue
+        tables = split.get("appended_key_tables")
         key_tables = {
-            ref.get("file"): ref
-            for ref in split.get("appended_key_tables") or ()
-            if isinstance(ref, dict)
+            ref["file"]: ref
+            for ref in (tables if isinstance(tables, list) else ())
+            if isinstance(ref, dict) and isinstance(ref.get("file"), str)
         }
         for entry in split["appended_hashes"]:
             file = entry.get("file") if isinstance(entry, dict) else None
