@@ -215,19 +215,20 @@ def test_verify_finds_a_group_across_splits_and_an_unknown_key(grouped, tmp_path
     out = tmp_path / "out"
     shutil.copytree(grouped[0], out)
     split_of = _key_tables(out)
-    train = next(key for key, split in split_of.items() if split == "train")
+    train, other = [key for key, split in split_of.items() if split == "train"][:2]
     validation = next(key for key, split in split_of.items() if split == "validation")
     lines = [
         {"keys": sorted([train, validation]), "split": "train", "kind": "near"},
         {"keys": ["no-such-key", train], "split": "train", "kind": "near"},
+        {"keys": sorted([train, other]), "split": "train", "kind": "near", "max_distance": 20},
     ]
     data = "".join(
-        json.dumps({**line, "max_distance": 1, "conflicting_masks": False}) + "\n" for line in lines
+        json.dumps({"max_distance": 1, **line, "conflicting_masks": False}) + "\n" for line in lines
     ).encode()
     (out / "duplicates.jsonl").write_bytes(data)
     metadata = json.loads((out / "metadata.json").read_text())
     metadata["duplicates"]["file"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-    metadata["duplicates"]["groups"] = 2
+    metadata["duplicates"]["groups"] = 3
     (out / "metadata.json").write_text(json.dumps(metadata))
     (out / "index" / "validation.hashes.jsonl").write_bytes(b"")  # size differs from listed
     done = _segprep("verify", str(out), check=False)
@@ -235,6 +236,26 @@ def test_verify_finds_a_group_across_splits_and_an_unknown_key(grouped, tmp_path
     assert "1 group whose records are not all in the split it names: line 1" in done.stdout
     assert "1 key in neither a shard nor rejects.jsonl: line 2 (no-such-key)" in done.stdout
     assert "index/validation.hashes.jsonl: size or sha256 differs" in done.stdout
+    assert "1 group wider than the threshold (12): line 3 (20)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_distance", "5", "max_distance 5 is not a distance"),
+        ("max_distance", True, "max_distance True is not a distance"),
+        ("max_distance", 65, "max_distance 65 is not a distance"),
+        ("conflicting_masks", 0, "conflicting_masks is not true or false"),
+    ],
+)
+def test_a_groups_distance_and_mask_flag_have_their_types(field, value, message):
+    line = {"keys": ["a", "b"], "split": "train", "kind": "near", "max_distance": 3}
+    line = {**line, "conflicting_masks": False, field: value}
+    assert dups.parse_groups(
+        (json.dumps({**line, field: 3 if field == "max_distance" else False}) + "\n").encode()
+    )
+    with pytest.raises(ValueError, match=f"line 1: {message}"):
+        dups.parse_groups((json.dumps(line) + "\n").encode())
 
 
 def test_drop_rejects_all_but_the_smallest_key_naming_it(planted, tmp_path):

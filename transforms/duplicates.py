@@ -573,6 +573,11 @@ def parse_groups(data: bytes) -> list[dict]:
             names = split if isinstance(split, list) else [split]
             if split is not None and not all(isinstance(name, str) for name in names):
                 raise ValueError(f"split {str(split)[:40]} is not a split name or list of them")
+            distance = group["max_distance"]
+            if type(distance) is not int or not 0 <= distance <= 64:
+                raise ValueError(f"max_distance {str(distance)[:40]} is not a distance of 0 to 64")
+            if not isinstance(group["conflicting_masks"], bool):
+                raise ValueError("conflicting_masks is not true or false")
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"line {number}: {error}") from None
         groups.append(group)

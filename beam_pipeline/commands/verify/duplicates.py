@@ -101,9 +101,12 @@ def check_duplicates(state: Checked) -> None:
     except (OSError, ValueError) as error:
         state.problem(f"rejects.jsonl: {error}")
         return
-    unknown, straddling, kept_wrong = [], [], []
+    unknown, straddling, kept_wrong, wide = [], [], [], []
+    threshold = section.get("threshold")
     for number, group in enumerate(groups, start=1):
         keys = group["keys"]
+        if type(threshold) is int and group["max_distance"] > threshold:
+            wide.append(f"line {number} ({group['max_distance']})")
         missing = [key for key in keys if key not in split_of and key not in rejects]
         if missing:
             unknown.append(f"line {number} ({missing[0]})")
@@ -117,6 +120,7 @@ def check_duplicates(state: Checked) -> None:
         (unknown, "key", "in neither a shard nor rejects.jsonl"),
         (straddling, "group", "whose records are not all in the split it names"),
         (kept_wrong, "group", "(--duplicates drop) with a record besides the kept key"),
+        (wide, "group", f"wider than the threshold ({threshold})"),
     ):
         if found:
             counted = plural(len(found), noun)
