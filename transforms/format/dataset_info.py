@@ -272,7 +272,7 @@ class VersionInfo:
                 if not is_count(value):
                     raise MetadataError(f"{where}: {field} of {split!r} is not a count")
         for split, shape in tables["image_shape"].items():
-            if shape is not None and not _is_shape(shape):
+            if shape is not None and not is_image_shape(shape):
                 raise MetadataError(f"{where}: image_shape of {split!r} is not [height, width]")
             tables["image_shape"][split] = (shape[0], shape[1]) if shape else None
         names = (("key_tables", key_table_name), ("digest_tables", digest_table_name))
@@ -738,7 +738,7 @@ def _file_ref(entry: Any, where: str, expected_name: str | None = None) -> FileR
     return FileRef(name, _count(entry, "bytes", where), digest)
 
 
-def _is_shape(value: Any) -> bool:
+def is_image_shape(value: Any) -> bool:
     """An image_shape as metadata.json writes it: [height, width], both positive counts."""
     return isinstance(value, list) and len(value) == 2 and all(is_count(n) and n for n in value)
 
@@ -763,7 +763,7 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
     if entry.get("num_shards", len(shards)) != len(shards):
         raise MetadataError(f"{where}: num_shards {entry['num_shards']} but {len(shards)} listed")
     shape = entry.get("image_shape")
-    if shape is not None and not _is_shape(shape):
+    if shape is not None and not is_image_shape(shape):
         raise MetadataError(f"{where}: image_shape {shape!r} is not [height, width]")
     if shape is not None and shape[0] * shape[1] > LIMITS.image_pixels:
         raise MetadataError(

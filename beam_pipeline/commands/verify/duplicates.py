@@ -15,7 +15,7 @@ import hashlib
 from typing import Any
 
 from beam_pipeline.commands.summary import plural
-from beam_pipeline.commands.verify.state import Checked
+from beam_pipeline.commands.verify.state import Checked, as_list
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import record_index, side_tables
@@ -41,8 +41,7 @@ def duplicate_files(metadata: dict[str, Any]) -> set[str]:
     for split in (metadata.get("splits") or {}).values():
         if isinstance(split, dict):
             refs.append(split.get("hashes"))
-            appended = split.get("appended_hashes")
-            refs += appended if isinstance(appended, list) else []
+            refs += as_list(split.get("appended_hashes"))
     names = (ref.get("file") for ref in refs if isinstance(ref, dict))
     return {name for name in names if isinstance(name, str)}  # a list or table names no file
 
@@ -69,7 +68,7 @@ def check_duplicates(state: Checked) -> None:
     earlier = set(split_of) if latest != FIRST_VERSION else set()  # records before the latest
     for name, split in splits.items():  # an append's groups hold its keys too
         tables = split.get("appended_key_tables") if isinstance(split, dict) else None
-        for table in tables if isinstance(tables, list) else ():  # else the index check's
+        for table in as_list(tables):  # a damaged list is the index check's
             keys = _table_keys(state, table) or []
             split_of.update((key, name) for key in keys)
             if isinstance(table, dict) and table.get("file") != key_table_name(name, latest):
@@ -184,10 +183,9 @@ def _check_appended_hashes(state: Checked) -> None:
     for name, split in state.metadata["splits"].items():
         if not isinstance(split, dict) or not isinstance(split.get("appended_hashes"), list):
             continue
-        tables = split.get("appended_key_tables")
         key_tables = {
             ref["file"]: ref
-            for ref in (tables if isinstance(tables, list) else ())
+            for ref in as_list(split.get("appended_key_tables"))
             if isinstance(ref, dict) and isinstance(ref.get("file"), str)
         }
         for entry in split["appended_hashes"]:

@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from beam_pipeline.commands.verify.duplicates import duplicate_files
-from beam_pipeline.commands.verify.state import Checked
+from beam_pipeline.commands.verify.state import Checked, as_list
 from transforms import files
 from transforms.format import digest_table, record_index, side_tables, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
@@ -178,19 +178,14 @@ def _check_extra_index_files(state: Checked, listed: set[str]) -> None:
 
 def lists_index(metadata: dict[str, Any]) -> set[str]:
     """Every index or TFDS file name metadata.json lists, read leniently (it may be damaged)."""
-    refs = list(_listed(metadata.get("tfds_files")))
+    refs = list(as_list(metadata.get("tfds_files")))
     for split in metadata["splits"].values():
         if not isinstance(split, dict):
             continue
-        refs += [split.get("key_table"), *_listed(split.get("appended_key_tables"))]
-        refs += [s.get("index") for s in _listed(split.get("shards")) if isinstance(s, dict)]
-    for version in _listed(metadata.get("dataset_versions")):
+        refs += [split.get("key_table"), *as_list(split.get("appended_key_tables"))]
+        refs += [s.get("index") for s in as_list(split.get("shards")) if isinstance(s, dict)]
+    for version in as_list(metadata.get("dataset_versions")):
         tables = version.get("digest_tables") if isinstance(version, dict) else None
         refs += list(tables.values()) if isinstance(tables, dict) else []
     names = {r["file"] for r in refs if isinstance(r, dict) and isinstance(r.get("file"), str)}
     return names | {name for name in duplicate_files(metadata) if name.startswith(f"{INDEX_DIR}/")}
-
-
-def _listed(value: Any) -> list[Any]:
-    """A list metadata.json holds, or none when it is damaged (DatasetInfo names that)."""
-    return value if isinstance(value, list) else []

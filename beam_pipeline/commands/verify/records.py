@@ -15,6 +15,7 @@ from beam_pipeline.commands.verify.classes import SHOWN
 from beam_pipeline.commands.verify.state import Checked
 from transforms import files
 from transforms.format import features
+from transforms.format.dataset_info import is_image_shape
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.naming import shard_name, shard_version
 from transforms.format.record_index import is_count
@@ -54,11 +55,8 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
             f"but {len(shards)} shards listed"
         )
     # a count that is not one is named by its shard's own check (records against it)
-    listed_total = sum(
-        count
-        for count in (shard.get("num_examples", 0) for shard in shards if isinstance(shard, dict))
-        if is_count(count)
-    )
+    counts = [shard.get("num_examples", 0) for shard in shards if isinstance(shard, dict)]
+    listed_total = sum(count for count in counts if is_count(count))
     if info.get("num_examples") != listed_total:
         state.problem(
             f"metadata.json: split {split!r} num_examples {info.get('num_examples')} "
@@ -66,7 +64,7 @@ def _check_split(state: Checked, split: str, info: Any) -> None:
         )
     shape = info.get("image_shape")
     image_shape = None  # none: records of any size
-    if isinstance(shape, list) and len(shape) == 2 and all(map(is_count, shape)):
+    if is_image_shape(shape):
         image_shape = tuple(shape)
     elif shape:
         shown = str(shape)[:40]

@@ -16,6 +16,12 @@ from transforms.format.dataset_info import ClassesInfo, MetadataError
 from transforms.record_spec import stored_spec
 
 
+def as_list(value: Any) -> list[Any]:
+    """A list metadata.json holds, or none when it is damaged (the check of that field
+    names it)."""
+    return value if isinstance(value, list) else []
+
+
 @dataclasses.dataclass
 class Checked:
     base: str
