@@ -13,9 +13,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipeline.job.attempts import attempt_name
 from transforms import files
-from transforms.duplicates import ImageHash, hash_rows_bytes
 from transforms.format.dataset_info import FileRef
 from transforms.format.naming import (
     DUPLICATES_FILE,
@@ -28,17 +26,6 @@ from transforms.format.naming import (
 
 def staged_hash_rows(shard_name: str) -> str:
     return f"{INDEX_DIR}/{shard_name}{HASHES_SUFFIX}"
-
-
-def stage_shard_hashes(
-    staging_dir: str, shard_name: str, hashes: Sequence[ImageHash], attempt: str = ""
-) -> None:
-    """Stage the hash rows of a written shard's records (in key order, as the shard), under
-    the name of the attempt that wrote the shard (job/attempts.py)."""
-    files.write_bytes(
-        files.join(staging_dir, attempt_name(staged_hash_rows(shard_name), attempt)),
-        hash_rows_bytes(sorted(hashes)),
-    )
 
 
 def stage_hash_table(

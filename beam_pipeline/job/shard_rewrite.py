@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 import tempfile
 import uuid
@@ -37,8 +36,7 @@ from beam_pipeline.job.shard_work import (
     staged_key_rows,
 )
 from transforms import files
-from transforms.duplicates import ImageHash
-from transforms.format import digest_table, record_formats, record_index
+from transforms.format import record_formats, record_index
 from transforms.format.naming import index_name
 from transforms.rejects import Reason, Reject
 from transforms.splits import ShardSpec
@@ -72,9 +70,9 @@ class StagedShard:
         # Rows are parsed only for the records used: a shard that gives one record to
         # another is opened for that one.
         self._where = staged(staged_facts(name))
-        self._facts = table(staged_facts(name)).splitlines()
-        self._digests = table(staged_digest_rows(name)).splitlines()
-        self._hashes = table(staged_hash_rows(name)).splitlines()
+        self._facts = table(staged_facts(name)).splitlines(keepends=True)
+        self._digests = table(staged_digest_rows(name)).splitlines(keepends=True)
+        self._hashes = table(staged_hash_rows(name)).splitlines(keepends=True)
         lengths = {len(self._facts), len(self._digests), len(self._hashes)}
         if lengths != {len(self.keys)}:
             raise OSError(f"{staged(name)}: its staged tables disagree on how many records")
@@ -85,15 +83,9 @@ class StagedShard:
     def facts(self, number: int) -> RecordFacts:
         return RecordFacts.from_line(self._facts[number], self._where)
 
-    def digest(self, number: int) -> str:
-        return digest_table.parse_row(self._digests[number])[1]
-
-    def hashes(self, number: int) -> ImageHash:
-        """Its hash row, as this run's writer staged it (plain JSON: the run's own file)."""
-        try:
-            return ImageHash.from_row(json.loads(self._hashes[number]))
-        except (ValueError, KeyError, TypeError) as error:
-            raise OSError(f"{self.name}: hash row {number + 1} does not decode ({error})") from None
+    def lines(self, number: int) -> tuple[bytes, bytes, bytes]:
+        """Record `number`'s (digest, hash, facts) lines as staged: a rewrite copies them."""
+        return self._digests[number], self._hashes[number], self._facts[number]
 
     def record(self, number: int):
         """Record `number` (key order), its bytes read at first use: a ranged read of its
@@ -152,12 +144,11 @@ class StagedShard:
 
 @dataclasses.dataclass(frozen=True)
 class _Arrival:
-    """An incoming record, gathered: its facts, digest and hashes, and where its bytes wait
-    in the rewrite's local holding file."""
+    """An incoming record, gathered: its facts, its staged side-table lines, and where its
+    bytes wait in the rewrite's local holding file."""
 
     facts: RecordFacts
-    digest: str
-    hashes: ImageHash
+    lines: tuple[bytes, bytes, bytes]
     offset: int
     length: int
 
@@ -178,13 +169,8 @@ def _gather(settings: ShardWriterSettings, incoming: Sequence[Incoming], held) -
                 if number is None:
                     raise OSError(f"{name} holds no record {key!r} to move")
                 payload = source.record(number).serialized
-                arrivals[key] = _Arrival(
-                    source.facts(number),
-                    source.digest(number),
-                    source.hashes(number),
-                    held.tell(),
-                    len(payload),
-                )
+                facts, lines = source.facts(number), source.lines(number)
+                arrivals[key] = _Arrival(facts, lines, held.tell(), len(payload))
                 held.write(payload)
         finally:
             source.close()
@@ -227,23 +213,10 @@ def rewrite_shard(
                     if number < 0:  # an incoming record
                         arrival = arrivals[key]
                         payload = os.pread(held.fileno(), arrival.length, arrival.offset)
-                        facts = arrival.facts
-                        builder.add(
-                            facts.record(key, payload),
-                            arrival.digest,
-                            arrival.hashes,
-                            (facts.image_path, facts.mask_path),
-                        )
+                        builder.add_staged(arrival.facts.record(key, payload), arrival.lines)
                         continue
-                    facts = own.facts(number)
                     record, framed = own.framed(number) or (own.record(number), None)
-                    builder.add(
-                        record,
-                        own.digest(number),
-                        own.hashes(number),
-                        (facts.image_path, facts.mask_path),
-                        framed,
-                    )
+                    builder.add_staged(record, own.lines(number), framed)
                 written = builder.finish()
         finally:
             if own is not None:

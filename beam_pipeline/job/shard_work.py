@@ -18,10 +18,10 @@ import os
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from beam_pipeline.job.attempts import attempt_name, new_attempt
-from beam_pipeline.job.hash_tables import stage_shard_hashes
+from beam_pipeline.job.hash_tables import staged_hash_rows
 from beam_pipeline.job.settings import ShardWriterSettings
 from beam_pipeline.runtime.ordered_pool import ordered_map
 from beam_pipeline.runtime.progress_counts import Reporter
@@ -97,7 +97,8 @@ class ShardBuilder:
     """One shard attempt being written: add records in key order, then finish() stages the
     shard, its offset index, key rows, digest rows and, with the duplicate search on, its
     hash rows and facts (what a rewrite, job/shard_rewrite.py, needs of each record besides
-    its bytes); the WrittenShard that describes them."""
+    its bytes); the WrittenShard that describes them. Side rows are kept as the lines they
+    are staged as, so a rewrite copies a staged record's rows without parsing them."""
 
     def __init__(self, settings: ShardWriterSettings, spec: ShardSpec) -> None:
         self._settings = settings
@@ -111,10 +112,9 @@ class ShardBuilder:
         self._stats = StatsSum(classes.num_classes) if classes.is_classes else None
         self._shapes: set[tuple[int, int]] = set()
         self._written: list[tuple[str, int]] = []  # (key, serialized length): the index
-        self._digests: list[tuple[str, str]] = []  # (key, content digest), in key order
-        self.hashes: list[ImageHash] = []
+        self._rows = StagedRows([], [], [])  # in key order, as the shard
+        self.hashes: list[ImageHash] = []  # of the records this attempt made
         self._unhashed: list[dups.Unhashed] = []
-        self._facts: list[bytes] = []
         self._transcoded = self._exif_ignored = 0
 
     def __enter__(self) -> ShardBuilder:
@@ -128,43 +128,48 @@ class ShardBuilder:
         if os.path.exists(self._partial):
             os.remove(self._partial)
 
-    def add(
-        self,
-        record: Record,
-        digest: str,
-        hashes: ImageHash | dups.Unhashed | None,
-        paths,
-        framed=None,
-    ) -> None:
-        """A record, its content digest, its image hashes (or its thumbnail, hashed with
-        the next _HASHED of them) and (image, mask) source paths; `framed`: (descriptor,
-        offset, length) of its frame in a staged shard of this format, copied as it is (a
-        rewrite; record.serialized is then not read)."""
+    def add(self, record: Record, digest: str, hashes: dups.Unhashed | None, paths) -> None:
+        """A record made from its pair, its content digest, its thumbnail (hashed with the
+        next _HASHED of them; None with the search off) and (image, mask) source paths."""
+        self._writer.write(record.serialized)
+        self._count(record, len(record.serialized))
+        self._rows.digests.append(digest_table.row_bytes([(record.key, digest)]))
+        if hashes is not None:
+            self._unhashed.append(hashes)
+            if len(self._unhashed) >= _HASHED:
+                self._hash_waiting()
+        if self._settings.store_hashes:
+            self._rows.facts.append(RecordFacts.of(record, paths).line())
+
+    def add_staged(self, record: Record, lines: tuple[bytes, bytes, bytes], framed=None) -> None:
+        """A record an attempt of this run staged (a rewrite), with its (digest, hash, facts)
+        lines as staged; `framed`: (descriptor, offset, length) of its frame in a staged
+        shard of this format, copied as it is (record.serialized is then not read)."""
+        self._hash_waiting()
         if framed is None:
             self._writer.write(record.serialized)
             length = len(record.serialized)
         else:
             self._writer.copy_frames(*framed)
             length = framed[2] - record_index.FRAME_OVERHEAD
+        self._count(record, length)
+        for rows, line in zip(self._rows, lines, strict=True):
+            rows.append(line)
+
+    def _count(self, record: Record, length: int) -> None:
         self._written.append((record.key, length))
-        self._digests.append((record.key, digest))
-        if isinstance(hashes, dups.Unhashed):
-            self._unhashed.append(hashes)
-            if len(self._unhashed) >= _HASHED:
-                self._hash_waiting()
-        elif hashes is not None:
-            self.hashes.append(hashes)
         self._transcoded += record.image_transcoded
         self._exif_ignored += record.exif_ignored
         self._shapes.add((record.height, record.width))
         if self._stats is not None:
             self._stats.add(record.class_stats)
-        if self._settings.store_hashes:
-            self._facts.append(RecordFacts.of(record, paths).line())
 
     def _hash_waiting(self) -> None:
-        self.hashes += dups.fingerprints(self._unhashed)
-        self._unhashed = []
+        if self._unhashed:
+            made = dups.fingerprints(self._unhashed)
+            self.hashes += made
+            self._rows.hashes.append(dups.hash_rows_bytes(made))
+            self._unhashed = []
 
     def finish(self, images_read: int = 0) -> WrittenShard:
         self._hash_waiting()
@@ -176,16 +181,12 @@ class ShardBuilder:
         index_bytes, index_sha256 = stage_index(
             settings.staging_dir, spec, self._written, self._adapter.offset_index, attempt
         )
-        files.write_bytes(
-            files.join(settings.staging_dir, attempt_name(staged_digest_rows(spec.name), attempt)),
-            digest_table.row_bytes(self._digests),
-        )
+        tables = [(staged_digest_rows, self._rows.digests)]
         if settings.store_hashes:
-            stage_shard_hashes(settings.staging_dir, spec.name, self.hashes, attempt)
-            files.write_bytes(
-                files.join(settings.staging_dir, attempt_name(staged_facts(spec.name), attempt)),
-                b"".join(self._facts),
-            )
+            tables += [(staged_hash_rows, self._rows.hashes), (staged_facts, self._rows.facts)]
+        for name, rows in tables:
+            staged_table = files.join(settings.staging_dir, attempt_name(name(spec.name), attempt))
+            files.write_bytes(staged_table, b"".join(rows))
         return WrittenShard(
             spec,
             len(self._written),
@@ -200,6 +201,15 @@ class ShardBuilder:
             attempt,
             images_read,
         )
+
+
+class StagedRows(NamedTuple):
+    """A shard's side-table lines, each ending in a newline: digest rows, hash rows (one
+    item may hold a batch of them), facts."""
+
+    digests: list[bytes]
+    hashes: list[bytes]
+    facts: list[bytes]
 
 
 @dataclasses.dataclass(frozen=True)
