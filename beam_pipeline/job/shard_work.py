@@ -37,7 +37,6 @@ from transforms.rejects import Reason, Reject, RejectError
 from transforms.sources import registry
 from transforms.splits import ShardSpec
 
-_CHUNK = 8 << 20
 FACTS_SUFFIX = ".facts.jsonl"
 # Thumbnails hashed per numpy call (transforms.duplicates.fingerprints): 3 KB each held
 _HASHED = 256
@@ -312,12 +311,9 @@ def _stage(partial: str, staged: str, local: bool) -> tuple[int, str]:
     The name is the attempt's own (job/attempts.py): a retried or doubled shard never
     overwrites another attempt's file.
     """
-    digest = hashlib.sha256()
-    size = 0
     with open(partial, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+        digest = hashlib.file_digest(handle, "sha256")  # one reused buffer: see files.sha256
+        size = os.fstat(handle.fileno()).st_size
     if local:
         os.replace(partial, staged)
     else:
