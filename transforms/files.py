@@ -24,7 +24,7 @@ import shutil
 import stat as stat_module
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 _CHUNK = 8 << 20
@@ -401,8 +401,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """A file, whole or not at all: local through a temporary name and a rename, gs:// as
     one object upload (an object is only visible once complete)."""
     if not is_remote(path):
-        with streamed(path) as handle:
-            handle.write(data)
+        _write_local(path, lambda handle: handle.write(data))
         return
     bucket, name = split_gcs(str(path))
     gcs_client().bucket(bucket).blob(name).upload_from_string(data)
@@ -441,27 +440,42 @@ def write_new(path: str | os.PathLike, data: bytes) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def streamed(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A file written in pieces, whole or not at all: local under a temporary name renamed
-    at the end; gs:// spooled to a local temporary file and uploaded as one object."""
+def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> tuple[int, str]:
+    """A file written from `chunks` as they come, whole or not at all (local: under a
+    temporary name renamed at the end; gs://: spooled to a local temporary file and
+    uploaded as one object); (bytes, sha256) of what was written."""
+    digest, size = hashlib.sha256(), 0
+
+    def write(handle: BinaryIO) -> None:
+        nonlocal size
+        for chunk in chunks:
+            handle.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+
     if not is_remote(path):
-        partial = f"{path}.partial-{uuid.uuid4().hex}"
-        try:
-            with open(partial, "xb") as handle:
-                yield handle
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
-        return
+        _write_local(path, write)
+        return size, digest.hexdigest()
     import tempfile
 
     with tempfile.TemporaryFile() as spool:
-        yield spool
+        write(spool)
         spool.seek(0)
         bucket, name = split_gcs(str(path))
         gcs_client().bucket(bucket).blob(name).upload_from_file(spool, rewind=True)
+    return size, digest.hexdigest()
+
+
+def _write_local(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+    """`write(handle)` into a temporary name beside `path`, then renamed to it."""
+    partial = f"{path}.partial-{uuid.uuid4().hex}"
+    try:
+        with open(partial, "xb") as handle:
+            write(handle)
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
 
 
 def upload_file(local_path: str | os.PathLike, remote_path: str) -> None:

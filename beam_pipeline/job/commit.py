@@ -17,7 +17,7 @@ import apache_beam as beam
 from beam_pipeline.errors import RejectLimitError
 from beam_pipeline.job import attempts, versions
 from beam_pipeline.job.describe import Accounting, StagedTables, describe
-from beam_pipeline.job.hash_tables import stage_duplicates, staged_hash_rows
+from beam_pipeline.job.hash_tables import published_order, stage_duplicates, staged_hash_rows
 from beam_pipeline.job.settings import CommitSettings
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows, staged_key_rows
 from beam_pipeline.runtime import commit_journal, output_protocol
@@ -352,24 +352,18 @@ def _stage_key_table(
     An append's table numbers its shards after the `first_shard` ones the split had, so the
     split's tables, concatenated, number every shard as the split lists it."""
     name = key_table_name(split, version)
-    digest, size = hashlib.sha256(), 0
-    kept = sorted(
-        (published[shard.spec.name], shard.spec.name)
-        for shard in shards
-        if shard.spec.name in published and shard.spec.split == split
-    )
-    with files.streamed(staged + name) as table:
-        for number, (_, staged_name) in enumerate(kept):
+
+    def rows():
+        for number, staged_name in enumerate(published_order(split, shards, published)):
             rows = files.read_bounded(staged + staged_key_rows(staged_name), 1 << 30)
             if int(parse_shard_name(staged_name)[1]) != first_shard + number:  # rewrite rows
                 rows = record_index.key_table_bytes(
                     dataclasses.replace(row, shard=first_shard + number)
                     for row in record_index.parse_key_table(rows)
                 )
-            table.write(rows)
-            digest.update(rows)
-            size += len(rows)
-    return FileRef(name, size, digest.hexdigest())
+            yield rows
+
+    return FileRef(name, *files.write_chunks(staged + name, rows()))
 
 
 class CommitOutput(beam.PTransform):

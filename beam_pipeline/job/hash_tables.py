@@ -38,20 +38,17 @@ def stage_hash_table(
     """Join a split's staged shard rows in published order; its reference. An append's
     (`version` >= 2) holds the rows of the records it added, as its key table does."""
     name = hashes_name(split, version)
-    digest, size = hashlib.sha256(), 0
-    kept = sorted(
-        (published[shard.spec.name], shard.spec.name)
-        for shard in shards
-        if shard.spec.name in published and shard.spec.split == split
+    rows = (
+        files.read_bounded(staged + staged_hash_rows(staged_name), 1 << 30)
+        for staged_name in published_order(split, shards, published)
     )
-    with files.streamed(staged + name) as table:
-        for _, staged_name in kept:
-            path = staged + staged_hash_rows(staged_name)
-            rows = files.read_bounded(path, 1 << 30)
-            table.write(rows)
-            digest.update(rows)
-            size += len(rows)
-    return FileRef(name, size, digest.hexdigest())
+    return FileRef(name, *files.write_chunks(staged + name, rows))
+
+
+def published_order(split: str, shards: Sequence[Any], published: dict[str, str]) -> list[str]:
+    """The staged names of the split's published shards, in published order."""
+    kept = [shard.spec.name for shard in shards if shard.spec.split == split]
+    return sorted((name for name in kept if name in published), key=published.__getitem__)
 
 
 def stage_duplicates(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 
@@ -56,15 +55,14 @@ def stage_digest_table(
         if shard.spec.name in published and shard.spec.split == split
     )
     handles = [_lines(staged + staged_digest_rows(shard)) for shard in kept]
-    digest, size = hashlib.sha256(), 0
-    with files.streamed(staged + name) as table:
+
+    def lines():
         for line in digest_table.merge_sorted(handles):
             if new_keys is not None:
                 new_keys.add(digest_table.parse_row(line)[0])
-            table.write(line)
-            digest.update(line)
-            size += len(line)
-    return FileRef(name, size, digest.hexdigest())
+            yield line
+
+    return FileRef(name, *files.write_chunks(staged + name, lines()))
 
 
 def _lines(path: str):
