@@ -29,6 +29,7 @@ import collections
 import functools
 import hashlib
 import json
+import pickle
 import zlib
 from concurrent.futures.process import BrokenProcessPool
 
@@ -184,8 +185,12 @@ class _CompareInBuckets(beam.DoFn):
             return
         try:
             if chunk:
+                # Sent pickled: the pool keeps a task's arguments until its result is back,
+                # and ~1.5 MB of pickle per chunk is a fifth of its decoded probes.
+                packed = pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+                del chunk
                 pool = writer_pool.pool_of(self._pool)
-                future = pool.submit(image_hashes.compare_buckets, chunk, self._distance)
+                future = pool.submit(image_hashes.compare_pickled, packed, self._distance)
                 self._futures.append(future)
             while self._futures and (drain or len(self._futures) > _IN_FLIGHT):
                 yield from self._futures.popleft().result()

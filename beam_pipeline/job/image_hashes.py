@@ -6,6 +6,7 @@ them there, as job/write_shards.py sends shards).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 
 from transforms import duplicates as dups
@@ -77,6 +78,11 @@ def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: in
             for own in copies.get(a.image.key, (a,)) if leak else (a,):
                 found.append(("candidates", (as_probe(own), as_probe(b), distance_ab)))
     return found
+
+
+def compare_pickled(buckets: bytes, distance: int) -> list:
+    """compare_buckets of pickled buckets (what job/duplicates.py sends the pool)."""
+    return compare_buckets(pickle.loads(buckets), distance)
 
 
 def verify(candidate: tuple, a: tuple, b: tuple, min_similarity: float):
