@@ -15,6 +15,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 
+from beam_pipeline.job.hash_tables import published_order
 from beam_pipeline.job.shard_work import WrittenShard, staged_digest_rows
 from transforms import files
 from transforms.format import digest_table
@@ -49,11 +50,7 @@ def stage_digest_table(
     rows (each already sorted): one line per shard held at a time. Its reference;
     adds the keys to `new_keys` when given."""
     name = digest_table_name(split, version)
-    kept = sorted(
-        shard.spec.name
-        for shard in shards
-        if shard.spec.name in published and shard.spec.split == split
-    )
+    kept = published_order(split, shards, published)
     handles = [_lines(staged + staged_digest_rows(shard)) for shard in kept]
 
     def lines():
