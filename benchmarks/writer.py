@@ -254,6 +254,9 @@ def timed(command: list[str]) -> tuple[float, int, str]:
     from tests.helpers.process_tree import run_measured  # the tests' process-tree PSS sampler
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
+    # The previous run's dirty pages (up to 1.4 GB here) would otherwise be written back
+    # while this one runs and bill it for them: every run starts from a flushed page cache.
+    os.sync()
     started = time.perf_counter()
     done, peak = run_measured(command, env=env, timeout=None, sample_seconds=SAMPLE_SECONDS)
     seconds = time.perf_counter() - started
