@@ -1016,3 +1016,39 @@ def test_band_buckets_gathered_per_band_are_each_images_bands():
             gathered: dict = {}
             job_duplicates._gather_bands(chunk, gathered, distance)
             assert gathered == expected, (size, distance)
+
+
+def test_bucket_comparison_skips_only_probes_no_pair_can_hold(monkeypatch):
+    """compare_buckets compares only the probes within the distance of another probe of
+    their bucket: what it finds (exact copies, candidates, leaks, stored pairs, their order)
+    is what the whole buckets give, and far probes are left out."""
+    from beam_pipeline.job import image_hashes
+
+    rng = np.random.default_rng(7)
+    distance = 6
+    hashes = [int(value) for value in rng.integers(0, 2**63, size=300, dtype=np.int64)]
+    images = [dups.Tagged("", dups.ImageHash(f"k{n:03d}", f"{n:032x}" * 2, h)) for n, h in
+              enumerate(hashes)]  # fmt: skip
+    for n, base in enumerate(hashes[:30]):  # near copies, exact copies, leaks, stored ones
+        bits = rng.choice(64, size=int(rng.integers(0, distance + 2)), replace=False)
+        near = base ^ sum(1 << int(bit) for bit in bits)
+        images.append(dups.Tagged("", dups.ImageHash(f"n{n:03d}", f"{n + 1000:032x}" * 2, near)))
+        images.append(dups.Tagged("", dups.ImageHash(f"c{n:03d}", f"{n:032x}" * 2, base)))
+        source = dups.existing_source("train") if n % 2 else "gs://b/test/"
+        images.append(dups.Tagged(source, dups.ImageHash(f"o{n:03d}", f"{n:032x}" * 2, near)))
+    for n, base in enumerate(hashes[30:40], start=30):  # same bytes, far hashes: still paired
+        far = base ^ ((1 << 54) - 1)  # only band 0 (the top 10 bits) stays shared
+        images.append(dups.Tagged("", dups.ImageHash(f"s{n:03d}", f"{n:032x}" * 2, far)))
+    buckets: dict[tuple[int, int], list] = {}
+    for image in images:
+        for band, value in enumerate(dups.bands(image.image.phash, distance)):
+            buckets.setdefault((band, value), []).append(image_hashes.as_probe(image))
+    chunk = [(band, probes) for (band, _), probes in sorted(buckets.items())]
+    found = image_hashes.compare_buckets(chunk, distance)
+    kept = sum(len(dups.within_distance_of_another(probes, distance)) for _, probes in chunk)
+    monkeypatch.setattr(dups, "within_distance_of_another", lambda probes, _: list(probes))
+    whole = image_hashes.compare_buckets(chunk, distance)
+    assert found == whole
+    kinds = {kind for kind, _ in found}
+    assert kinds == {"pairs", "candidates"} and len(found) >= 60
+    assert kept < sum(len(probes) for _, probes in chunk) / 2

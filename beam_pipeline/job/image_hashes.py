@@ -66,6 +66,9 @@ def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: in
     verified) is one for each copy too."""
     found = []
     for band, values in buckets:
+        values = dups.within_distance_of_another(values, distance)
+        if not values:
+            continue
         standing, copies = dups.collapse_copies([from_probe(value) for value in values])
         if band == 0:
             for kept, *same in copies.values():
