@@ -761,6 +761,18 @@ def test_hash_rows_keep_the_mask_digest():
         dups.ImageHash.from_row({**row, "mask": 5})
 
 
+@pytest.mark.parametrize(
+    "phash", ["-000000000000001", "+00000000000007f", "0000_0000_000007", " 00000000000007f"]
+)
+def test_a_stored_phash_is_16_hex_digits_and_nothing_int_would_also_take(phash):
+    """int(x, 16) takes a sign, "_" and spaces: a forged row's phash of -1 would reach numpy's
+    uint64 in the band search and crash the run instead of refusing the table."""
+    row = dups.ImageHash("k", "ab" * 32, 7).row()
+    assert dups.ImageHash.from_row(row).phash == 7
+    with pytest.raises(ValueError, match="16 hex digits"):
+        dups.ImageHash.from_row({**row, "phash": phash})
+
+
 def test_exact_copies_stand_as_one_and_keep_every_pair():
     """Byte-identical images are compared once (their smallest key stands for them): the
     search reports each copy once, paired with that key, and the groups are the same as

@@ -191,6 +191,11 @@ def _damage_hashes(test_out: Path, how: str) -> None:
     elif how == "long_line_listed":
         table.write_bytes(data + b'{"key": "' + b"x" * (1 << 20) + b'"}\n')
         _relist(test_out)
+    elif how == "negative_phash_listed":  # int(x, 16) would read it as -1
+        rows = [json.loads(line) for line in data.splitlines()]
+        rows[0]["phash"] = "-000000000000001"
+        table.write_bytes(b"".join(json.dumps(row).encode() + b"\n" for row in rows))
+        _relist(test_out)
 
 
 @pytest.mark.parametrize(
@@ -217,6 +222,21 @@ def test_a_damaged_hash_table_refuses_the_leakage_check(leakage, tmp_path, capsy
     assert f"--leakage_check {test_out}" in error
     assert "train.hashes.jsonl" in error or "../../file" in error
     assert "segprep verify" in error or how == "name_outside"
+    assert not (out / "metadata.json").exists()
+
+
+def test_a_listed_row_with_a_signed_phash_fails_the_run_naming_its_line(leakage, tmp_path, capsys):
+    """A table whose bytes metadata.json lists, one row's phash "-000000000000001" (which
+    int(x, 16) reads as -1): the job refuses it by file and line, not with numpy's overflow
+    in the band search, and publishes nothing."""
+    test_out = tmp_path / "test_out"
+    shutil.copytree(leakage["test_out"], test_out)
+    _damage_hashes(test_out, "negative_phash_listed")
+    out = tmp_path / "out"
+    assert _leakage_run(leakage, test_out, out) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "train.hashes.jsonl line 1: phash '-000000000000001' is not 16 hex digits" in error
+    assert "nothing was published" in error
     assert not (out / "metadata.json").exists()
 
 

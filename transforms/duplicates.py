@@ -30,6 +30,7 @@ import functools
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -247,7 +248,8 @@ class ImageHash:
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> ImageHash:
         phash = row["phash"]
-        if not (isinstance(phash, str) and len(phash) == 16):
+        # int(x, 16) also takes a sign, "_" and spaces: "-000000000000001" would be -1
+        if not (isinstance(phash, str) and _HEX_PHASH.fullmatch(phash)):
             raise ValueError(f"phash {phash!r} is not 16 hex digits")
         sig = row.get("sig", "")
         if not isinstance(sig, str):
@@ -257,6 +259,9 @@ class ImageHash:
         if mask is not None and not isinstance(mask, str):
             raise ValueError(f"mask {mask!r} is not a sha256")
         return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), mask, signature)
+
+
+_HEX_PHASH = re.compile(r"[0-9a-fA-F]{16}")
 
 
 def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
