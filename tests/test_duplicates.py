@@ -442,10 +442,11 @@ def test_signature_confirms_copies_and_parts_distinct_images():
 
 
 def test_hash_rows_keep_the_signature_and_old_rows_still_load():
-    image = dups.ImageHash("k", "ab", 5, None, bytes([1, 255, 0]))
+    image = dups.ImageHash("k", "ab" * 32, 5, None, bytes([1, 255, 0]))
     (back,) = dups.parse_hash_rows(dups.hash_rows_bytes([image]))
     assert (back.key, back.phash, back.signature) == ("k", 5, bytes([1, 255, 0]))
-    (old,) = dups.parse_hash_rows(b'{"key": "k", "sha256": "ab", "phash": "0000000000000005"}')
+    row = b'{"key": "k", "sha256": "' + b"ab" * 32 + b'", "phash": "0000000000000005"}'
+    (old,) = dups.parse_hash_rows(row)
     assert old.signature == b""
     other = dups.ImageHash("j", "cd", 5, None, bytes([9, 9, 9]))
     assert dups.verified(old, other, 0.95)  # no signature: the distance alone decides
@@ -771,6 +772,16 @@ def test_a_stored_phash_is_16_hex_digits_and_nothing_int_would_also_take(phash):
     assert dups.ImageHash.from_row(row).phash == 7
     with pytest.raises(ValueError, match="16 hex digits"):
         dups.ImageHash.from_row({**row, "phash": phash})
+
+
+@pytest.mark.parametrize("field", ["sha256", "mask"])
+@pytest.mark.parametrize("value", ["zz" * 32, "ab" * 31, "ab" * 32 + "a", 5])
+def test_a_stored_digest_is_64_hex_digits(field, value):
+    """The search takes a stored digest's first bytes with bytes.fromhex: a row whose digest
+    is not hex is refused as a row, not met as a ValueError deep in the band search."""
+    row = dups.ImageHash("k", "ab" * 32, 7, "cd" * 32).row()
+    with pytest.raises(ValueError, match="sha256|64 hex"):
+        dups.ImageHash.from_row({**row, field: value})
 
 
 def test_exact_copies_stand_as_one_and_keep_every_pair():

@@ -256,12 +256,16 @@ class ImageHash:
             raise ValueError(f"sig {sig!r} is not base64")
         signature = base64.b64decode(sig, validate=True)  # binascii.Error is a ValueError
         mask = row.get("mask")  # None: no mask file, or a table written before masks were
-        if mask is not None and not isinstance(mask, str):
+        if mask is not None and not (isinstance(mask, str) and _HEX_SHA256.fullmatch(mask)):
             raise ValueError(f"mask {mask!r} is not a sha256")
-        return cls(str(row["key"]), str(row["sha256"]), int(phash, 16), mask, signature)
+        sha256 = row["sha256"]  # the search takes its bytes (image_hashes: bytes.fromhex)
+        if not (isinstance(sha256, str) and _HEX_SHA256.fullmatch(sha256)):
+            raise ValueError(f"sha256 {sha256!r} is not 64 hex digits")
+        return cls(str(row["key"]), sha256, int(phash, 16), mask, signature)
 
 
 _HEX_PHASH = re.compile(r"[0-9a-fA-F]{16}")
+_HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
