@@ -442,15 +442,21 @@ def test_signature_confirms_copies_and_parts_distinct_images():
 
 
 def test_hash_rows_keep_the_signature_and_old_rows_still_load():
-    image = dups.ImageHash("k", "ab" * 32, 5, None, bytes([1, 255, 0]))
+    signature = bytes([1, 255, 0]) * 64
+    image = dups.ImageHash("k", "ab" * 32, 5, None, signature)
     (back,) = dups.parse_hash_rows(dups.hash_rows_bytes([image]))
-    assert (back.key, back.phash, back.signature) == ("k", 5, bytes([1, 255, 0]))
+    assert (back.key, back.phash, back.signature) == ("k", 5, signature)
+    # A signature of another length would meet this run's in a numpy product: refused.
+    short = dups.hash_rows_bytes([dups.ImageHash("k", "ab" * 32, 5, None, bytes([1, 255, 0]))])
+    with pytest.raises(ValueError, match="sig holds 3 bytes, not 192"):
+        dups.parse_hash_rows(short)
     row = b'{"key": "k", "sha256": "' + b"ab" * 32 + b'", "phash": "0000000000000005"}'
     (old,) = dups.parse_hash_rows(row)
     assert old.signature == b""
-    other = dups.ImageHash("j", "cd", 5, None, bytes([9, 9, 9]))
+    other = dups.ImageHash("j", "cd", 5, None, bytes([9, 9, 9]) * 64)
     assert dups.verified(old, other, 0.95)  # no signature: the distance alone decides
-    assert not dups.verified(image, dups.ImageHash("j", "cd", 5, None, bytes([0, 1, 0])), 0.95)
+    unlike = dups.ImageHash("j", "cd", 5, None, bytes([0, 1, 0]) * 64)
+    assert not dups.verified(image, unlike, 0.95)
 
 
 def test_inspect_draws_the_groups(grouped, tmp_path):
@@ -755,7 +761,7 @@ def test_a_stored_member_without_a_mask_digest_is_no_mask_conflict():
 
 
 def test_hash_rows_keep_the_mask_digest():
-    row = dups.ImageHash("k", "ab" * 32, 7, "cd" * 32, b"s").row()
+    row = dups.ImageHash("k", "ab" * 32, 7, "cd" * 32, b"s" * 192).row()
     assert dups.ImageHash.from_row(row).mask == "cd" * 32
     assert dups.ImageHash.from_row({**row, "mask": None}).mask is None
     with pytest.raises(ValueError, match="mask"):

@@ -255,6 +255,8 @@ class ImageHash:
         if not isinstance(sig, str):
             raise ValueError(f"sig {sig!r} is not base64")
         signature = base64.b64decode(sig, validate=True)  # binascii.Error is a ValueError
+        if signature and len(signature) != _SIGNATURE_BYTES:  # correlated with this run's
+            raise ValueError(f"sig holds {len(signature)} bytes, not {_SIGNATURE_BYTES}")
         mask = row.get("mask")  # None: no mask file, or a table written before masks were
         if mask is not None and not (isinstance(mask, str) and _HEX_SHA256.fullmatch(mask)):
             raise ValueError(f"mask {mask!r} is not a sha256")
@@ -266,6 +268,7 @@ class ImageHash:
 
 _HEX_PHASH = re.compile(r"[0-9a-fA-F]{16}")
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_SIGNATURE_BYTES = SIGNATURE_SIDE * SIGNATURE_SIDE * 3
 
 
 def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
