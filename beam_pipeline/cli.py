@@ -28,19 +28,19 @@ from beam_pipeline.launch.options import (
     integer,
     positive_int,
 )
+from beam_pipeline.runtime import interrupts
 from transforms.settings_error import SettingError, as_flag
 
 VERBOSE = "--verbose"
 
 
 _SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
-_received: list[int] = []
 
 
 def _on_signal(signum: int, frame) -> None:
     """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); remembered here,
     since Beam re-raises what interrupts a step as a RuntimeError."""
-    _received.append(signum)
+    interrupts.note(signum)
     raise KeyboardInterrupt
 
 
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in _SIGNALS
         if signal.getsignal(signum) is not signal.SIG_IGN  # a shell's background job
     }
-    _received.clear()
+    interrupts.clear()
     try:
         code = _dispatch(argv)
     except BaseException as error:  # noqa: BLE001 - last resort: one line, not a traceback
@@ -303,8 +303,9 @@ def _report(error: BaseException, verbose: bool) -> int:
         raise error
     # What a failed prepare left published, as the launcher read it from the output folder.
     outcome = getattr(error, "segprep_outcome", None)
-    if _received or isinstance(error, KeyboardInterrupt):
-        code, what = _SIGNALS[_received[0] if _received else signal.SIGINT]
+    taken = interrupts.taken()
+    if taken is not None or isinstance(error, KeyboardInterrupt):
+        code, what = _SIGNALS[taken or signal.SIGINT]
         return _fail(verbose, f"{what}: {outcome or 'nothing was published'}", code)
     if isinstance(error, UsageError):
         return _fail(verbose, f"error: {error}", 2)

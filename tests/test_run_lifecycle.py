@@ -188,13 +188,41 @@ def test_ctrl_c_stops_every_process_exits_130_and_publishes_nothing(dataset, tmp
     out = tmp_path / "out"
     process = start_cli(_args(dataset, out))
     tree = CTRL_C_MOMENTS[moment](process, out)  # the processes of that moment
-    assert process.wait(timeout=60) == 130
+    code = process.wait(timeout=60)
     err = process.stderr.read().decode()
+    assert code == 130, err
     assert err.strip() == "segprep: interrupted: nothing was published", err
     wait_for(lambda: not survivors(tree), 60, "every process of the run to exit")
     assert final_names(out) == []
     assert not _staged(out, complete=False)  # the interrupted run's shards are discarded
     assert not (out / ".segprep" / "lock").exists()
+
+
+def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_commit(
+    dataset, tmp_path, monkeypatch, capsys
+):
+    """Python drops an exception raised while a finalizer runs, so the KeyboardInterrupt of
+    a Ctrl-C can be lost and the run go on: the signal is noted all the same, and the commit
+    journal does not start once one is (runtime/interrupts.py)."""
+    from beam_pipeline.runtime import commit_journal, interrupts
+
+    hook = commit_journal.hook
+
+    def swallowed(step: str) -> None:
+        if step == "staged":  # the handler ran; its exception went nowhere
+            interrupts.note(signal.SIGINT)
+        hook(step)
+
+    monkeypatch.setattr(commit_journal, "hook", swallowed)
+    out = tmp_path / "out"
+    assert main(_args(dataset, out)) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "segprep: interrupted: nothing was published"
+    )
+    assert final_names(out) == []
+    assert not (out / ".segprep" / "lock").exists()
+    monkeypatch.setattr(commit_journal, "hook", hook)
+    assert main(_args(dataset, out)) == 0  # the next run is a run like any other
 
 
 def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):

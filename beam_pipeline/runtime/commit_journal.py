@@ -35,6 +35,7 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator
 
+from beam_pipeline.runtime import interrupts
 from beam_pipeline.runtime.refusal import Refusal
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
@@ -256,6 +257,8 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
     before the failure propagates."""
     files.write_bytes(files.join(output_dir, _staged_name(journal.run_id, METADATA_FILE)), metadata)
     hook("staged")
+    if interrupts.taken() is not None:  # a Ctrl-C that a finalizer swallowed (interrupts.py)
+        raise KeyboardInterrupt
     try:
         write_manifest(output_dir, journal.to_json())
         hook("journal")
