@@ -38,8 +38,9 @@ _SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminat
 
 
 def _on_signal(signum: int, frame) -> None:
-    """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); remembered here,
-    since Beam re-raises what interrupts a step as a RuntimeError."""
+    """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); noted as well
+    (runtime/interrupts.py), since Beam re-raises what interrupts a step as a RuntimeError
+    and Python drops what a finalizer raises."""
     interrupts.note(signum)
     raise KeyboardInterrupt
 
