@@ -247,10 +247,7 @@ class ImageHash:
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> ImageHash:
-        phash = row["phash"]
-        # int(x, 16) also takes a sign, "_" and spaces: "-000000000000001" would be -1
-        if not (isinstance(phash, str) and _HEX_PHASH.fullmatch(phash)):
-            raise ValueError(f"phash {phash!r} is not 16 hex digits")
+        phash = _hex_field(row["phash"], 16, "phash")
         sig = row.get("sig", "")
         if not isinstance(sig, str):
             raise ValueError(f"sig {sig!r} is not base64")
@@ -258,16 +255,20 @@ class ImageHash:
         if signature and len(signature) != _SIGNATURE_BYTES:  # correlated with this run's
             raise ValueError(f"sig holds {len(signature)} bytes, not {_SIGNATURE_BYTES}")
         mask = row.get("mask")  # None: no mask file, or a table written before masks were
-        if mask is not None and not (isinstance(mask, str) and _HEX_SHA256.fullmatch(mask)):
-            raise ValueError(f"mask {mask!r} is not a sha256")
-        sha256 = row["sha256"]  # the search takes its bytes (image_hashes: bytes.fromhex)
-        if not (isinstance(sha256, str) and _HEX_SHA256.fullmatch(sha256)):
-            raise ValueError(f"sha256 {sha256!r} is not 64 hex digits")
+        if mask is not None:
+            mask = _hex_field(mask, 64, "mask")
+        sha256 = _hex_field(row["sha256"], 64, "sha256")  # the search takes its bytes
         return cls(str(row["key"]), sha256, int(phash, 16), mask, signature)
 
 
-_HEX_PHASH = re.compile(r"[0-9a-fA-F]{16}")
-_HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+def _hex_field(value: object, digits: int, name: str) -> str:
+    """A stored row's hex field, exactly `digits` hex digits: int(x, 16) would also take a
+    sign, "_" and spaces ("-000000000000001" is -1 to it), bytes.fromhex spaces."""
+    if not (isinstance(value, str) and re.fullmatch(f"[0-9a-fA-F]{{{digits}}}", value)):
+        raise ValueError(f"{name} {value!r} is not {digits} hex digits")
+    return value
+
+
 _SIGNATURE_BYTES = SIGNATURE_SIDE * SIGNATURE_SIDE * 3
 
 
