@@ -224,7 +224,7 @@ def _duplicates(
 
 
 # The duplicates section's counts of what a run did, summed over an output's versions.
-_ADDED_UP = ("dropped", "leaks", "in_output_matches")
+_ADDED_UP = ("dropped", "leaks", "in_output_matches", "entries_moved")
 
 
 def _run_info(shards: Sequence[WrittenShard], settings: CommitSettings, now: float) -> RunInfo:

@@ -464,6 +464,7 @@ def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
         ),
         "cross_split_groups_by_key_alone": straddling,
         "moved": _moved(placed, settings),
+        "entries_moved": len(placed),
         "in_output_matches": sum(
             len(group.keys) - len(group.stored) for group in groups if group.stored
         ),
