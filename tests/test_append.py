@@ -360,3 +360,34 @@ def test_inspect_and_report_take_a_version(grown, tmp_path):
         shown = re.search(r'data-count="accepted">([\d,]+)<', page.read_text())
         assert int(shown[1].replace(",", "")) == sum(map(len, keys.values()))
     assert main(["report", str(out), "--version", "3", "--out", str(tmp_path / "x.html")]) == 2
+
+
+def test_an_append_that_adds_nothing_to_a_listed_test_split_keeps_it(tmp_path):
+    """Official splits with a test list (VOC, Pet): an append that adds only train keys
+    carries the test split over unchanged (it failed the commit with a KeyError)."""
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    write_sample_data(tmp_path / "all", count=6, seed=5, broken_fraction=0.0, height=16, width=12)
+    keys = sorted(p.stem for p in (tmp_path / "all" / "images").iterdir())
+    lists = {"train": keys[:3], "validation": keys[3:4], "test": keys[4:5]}
+
+    def listed(train: list[str]) -> list[str]:
+        args = []
+        for split, names in {**lists, "train": train}.items():
+            path = tmp_path / f"{split}-{len(train)}.txt"
+            path.write_text("".join(f"{name}\n" for name in names))
+            args += ["--split_file", f"{split}={path}"]
+        return args
+
+    out = tmp_path / "out"
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *listed(keys[:3]))]) == 0
+    extended = listed(keys[:3] + keys[5:])
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *extended, "--append")]) == 0
+    info = _metadata(out)
+    assert {name: split["num_examples"] for name, split in info["splits"].items()} == {
+        "train": 4,
+        "validation": 1,
+        "test": 1,
+    }
+    assert info["dataset_versions"][-1]["added"] == {"train": 1, "validation": 0, "test": 0}
+    assert main(["verify", str(out)]) == 0

@@ -111,12 +111,14 @@ def _added_splits(
     record_format: str,
     version: int = FIRST_VERSION,
 ) -> dict[str, SplitInfo]:
-    """This run's splits (train and validation always): its published shards by name; an
-    append's hash tables as its `appended_hashes` (the first version's stay `hashes`)."""
+    """This run's splits (train and validation always, and every split the staged tables
+    cover: an append's earlier splits, even where it adds nothing): its published shards by
+    name; an append's hash tables as its `appended_hashes` (the first version's stay
+    `hashes`)."""
     offsets = record_formats.get(record_format).offset_index
     kept = [shard for shard in shards if shard.spec.name in published]
     splits = {}
-    for name in split_names(shard.spec.split for shard in kept):
+    for name in split_names([*(shard.spec.split for shard in kept), *tables.key_tables]):
         entries = sorted(
             (published[shard.spec.name], shard) for shard in kept if shard.spec.split == name
         )
