@@ -1088,3 +1088,30 @@ def test_bucket_comparison_skips_only_probes_no_pair_can_hold(monkeypatch):
     kinds = {kind for kind, _ in found}
     assert kinds == {"pairs", "candidates"} and len(found) >= 60
     assert kept < sum(len(probes) for _, probes in chunk) / 2
+
+
+def test_sixteen_bit_grey_images_are_hashed_by_their_pixels_not_as_white(tmp_path):
+    """16-bit grey PNGs: Pillow's convert() clips every value above 255, so each of them
+    hashed as one white image and distinct ones were grouped (drop rejected them). Scaled as
+    the record stores them, distinct ones stay apart and an 8-bit copy is still found."""
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    (data / "masks").mkdir()
+
+    def png(pixels: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, format="PNG")
+        return out.getvalue()
+
+    for seed in range(6):
+        grey = np.asarray(_smooth_photo(seed).convert("L"), dtype=np.uint16)
+        (data / "images" / f"deep{seed}.png").write_bytes(png(grey * 257))
+        (data / "masks" / f"deep{seed}.png").write_bytes(_mask(256, seed))
+    shallow = np.asarray(_smooth_photo(0).convert("L"))
+    (data / "images" / "shallow0.png").write_bytes(png(shallow))
+    (data / "masks" / "shallow0.png").write_bytes(_mask(256, 0))
+    assert Image.open(data / "images" / "deep0.png").mode.startswith("I")
+    out = tmp_path / "out"
+    _prepare(data, out, "--duplicates", "drop")
+    assert [group["keys"] for group in _groups(out)] == [["deep0", "shallow0"]]
+    assert set(_rejects(out)) == {"shallow0"}

@@ -82,9 +82,21 @@ def _phashes(grey: np.ndarray) -> list[int]:
     return [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
 
 
+def eight_bit(image: Image.Image) -> Image.Image:
+    """A 16- or 32-bit grey image ("I;16", "I", "F": PNG, TIFF) as 8-bit grey, 0..65535
+    scaled to 0..255 as the record stores it (codecs/image.encode_rgb_jpeg); Pillow's own
+    convert() clips every value above 255 to white, so distinct images would hash alike.
+    Other modes are returned as they are."""
+    if not (image.mode.startswith("I") or image.mode == "F"):
+        return image
+    pixels = np.asarray(image, dtype=np.float64) / 257.0
+    return Image.fromarray(np.clip(pixels.round(), 0, 255).astype(np.uint8))
+
+
 def grey_thumbnail(image: Image.Image) -> np.ndarray:
     """32x32 grey pixels; JPEGs are decoded DCT-scaled to the smallest size above 64 px."""
     image.draft("L", (2 * _SIDE, 2 * _SIDE))
+    image = eight_bit(image)
     if image.mode not in ("L", "RGB"):
         image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
         if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show
@@ -98,6 +110,7 @@ def thumbnail(image: Image.Image) -> np.ndarray:
     """THUMB_SIDE x THUMB_SIDE x 3 uint8 RGB pixels of an opened image: what every hash and
     signature is computed from. The caller decides the decode (a JPEG draft scale); this
     only converts and box-filters, so hashing costs no second decode of the image."""
+    image = eight_bit(image)
     if image.mode not in ("L", "RGB"):
         image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
         if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show

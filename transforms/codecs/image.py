@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageOps
 
-from transforms.duplicates import THUMB_SIDE
+from transforms.duplicates import THUMB_SIDE, eight_bit
 from transforms.duplicates import thumbnail as thumbnail_of
 from transforms.limits import DEFAULT_LIMITS
 from transforms.rejects import Reason, RejectError
@@ -162,10 +162,7 @@ def apply_orientation(data: bytes) -> ValidImage:
 
 def encode_rgb_jpeg(image: Image.Image) -> bytes:
     """Transcode any mode (CMYK, L, RGBA, P, I;16) to 8-bit RGB JPEG."""
-    if image.mode.startswith("I") or image.mode == "F":
-        # 16-bit grey (PNG): scale 0..65535 to 0..255 rather than clip.
-        pixels = np.asarray(image, dtype=np.float64) / 257.0
-        image = Image.fromarray(np.clip(pixels.round(), 0, 255).astype(np.uint8))
+    image = eight_bit(image)  # 16-bit grey (PNG): 0..65535 scaled to 0..255, not clipped
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         # Composite transparency on black, the value a mask's background has.
         rgba = image.convert("RGBA")
