@@ -28,6 +28,7 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import heapq
 import io
 import json
 import re
@@ -486,9 +487,9 @@ def existing_split(source: str) -> str | None:
 def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[ImageHash]]:
     """Groups in which every member is a verified near copy of every other (complete
     linkage), so A~B and B~C never chain A to C. Within each connected component of the
-    pair graph: the smallest key left anchors a group, and the others join it in key order
-    only when paired with every member so far; those left over form groups the same way.
-    Singletons are no group. Each group sorted by key; the groups sorted."""
+    pair graph, groups are grown around the best-connected image, the closest images first
+    (_cliques); those left over form groups the same way. Singletons are no group. Each
+    group sorted by key; the groups sorted."""
     return sorted(group for linked in linked_groups(pairs) for group in linked.groups)
 
 
@@ -540,20 +541,56 @@ def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
     linked = []
     for component in _components(neighbours):
         every = sorted(key for name in component for key in members_of[name])
-        left, groups = every, []
-        while len(left) > 1:
-            members, classes = [left[0]], {klass[left[0]]}
-            for key in left[1:]:
-                own = klass[key]
-                if all(other == own or other in neighbours[own] for other in classes):
-                    members.append(key)
-                    classes.add(own)
-            if len(members) > 1:
-                groups.append([images[key] for key in members])
-            taken = set(members)
-            left = [key for key in left if key not in taken]
-        linked.append(Linked([images[key] for key in every], groups))
+        groups = [
+            [images[key] for key in sorted(k for name in clique for k in members_of[name])]
+            for clique in _cliques(component, neighbours, members_of, images)
+        ]
+        linked.append(Linked([images[key] for key in every], sorted(groups, key=_keys)))
     return linked
+
+
+def _keys(group: list[ImageHash]) -> list[str]:
+    return [member.key for member in group]
+
+
+def _cliques(component, neighbours, members_of, images) -> Iterator[list[str]]:
+    """A component's groups of classes (identical bytes), each verified with every other:
+    grown from the class with the most verified neighbours left (then the most copies, then
+    the smallest key), then, one at a time, the class closest to the members so far (the
+    least summed hash distance, then the smallest key) among those verified with every
+    one of them; again with what is left. So a copy pairs into its original's group: a
+    crop that reaches some of the original's copies but not the original itself, and has
+    the smaller key, no longer takes those copies away from it. Groups of one image are
+    dropped."""
+    left = set(component)
+    degree = {name: len(neighbours[name] & left) for name in left}
+
+    def rank(name: str) -> tuple:
+        return (-degree[name], -len(members_of[name]), members_of[name][0])
+
+    def phash(name: str) -> int:
+        return images[members_of[name][0]].phash
+
+    heap = [(*rank(name), name) for name in left]
+    heapq.heapify(heap)
+    while heap:
+        *ranked, anchor = heapq.heappop(heap)
+        if anchor not in left or tuple(ranked) != rank(anchor):
+            continue  # taken, or its degree fell since it was pushed
+        members, candidates = [anchor], neighbours[anchor] & left
+        apart = {name: (phash(name) ^ phash(anchor)).bit_count() for name in candidates}
+        while candidates:
+            joining = min(candidates, key=lambda name: (apart[name], members_of[name][0]))
+            members.append(joining)
+            candidates = (candidates & neighbours[joining]) - {joining}
+            for name in candidates:
+                apart[name] += (phash(name) ^ phash(joining)).bit_count()
+        left -= set(members)
+        for name in {other for member in members for other in neighbours[member]} & left:
+            degree[name] = len(neighbours[name] & left)
+            heapq.heappush(heap, (*rank(name), name))
+        if sum(len(members_of[name]) for name in members) > 1:
+            yield members
 
 
 def _components(neighbours: Mapping[str, set[str]]) -> Iterator[set[str]]:
