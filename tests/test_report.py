@@ -409,3 +409,18 @@ def test_group_members_without_a_record_index_say_so(prepared, tmp_path):
     text = _report(out, tmp_path / "noindex.html")
     assert text.count("record not looked up") == sum(len(g["keys"]) for g in _group_lines(out))
     assert "in no split" not in text
+
+
+def test_a_very_wide_image_gets_a_thumbnail_within_jpegs_limits(tmp_path):
+    """A 3000x1 strip scaled to the thumbnails' height would be 336,000 pixels wide, past
+    JPEG's 65,500: the report failed. It is scaled to fit the width instead."""
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    (data / "masks").mkdir()
+    Image.new("RGB", (3000, 1), (200, 40, 40)).save(data / "images" / "strip.png")
+    Image.new("L", (3000, 1), 255).save(data / "masks" / "strip.png")
+    out = tmp_path / "out"
+    argv = ["prepare", "--image_dir", str(data / "images"), "--mask_dir", str(data / "masks")]
+    assert main([*argv, "--output_dir", str(out), "--runner", "FnApiRunner"]) == 0
+    text = _report(out, tmp_path / "wide.html")
+    assert "strip" in text and "data:image/jpeg;base64," in text

@@ -17,6 +17,7 @@ from PIL import Image
 from transforms.limits import DEFAULT_LIMITS
 
 HEIGHT = 112  # thumbnail height in pixels
+MAX_WIDTH = 4 * HEIGHT  # and width, for very wide images
 QUALITY = 72
 TINT = np.array((255, 0, 200), dtype=np.float32)  # binary foreground: magenta, as inspect's
 IGNORE_COLOUR = (224, 224, 192)  # the ignore index: Pascal VOC's boundary colour
@@ -45,8 +46,11 @@ def _uri(image: Image.Image) -> str:
 
 
 def _fit(image: Image.Image, resample=Image.Resampling.BILINEAR) -> Image.Image:
-    width = max(1, round(image.width * HEIGHT / image.height))
-    return image.resize((width, HEIGHT), resample)
+    """HEIGHT tall, or MAX_WIDTH wide for an image wider than MAX_WIDTH / HEIGHT (a 3000x1
+    strip scaled to HEIGHT would be wider than JPEG's 65,500 pixels)."""
+    scale = min(HEIGHT / image.height, MAX_WIDTH / image.width)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    return image.resize(size, resample)
 
 
 def image_thumbnail(data: bytes) -> str | None:
