@@ -426,6 +426,25 @@ def test_groups_are_complete_linkage_not_chains():
     assert (line.kind, line.max_distance, line.conflicting_masks) == ("near", 3, False)
 
 
+def test_a_copy_that_misses_the_original_does_not_take_its_copies_away():
+    """A crop with the smallest key pairs with the original's re-encodes but not with the
+    original: grown around the best-connected image, closest first, the group is the
+    original with its copies, and the crop is left out (key order put the crop first and
+    split the original off from its own copies)."""
+    original, crop = 0, (1 << 12) - 1  # 12 bits apart: not paired
+
+    def h(key, phash, sha=None):
+        return dups.ImageHash(key, sha or key, phash)
+
+    copies = [h("b-resize", 0b1), h("c-jpeg", 0b10), h("d-bright", 0b100)]
+    pairs = [(h("p", original, "same"), h("p-exact", original, "same"))]
+    for copy in copies:
+        pairs += [(h("p", original, "same"), copy), (h("a-crop", crop), copy)]
+    pairs += [(one, other) for one, other in itertools.combinations(copies, 2)]
+    groups = [[m.key for m in group] for group in dups.complete_groups(pairs)]
+    assert groups == [["b-resize", "c-jpeg", "d-bright", "p", "p-exact"]]
+
+
 def test_signature_confirms_copies_and_parts_distinct_images():
     photo = _smooth_photo(3)
     darker = ImageEnhance.Brightness(photo).enhance(0.85)
@@ -663,6 +682,30 @@ def test_an_appended_near_copy_joins_its_originals_split(portraits, tmp_path):
     assert "this append: 1 new entry is a near copy of images already in the output" in done.stdout
 
 
+def test_an_append_that_does_not_search_says_so(portraits, tmp_path):
+    """--duplicates off on an append to a grouped output: the earlier groups stay listed,
+    and the summary and metadata say that this append's entries were compared with nothing
+    (it printed the earlier append's findings as if they were its own)."""
+    data, truth = portraits
+    first = tmp_path / "first"
+    (first / "images").mkdir(parents=True)
+    (first / "masks").mkdir()
+    for key in sorted(k for k, v in truth.items() if v["family"] in ("distinct", "exact")):
+        for kind, suffix in (("images", "jpg"), ("masks", "png")):
+            shutil.copy(data / kind / f"{key}.{suffix}", first / kind / f"{key}.{suffix}")
+    out = tmp_path / "out"
+    _prepare(first, out)
+    groups = _groups(out)
+    copy = next(k for k, v in truth.items() if v["family"] == "resize")
+    shutil.copy(data / "images" / f"{copy}.jpg", first / "images" / "late.jpg")
+    shutil.copy(data / "masks" / f"{copy}.png", first / "masks" / "late.png")
+    done = _prepare(first, out, "--append", "--duplicates", "off")
+    section = json.loads((out / "metadata.json").read_text())["duplicates"]
+    assert section["mode"] == "group" and section["latest_append"] == {"mode": "off"}
+    assert "this append did not search for duplicates (--duplicates off)" in done.stdout
+    assert _groups(out) == groups and groups
+
+
 def test_an_appends_groups_are_those_of_a_prepare_of_the_union(
     portraits, portraits_grouped, tmp_path
 ):
@@ -711,6 +754,11 @@ def test_an_append_in_drop_mode_keeps_the_stored_image_and_verifies(portraits, t
             assert key in split_of or rejects[key]["reason"] == "duplicate_image"
     assert joined > 0  # a stored image kept while its new copies went
     assert _segprep("verify", str(out)).stdout.startswith("OK ")
+    # Appended again: the dropped copies are judged again, and counted once, as in rejects.jsonl
+    _prepare(data, out, "--append", "--duplicates", "drop")
+    dropped = sum(row["reason"] == "duplicate_image" for row in _rejects(out).values())
+    section = json.loads((out / "metadata.json").read_text())["duplicates"]
+    assert section["dropped"] == dropped > 0
 
 
 def test_verify_names_a_drop_group_with_two_records_in_any_version():

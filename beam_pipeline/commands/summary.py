@@ -141,6 +141,11 @@ def duplicates_lines(
 
 def _append_line(found: Mapping[str, Any]) -> str:
     """What an append's search found: its new images' near copies of stored images."""
+    if found.get("mode") == "off":
+        return (
+            "this append did not search for duplicates (--duplicates off): its new entries "
+            "are in no group, and none was compared with the images already in the output"
+        )
     matches = found.get("in_output_matches", 0)
     if found.get("mode") == "drop":
         done = f"{found.get('dropped', 0):,} new entries dropped as duplicate_image"

@@ -26,7 +26,7 @@ from transforms.format.dataset_info import (
     SplitInfo,
 )
 from transforms.format.naming import FIRST_VERSION, index_name, parse_shard_name
-from transforms.rejects import Reject
+from transforms.rejects import Reason, Reject
 from transforms.splits import split_names
 
 
@@ -87,7 +87,7 @@ def describe(
         versions=dict(run.packages),
         features=_features(settings.classes),
         record_spec=settings.spec.stored(),
-        duplicates=_duplicates(run.duplicates, tables.duplicates_file, previous),
+        duplicates=_duplicates(run.duplicates, tables.duplicates_file, previous, run.num_rejected),
     )
     record = versions.version_info(
         info,
@@ -199,15 +199,26 @@ def _parameters(settings: CommitSettings, previous: DatasetInfo | None) -> Mappi
 
 
 def _duplicates(
-    report: Mapping[str, Any] | None, listed: FileRef | None, previous: DatasetInfo | None
+    report: Mapping[str, Any] | None,
+    listed: FileRef | None,
+    previous: DatasetInfo | None,
+    rejected: RejectCounts,
 ) -> Mapping[str, Any] | None:
     """The search's report and duplicates.jsonl. An append's search took in the images the
     output stores, so its duplicates.jsonl and counts are the whole dataset's groups; what
-    each run did (moves, drops, leaks, near copies of stored images) adds up over the
-    versions, and `latest_append` is this append's own report (docs/duplicates.md). An
-    append that did not search keeps the earlier section."""
+    each run did (moves, near copies of stored images) adds up over the versions; drops and
+    leaks are those rejects.jsonl holds (an append judges again the earlier rejects its input
+    lists, so a sum would count them twice); `latest_append` is this append's own report
+    (docs/duplicates.md). An
+    append that did not search keeps the earlier section, its `latest_append` saying so:
+    its new entries are in no group."""
     if report is None or listed is None:
-        return {"mode": "off"} if previous is None else previous.duplicates
+        if previous is None:
+            return {"mode": "off"}
+        earlier = previous.duplicates
+        if not earlier or earlier.get("mode") == "off":
+            return earlier
+        return {**earlier, "latest_append": {"mode": "off"}}
     section = {**report, "file": listed.to_json()}
     if previous is None:
         return section
@@ -219,6 +230,7 @@ def _duplicates(
     return {
         **section,
         **{name: earlier.get(name, 0) + report.get(name, 0) for name in _ADDED_UP},
+        **{name: rejected.by_reason.get(reason, 0) for name, reason in _REJECTED.items()},
         "moved": {split: change for split, change in sorted(moved.items()) if change},
         "leakage_checked": sorted(checked),
         "latest_append": dict(report),
@@ -226,7 +238,9 @@ def _duplicates(
 
 
 # The duplicates section's counts of what a run did, summed over an output's versions.
-_ADDED_UP = ("dropped", "leaks", "in_output_matches", "entries_moved")
+_ADDED_UP = ("in_output_matches", "entries_moved")
+# ... and its counts of rejected entries: the merged rejects.jsonl's, by reason.
+_REJECTED = {"dropped": Reason.DUPLICATE_IMAGE.value, "leaks": Reason.LEAKS_INTO.value}
 
 
 def _run_info(shards: Sequence[WrittenShard], settings: CommitSettings, now: float) -> RunInfo:
