@@ -19,13 +19,18 @@ if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
 
+def _counted(number: int, one: str, many: str) -> str:
+    return f"{number:,} {one if number == 1 else many}"
+
+
 def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
     splits = info.splits
     accepted = sum(split.num_examples for split in splits.values())
     shards = sum(split.num_shards for split in splits.values())
     rejected = info.num_rejected or RejectCounts(0, {})
     lines = [
-        f"segprep: {info.num_discovered or 0:,} entries discovered, {accepted:,} accepted, "
+        f"segprep: {_counted(info.num_discovered or 0, 'entry', 'entries')} discovered, "
+        f"{accepted:,} accepted, "
         f"{rejected.total:,} rejected",
     ]
     if len(info.dataset_versions) > 1:  # an append: what this run did, then the dataset now
@@ -121,7 +126,7 @@ def duplicates_lines(
         line += f"; {section['conflicting_mask_groups']:,} with conflicting masks"
     matches = section.get("in_output_matches")
     if matches:
-        line += f"; {matches:,} near copies of images already in the output"
+        line += f"; {_counted(matches, 'near copy', 'near copies')} of images already in the output"
     lines = [line + f" (distance <= {section['threshold']}; {DUPLICATES_FILE})"]
     moved = section.get("moved")
     if moved and splits is not None:
@@ -156,7 +161,8 @@ def _append_line(found: Mapping[str, Any]) -> str:
     copies = "entry is a near copy" if matches == 1 else "entries are near copies"
     line = (
         f"this append: {matches:,} new {copies} "
-        f"of images already in the output, {done}; {found.get('groups', 0):,} groups among "
+        f"of images already in the output, {done}; "
+        f"{_counted(found.get('groups', 0), 'group', 'groups')} among "
         "the new and stored images"
     )
     if found.get("official_splits") and found.get("cross_split_groups"):
