@@ -346,3 +346,38 @@ def test_a_forged_journal_moves_and_deletes_no_published_file(references, tmp_pa
     assert len(err.strip().splitlines()) == 1 and "nothing was changed" in err, err
     assert {name: (out / name).read_bytes() for name in published(out)} == before
     assert before.keys() == published(out)
+
+
+@pytest.mark.parametrize("path", ["forward", "back"])
+def test_a_run_folder_linked_elsewhere_is_refused_and_nothing_there_moves(
+    references, tmp_path, capsys, path
+):
+    """A forged journal whose run folder (.segprep/runs/<run_id>) is a link to a folder of
+    the user's: rolling forward deleted its previous/ tree, rolling back moved its files into
+    the output. Every part of a path the journal moves or deletes must be segprep's folder."""
+    import hashlib
+
+    out = _earlier_output(references, tmp_path)
+    victim = tmp_path / "victim"
+    (victim / "previous").mkdir(parents=True)
+    shard = sorted(name for name in published(out) if name.endswith(".tfrecord"))[0]
+    (victim / "previous" / shard).write_bytes(b"the user's file")
+    journal = {"state": "committing", "run_id": "linked", "previous_run_id": "", "kept": []}
+    if path == "forward":  # the metadata in place is the "new" one: the aside tree goes
+        metadata = (out / "metadata.json").read_bytes()
+        journal.update(files=[], previous=[], moves=[])
+    else:  # a shard missing, its "aside" copy in the linked folder: it would be moved back
+        metadata = b'{"staged": "metadata"}'
+        (victim / "metadata.json").write_bytes(metadata)
+        (out / shard).unlink()
+        journal.update(files=[shard], previous=[shard], moves=[])
+    journal["metadata_sha256"] = hashlib.sha256(metadata).hexdigest()
+    (out / ".segprep" / "runs").mkdir(parents=True, exist_ok=True)
+    (out / ".segprep" / "runs" / "linked").symlink_to(victim)
+    (out / ".segprep" / "manifest.json").write_text(json.dumps(journal))
+    before = sorted(str(p.relative_to(victim)) for p in victim.rglob("*"))
+    assert main(["verify", "--repair", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is not segprep's folder" in err, err
+    assert sorted(str(p.relative_to(victim)) for p in victim.rglob("*")) == before
+    assert (victim / "previous" / shard).read_bytes() == b"the user's file"

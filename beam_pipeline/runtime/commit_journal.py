@@ -479,8 +479,11 @@ def _aside(run_id: str, name: str) -> str:
 
 
 def _move(output_dir: str, source: str, target: str) -> None:
-    """Rename one file of segprep's within the output; its target folder is checked (never a
-    link) and made if missing."""
+    """Rename one file of segprep's within the output; both folders are checked, every part
+    of their paths (never a link: a run folder linked elsewhere would move a file that is
+    not segprep's), and the target's made if missing."""
+    if os.path.dirname(source):
+        own_folder(output_dir, os.path.dirname(source), create=False)
     folder = os.path.dirname(target)
     if folder:
         own_folder(output_dir, folder)
@@ -492,6 +495,7 @@ def _remove_tree(output_dir: str, relative: str) -> None:
     if files.is_local(output_dir):
         import shutil
 
+        own_folder(output_dir, relative, create=False)  # no part of the path is a link
         with contextlib.suppress(FileNotFoundError):
             if _is_real_folder(os.lstat(path)):
                 shutil.rmtree(path)  # never follows a link inside the tree
