@@ -96,6 +96,31 @@ def hostile(tmp_path_factory):
     _hdf5_mask(
         masks / "hdf5_unused_bomb_mask.mat", mask=((H, W), MASK), junk=((60000, 60000), None)
     )
+    # HDF5 data kept elsewhere: another file's bytes (a secret) or a FIFO would become the
+    # mask, so storage outside the file and links to other files are refused, never read.
+    secret = root / "secret.txt"
+    secret.write_bytes(b"SECRET=" + bytes(range(1, 128)) * 3)
+    os.mkfifo(root / "waiting")
+
+    def outside(name: str, build) -> None:
+        case(name, "mask_unreadable", mask=None)
+        _hdf5_mask(masks / f"{name}_mask.mat")
+        with h5py.File(masks / f"{name}_mask.mat", "r+") as handle:
+            build(handle)
+
+    for name, target in (("hdf5_external_raw", secret), ("hdf5_external_fifo", root / "waiting")):
+        outside(
+            name,
+            lambda handle, target=target: handle.create_dataset(
+                "mask", shape=(W, H), dtype="u1", external=[(str(target), 0, H * W)]
+            ),
+        )
+    outside(
+        "hdf5_external_link",
+        lambda handle: handle.__setitem__(
+            "mask", h5py.ExternalLink(str(masks / "good1_mask.mat"), "/mask")
+        ),
+    )
     case("zlib_30000", "mask_too_large", mask=_inflating_mat((30000, 30000), 900_000_000))
     case("zlib_lying_header", "mask_too_large", mask=_inflating_mat((H, W), 200_000_000))
     big = Image.new("1", (8000, 8000))

@@ -245,8 +245,9 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
         with h5py.File(io.BytesIO(data), "r") as handle:
             datasets = {
                 name: item
-                for name, item in handle.items()
-                if isinstance(item, h5py.Dataset) and not name.startswith("#")
+                for name in handle
+                if not name.startswith("#")
+                and isinstance(item := _hard_item(handle, name), h5py.Dataset)
             }
             shapes = {
                 name: (tuple(reversed(item.shape)), item.dtype.kind in "biuf")
@@ -255,6 +256,12 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
             variable, fields = _split_key(mask_key)
             name = _pick_variable(shapes, variable) if not fields else variable
             dataset = _hdf5_field(handle, name, fields) if fields else datasets[name]
+            if dataset.external or dataset.is_virtual:
+                raise RejectError(
+                    Reason.MASK_UNREADABLE,
+                    f"{name!r} keeps its data outside the file (HDF5 external or virtual "
+                    "storage): not read",
+                )
             _check_size(dataset.shape, dataset.dtype.itemsize, limits)
             if dataset.chunks:
                 _check_size(dataset.chunks, dataset.dtype.itemsize, limits)
@@ -267,6 +274,16 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
         ) from error
 
 
+def _hard_item(group, name: str):
+    """group[name] where it is an object of the file itself; a soft or external link (to
+    another file, anywhere on the machine) is refused, never followed."""
+    if not isinstance(group.get(name, getlink=True), h5py.HardLink):
+        raise RejectError(
+            Reason.MASK_UNREADABLE, f"{name!r} is an HDF5 link to elsewhere: not followed"
+        )
+    return group[name]
+
+
 def _hdf5_field(handle, name: str, fields: tuple[str, ...]):
     """The dataset at NAME/FIELD/... of a v7.3 file, where a struct is an HDF5 group."""
     item, path = handle, ""
@@ -277,7 +294,7 @@ def _hdf5_field(handle, name: str, fields: tuple[str, ...]):
                 f"no {'variable' if not path else 'field'} {part!r}"
                 + (f" in {path!r}" if path else ""),
             )
-        item, path = item[part], f"{path}.{part}" if path else part
+        item, path = _hard_item(item, part), f"{path}.{part}" if path else part
     if not isinstance(item, h5py.Dataset):
         raise RejectError(Reason.MASK_VARIABLE, f"{path!r} is a MATLAB struct: name a field")
     return item
