@@ -424,3 +424,16 @@ def test_a_very_wide_image_gets_a_thumbnail_within_jpegs_limits(tmp_path):
     assert main([*argv, "--output_dir", str(out), "--runner", "FnApiRunner"]) == 0
     text = _report(out, tmp_path / "wide.html")
     assert "strip" in text and "data:image/jpeg;base64," in text
+
+
+@pytest.mark.parametrize("inside", ["metadata.json", "index/page.html", "page.html"])
+def test_the_page_is_never_written_inside_the_output(prepared, tmp_path, capsys, inside):
+    """`--out OUT/metadata.json` replaced the dataset's commit marker with the page (verify
+    then failed and --repair could not mend it): a place inside the output is refused."""
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert main(["report", str(out), "--out", str(out / inside)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "inside the output" in err, err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

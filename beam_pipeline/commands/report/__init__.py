@@ -27,11 +27,19 @@ def default_report_path(output_dir: str) -> str:
     return os.path.join(os.path.dirname(folder), f"segprep-report-{name}.html")
 
 
-def checked_report_path(path: str) -> str:
+def checked_report_path(path: str, output_dir: str) -> str:
     """`path` made absolute, if the page may be written there: a new name, or a regular file
-    (replaced whole) in an existing folder. A folder, a link, a FIFO or a device is refused,
-    so the page never replaces anything but an earlier page or a file the user named."""
+    (replaced whole) in an existing folder outside the output. A folder, a link, a FIFO or a
+    device is refused, so the page never replaces anything but an earlier page or a file the
+    user named; so is a place inside the output (`--out OUT/metadata.json` replaced the
+    dataset's commit marker with the page)."""
     path = os.path.abspath(path)
+    if "://" not in output_dir:
+        dataset = os.path.realpath(output_dir)
+        if os.path.commonpath([os.path.realpath(path), dataset]) == dataset:
+            raise ReportError(
+                f"--out {path} is inside the output {output_dir}: write the page elsewhere"
+            )
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise ReportError(f"--out {path}: folder {folder} does not exist")
@@ -54,7 +62,9 @@ def write_report(output_dir: str, out_file: str | None = None, version: int | No
 
     The place is checked before anything is read; the page is then written whole or not at
     all (a temporary name, then a rename), and a failed write leaves nothing behind."""
-    path = checked_report_path(out_file if out_file else default_report_path(output_dir))
+    path = checked_report_path(
+        out_file if out_file else default_report_path(output_dir), output_dir
+    )
     if not output_dir.startswith("gs://"):
         output_dir = os.path.abspath(output_dir)
     html = render_page(gather(output_dir, version))
