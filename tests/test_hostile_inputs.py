@@ -19,7 +19,7 @@ from PIL import Image
 
 from beam_pipeline.cli import main
 from tests.helpers.images import blob_mask, encode, rgb_jpeg
-from tests.helpers.mat_files import mat_bytes
+from tests.helpers.mat_files import mat_bytes, nested_struct_mat
 from tests.helpers.process_tree import SEGPREP, run_measured
 
 H, W = 24, 16
@@ -121,6 +121,12 @@ def hostile(tmp_path_factory):
             "mask", h5py.ExternalLink(str(masks / "good1_mask.mat"), "/mask")
         ),
     )
+    # Structs: their size is not declared (bounded all the same), and scipy reads nesting
+    # recursively in C, so 200,000 levels in 500 KB killed the writer.
+    boundaries = np.zeros((170, 1 << 20), np.uint8)  # past the 160 MB a mask struct may hold
+    case("struct_bomb", "mask_too_large", mask=mat_bytes(mask={"Seg": MASK, "B": boundaries}))
+    del boundaries
+    case("struct_nested_deep", "mask_variable", mask=nested_struct_mat(200_000))
     case("zlib_30000", "mask_too_large", mask=_inflating_mat((30000, 30000), 900_000_000))
     case("zlib_lying_header", "mask_too_large", mask=_inflating_mat((H, W), 200_000_000))
     big = Image.new("1", (8000, 8000))

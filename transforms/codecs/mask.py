@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+import re
 import struct
 import zlib
 
@@ -39,6 +41,14 @@ _MAT_ITEMSIZE = {
 _MAT5_HEADER = 128
 _MI_COMPRESSED = 15
 _MAT5_HEAD_BYTES = 1024  # a variable's tag, flags, dimensions and name fit in this
+# A nested array's start in a MAT v5 variable: its miMATRIX tag (type 14, any length), then
+# its array flags' tag (miUINT32, 8 bytes); little- or big-endian.
+_NESTED = re.compile(
+    rb"\x0e\x00\x00\x00.{4}\x06\x00\x00\x00\x08\x00\x00\x00"
+    rb"|\x00\x00\x00\x0e.{4}\x00\x00\x00\x06\x00\x00\x00\x08",
+    re.DOTALL,
+)
+_MAX_NESTED = 4096  # a mask struct holds a few (SBD's: 20-odd); scipy overflows past ~10,000
 _UNREADABLE = (
     ValueError,
     TypeError,
@@ -107,7 +117,12 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
             return scipy.io.loadmat(io.BytesIO(data), variable_names=[name])[name]
         raw, compressed = element
         header = data[:_MAT5_HEADER]
-        single = _inflate_bounded(raw, name, declared, header) if compressed else header + raw
+        if compressed:
+            # room for a complex part, tags, dimensions and name
+            bound, what = 2 * declared + (64 << 10), f"the {declared:,} bytes its header declares"
+            single = _inflate_bounded(raw, name, bound, header, what)
+        else:
+            single = header + raw
         return scipy.io.loadmat(io.BytesIO(single))[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
@@ -137,9 +152,21 @@ def _struct_field(
         raise RejectError(Reason.MASK_VARIABLE, f"variable {name!r} is not a struct")
     raw, compressed = element
     header = data[:_MAT5_HEADER]
-    declared = 4 * limits.mask_array_bytes
+    bound = limits.mask_array_bytes
     try:
-        single = _inflate_bounded(raw, name, declared, header) if compressed else header + raw
+        if compressed:
+            what = f"the {bound:,} bytes a mask struct may hold"
+            single = _inflate_bounded(raw, name, bound, header, what)
+        else:
+            single = header + raw
+        # scipy reads nested arrays recursively in C: tens of thousands of levels overflow
+        # the stack and kill the process, so the arrays (each starts with its tag, then the
+        # array flags' tag) are counted first.
+        nested = sum(1 for _ in itertools.islice(_NESTED.finditer(single), _MAX_NESTED + 1))
+        if nested > _MAX_NESTED:
+            raise RejectError(
+                Reason.MASK_VARIABLE, f"variable {name!r} nests more than {_MAX_NESTED:,} arrays"
+            )
         value = scipy.io.loadmat(io.BytesIO(single), simplify_cells=True)[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
@@ -209,16 +236,15 @@ def _mat5_variables(data: bytes) -> dict[str, tuple[tuple[int, ...], str, tuple[
     return variables
 
 
-def _inflate_bounded(element: bytes, name: str, declared: int, header: bytes) -> bytes:
+def _inflate_bounded(element: bytes, name: str, bound: int, header: bytes, what: str) -> bytes:
     """`header` then a compressed variable's element, inflated (one join, no second copy);
-    a reject if it inflates past its declared size.
+    a reject if it inflates past `bound` bytes (`what`: the reject's words for that bound).
 
     Inflated in 1 MB steps, so a zlib bomb is stopped after `bound` bytes whatever its
     header says. scipy then reads the uncompressed element without inflating it again.
     zlib-ng inflates the same bytes as zlib, and a mask's long runs of one value tens of
     times faster (runs are copied in blocks, not byte by byte).
     """
-    bound = 2 * declared + (64 << 10)  # a complex part, tags, dimensions and name
     inflater = zlib_ng.decompressobj()
     pending, parts, inflated = element[8:], [header], 0
     while True:
@@ -227,7 +253,7 @@ def _inflate_bounded(element: bytes, name: str, declared: int, header: bytes) ->
         if inflated > bound:
             raise RejectError(
                 Reason.MASK_TOO_LARGE,
-                f"variable {name!r} inflates past the {declared:,} bytes its header declares",
+                f"variable {name!r} inflates past {what}",
             )
         parts.append(part)
         pending = inflater.unconsumed_tail
