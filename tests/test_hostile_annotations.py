@@ -112,6 +112,19 @@ def _coco(images: list[str], extra: str = "") -> str:
     )  # fmt: skip
 
 
+def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_path):
+    """A record naming the image folder's extension-less file `zz` by its absolute path
+    (`.../images/zz.jpg`) got the key `.../images/zz`, the key of that file's own
+    unrecognized_file reject: two rejects of one key failed the whole run."""
+    _images(tmp_path, "a.jpg", "zz")
+    absolute = str(tmp_path / "images" / "zz.jpg")
+    export = tmp_path / "coco.json"
+    export.write_text(_coco(["a.jpg", absolute]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
+    assert rejects[f"{export}#{absolute}"]["reason"] == "bad_file_name"
+    assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
+
+
 def test_a_coco_string_over_the_token_cap_is_one_line(tmp_path):
     """A 64 MB string took ijson 107 s; over the cap it is refused before ijson reads it."""
     _images(tmp_path, "a.jpg")

@@ -280,13 +280,22 @@ def annotated_entry(
     A name that gives no key is rejected under `annotations#file_name`: never an entry's key
     (entry keys are relative paths) nor a listed file's (full paths in the image folder).
     """
+    record = f"image record {image_id} of {basename(annotations)}: file_name {file_name!r}"
+    if file_name.startswith("/") or "://" in file_name:
+        # an entry key is relative: this one could equal a listed file's (its full path)
+        return Reject(
+            f"{annotations}#{file_name}",
+            Reason.BAD_FILE_NAME,
+            f"{record} is absolute: give it relative to the image folder",
+            None,
+            annotations,
+        )
     key = image_key(file_name)
     if key is None:
         return Reject(
             f"{annotations}#{file_name}",
             Reason.UNRECOGNIZED_FILE,
-            f"image record {image_id} of {basename(annotations)}: file_name {file_name!r} is "
-            "not a .jpg, .jpeg or .png name",
+            f"{record} is not a .jpg, .jpeg or .png name",
             None,
             annotations,
         )
