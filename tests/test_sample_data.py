@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 
 import numpy as np
+import pytest
 import scipy.io
 from PIL import Image
 
@@ -146,3 +148,25 @@ def test_a_tiny_sample_plants_nothing_it_cannot_name(tmp_path):
     assert summary.planted == ()
     assert summary.planted_lines() == ["planted 0 near copies: every image is distinct"]
     assert Image.open(io.BytesIO((summary.image_dir / "00001.jpg").read_bytes())).size == (30, 40)
+
+
+@pytest.mark.parametrize("kind", ["file", "link", "fifo"])
+def test_sample_data_never_writes_over_or_through_what_is_there(tmp_path, capsys, kind):
+    """A file of the user's in images/ was replaced, a link there written through, a FIFO
+    there opened (the run hung): sample-data writes only into new or empty folders."""
+    target = tmp_path / "data"
+    (target / "images").mkdir(parents=True)
+    canary = tmp_path / "canary.txt"
+    canary.write_text("the user's")
+    if kind == "file":
+        (target / "images" / "00003.jpg").write_text("the user's")
+    elif kind == "link":
+        (target / "images" / "00001.jpg").symlink_to(canary)
+    else:
+        os.mkfifo(target / "images" / "00001.jpg")
+    assert main(["sample-data", str(target), "--count", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "already holds files" in err, err
+    assert canary.read_text() == "the user's" and not (target / "masks").exists()
+    if kind == "file":
+        assert (target / "images" / "00003.jpg").read_text() == "the user's"

@@ -477,8 +477,17 @@ def write_sample_data(
         raise UsageError(f"--classes must be from 2 to {MAX_SAMPLE_CLASSES}")
     root = Path(directory)
     image_dir, mask_dir = root / "images", root / "masks"
-    image_dir.mkdir(parents=True, exist_ok=True)
-    mask_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (image_dir, mask_dir):
+        # Never a file of the user's replaced, a link followed or a FIFO opened: new or
+        # empty real folders only.
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise UsageError(f"{folder} is not a folder: sample-data writes into new folders")
+        if folder.is_dir() and any(folder.iterdir()):
+            raise UsageError(
+                f"{folder} already holds files: sample-data writes only into a new or empty "
+                "folder (it never replaces files)"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
     plan_rng = np.random.default_rng(seed)
     num_broken = min(count, round(count * broken_fraction))
     broken_indices = sorted(plan_rng.choice(count, size=num_broken, replace=False).tolist())
