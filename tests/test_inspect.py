@@ -139,6 +139,23 @@ def test_out_inside_dataset_is_refused(prepared, capsys):
     assert "inside the dataset directory" in capsys.readouterr().err
 
 
+def test_a_shard_named_outside_the_output_is_refused_not_read(prepared, tmp_path, capsys):
+    """metadata.json edited to name another output's shard (`../other/...`): report, index
+    and verify refused it, inspect drew that output's records."""
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    shutil.copytree(prepared[0], tmp_path / "other")
+    metadata = json.loads((out / METADATA_FILE).read_text())
+    shard = metadata["splits"]["train"]["shards"][0]
+    shard["file"] = "../other/" + shard["file"]
+    (out / METADATA_FILE).write_text(json.dumps(metadata))
+    sheet = tmp_path / "sheet.png"
+    assert cli.main(["inspect", str(out), "--out", str(sheet)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "segprep verify" in err, err
+    assert not sheet.exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

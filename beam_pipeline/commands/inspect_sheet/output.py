@@ -16,11 +16,13 @@ def require_dir(directory: str) -> None:
 
 
 def load_metadata(directory: str) -> dict:
-    from transforms.format.dataset_info import read_metadata_json
+    """metadata.json as checked by DatasetInfo (every file name one segprep writes, inside
+    the output: an edited `../other/...` shard is refused, never read)."""
+    from transforms.format.dataset_info import DatasetInfo, read_metadata_json
 
     require_dir(directory)
     try:
-        return read_metadata_json(directory)
+        return DatasetInfo.from_json(read_metadata_json(directory)).to_json()
     except IncompleteOutputError as error:
         raise UsageError(str(error)) from None
     except MetadataError as error:
