@@ -64,6 +64,15 @@ def _inflating_mat(declared: tuple[int, int], inflated_bytes: int) -> bytes:
     return small[:128] + tag + body
 
 
+def _scan_bomb(repeats: int) -> bytes:
+    """A progressive JPEG whose last scan is repeated: libjpeg decodes each one over every
+    block (30,000 repeats of a 2 MB file: minutes of CPU)."""
+    image = Image.new("L", (2000, 2000))
+    data = encode(image, "JPEG", progressive=True)
+    last = data.rindex(b"\xff\xda")
+    return data[:-2] + data[last:-2] * repeats + data[-2:]
+
+
 def _write(folder: Path, name: str, data: bytes) -> None:
     path = folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +136,7 @@ def hostile(tmp_path_factory):
     case("struct_bomb", "mask_too_large", mask=mat_bytes(mask={"Seg": MASK, "B": boundaries}))
     del boundaries
     case("struct_nested_deep", "mask_variable", mask=nested_struct_mat(200_000))
+    case("jpeg_scan_bomb", "image_too_large", image=_scan_bomb(3000))
     case("zlib_30000", "mask_too_large", mask=_inflating_mat((30000, 30000), 900_000_000))
     case("zlib_lying_header", "mask_too_large", mask=_inflating_mat((H, W), 200_000_000))
     big = Image.new("1", (8000, 8000))

@@ -19,6 +19,8 @@ from transforms.rejects import Reason, RejectError
 # any pixel buffer is allocated. 8x the 800x600 portraits, 4x a 4K frame.
 MAX_PIXELS = DEFAULT_LIMITS.pixels
 TRANSCODE_QUALITY = 95
+# Scans in one JPEG: a progressive photo has about 10; libjpeg's decode time grows with each.
+MAX_JPEG_SCANS = 200
 _ORIENTATION_TAG = 0x0112
 _QUARTER_TURNS = (5, 6, 7, 8)
 
@@ -57,6 +59,14 @@ MASK_REASONS = OpenReasons(
 )
 
 
+def jpeg_scans(data: bytes) -> int:
+    """An upper bound on a JPEG's scans (0 for other formats). libjpeg decodes every scan over
+    every block: a few MB of repeated scans cost minutes of CPU, whatever the pixel count.
+    0xFFDA starts a scan, and entropy-coded data stuffs every 0xFF, so the count of that pair
+    bounds the scans (an embedded EXIF thumbnail's count too)."""
+    return data.count(b"\xff\xda") if data.startswith(b"\xff\xd8") else 0
+
+
 def open_image(
     data: bytes,
     max_pixels: int,
@@ -70,6 +80,12 @@ def open_image(
     how it is decoded (a JPEG draft scale): it runs before any pixel is decoded. Every
     failure is a RejectError with the codes of `reasons`.
     """
+    scans = jpeg_scans(data)
+    if scans > MAX_JPEG_SCANS:
+        raise RejectError(
+            reasons.too_large,
+            f"JPEG of {scans:,} scans, more than {MAX_JPEG_SCANS} (a decode-time bomb guard)",
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -20,7 +20,7 @@ from beam_pipeline.commands.inspect_sheet.drawing import TILE_HEIGHT, Entry
 from beam_pipeline.commands.inspect_sheet.output import load_metadata, require_dir
 from beam_pipeline.errors import UsageError
 from transforms import files, json_shape
-from transforms.codecs.image import MAX_PIXELS
+from transforms.codecs.image import MAX_JPEG_SCANS, MAX_PIXELS, jpeg_scans
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 from transforms.limits import DEFAULT_LIMITS, FILE_LIMITS
 
@@ -59,6 +59,8 @@ def partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | No
     data, problem = _read(path, "image", DEFAULT_LIMITS.image_bytes)
     if data is None:
         return None, problem
+    if jpeg_scans(data) > MAX_JPEG_SCANS:
+        return None, "image of too many JPEG scans (not decoded)"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from transforms.codecs.image import MAX_JPEG_SCANS, jpeg_scans
 from transforms.limits import DEFAULT_LIMITS
 
 HEIGHT = 112  # thumbnail height in pixels
@@ -25,6 +26,8 @@ ALPHA = 0.5
 
 
 def _open(data: bytes) -> Image.Image | None:
+    if jpeg_scans(data) > MAX_JPEG_SCANS:  # a decode-time bomb among the rejects
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
