@@ -125,3 +125,32 @@ def test_an_unregistered_tool_is_neither_detected_nor_a_choice(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--annotation_format" in err and "boxes" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_placed_bitmaps_rle_is_counted_on_the_bitmap_alone():
+    """rle_of_bitmap gives the RLE pycocotools encodes from the full painted image, for any
+    placement and clipping, without painting it: a labelme file of 5,000 tiny mask shapes
+    on a stated 6324x6324 image painted 40 Mpx per shape (minutes of CPU)."""
+    import tracemalloc
+
+    from pycocotools import mask as mask_utils
+
+    from transforms.sources.labelled_shapes import rle_of_bitmap
+
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        height, width = (int(v) for v in rng.integers(1, 24, 2))
+        bitmap = rng.random(tuple(int(v) for v in rng.integers(0, 10, 2))) < rng.random()
+        top, left = (int(v) for v in rng.integers(-12, 28, 2))
+        full = np.zeros((height, width), dtype=np.uint8, order="F")
+        y0, x0 = max(top, 0), max(left, 0)
+        y1, x1 = min(top + bitmap.shape[0], height), min(left + bitmap.shape[1], width)
+        if y1 > y0 and x1 > x0:
+            full[y0:y1, x0:x1] = bitmap[y0 - top : y1 - top, x0 - left : x1 - left]
+        expected = mask_utils.encode(full)["counts"].decode("ascii")
+        assert rle_of_bitmap(bitmap, top, left, height, width)["counts"] == expected
+    tracemalloc.start()
+    rle_of_bitmap(np.ones((4, 4), bool), 3000, 3000, 6324, 6324)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20, peak  # the painted image would be 40 MB

@@ -259,15 +259,38 @@ def rle_of_bitmap(
     limits: InputLimits = DEFAULT_LIMITS,
 ) -> dict:
     """A full-image compressed COCO RLE of a boolean bitmap placed at (top, left), clipped;
-    TooLargeError before allocating an image larger than `limits` allows."""
+    TooLargeError for an image larger than `limits` allows.
+
+    The runs are counted on the bitmap alone, never on a full-size image: a file of
+    thousands of small shapes on a stated 40-megapixel image would otherwise paint and
+    encode 40 million pixels per shape."""
     check_pixels(height, width, limits, "image size")
-    full = np.zeros((height, width), dtype=np.uint8, order="F")
     y0, x0 = max(top, 0), max(left, 0)
     y1 = min(top + bitmap.shape[0], height)
     x1 = min(left + bitmap.shape[1], width)
+    block = np.zeros((0, 0), dtype=np.uint8)
     if y1 > y0 and x1 > x0:
-        full[y0:y1, x0:x1] = bitmap[y0 - top : y1 - top, x0 - left : x1 - left]
-    rle = mask_utils.encode(full)
+        block = (bitmap[y0 - top : y1 - top, x0 - left : x1 - left] != 0).astype(np.uint8)
+    # COCO RLE runs over the image column by column, starting with zeros. In that order the
+    # image is: zeros, then each column of the block followed by the zeros below and above
+    # it, then zeros to the end; one value per block pixel with length 1, one 0 per gap.
+    rows, columns = block.shape
+    values = np.zeros((columns, rows + 1), dtype=np.uint8)
+    values[:, :rows] = block.T
+    lengths = np.ones((columns, rows + 1), dtype=np.int64)
+    lengths[:, rows] = height - rows
+    values, lengths = values.reshape(-1)[:-1], lengths.reshape(-1)[:-1]
+    before = x0 * height + y0 if columns else 0
+    after = height * width - before - int(lengths.sum())
+    values = np.concatenate([[0], values, [0]]).astype(np.int8)
+    lengths = np.concatenate([[before], lengths, [after]])
+    kept = lengths > 0  # a gap of no rows (a block as tall as the image) splits no run
+    values, lengths = values[kept], lengths[kept]
+    starts = np.flatnonzero(np.diff(values, prepend=np.int8(-1)))
+    counts = np.add.reduceat(lengths, starts).tolist() if len(starts) else []
+    if counts and values[0] == 1:  # runs start with zeros
+        counts.insert(0, 0)
+    rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
     return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
 
 
