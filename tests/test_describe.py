@@ -130,7 +130,9 @@ def test_an_append_extends_the_previous_version(tmp_path):
         append=AppendSettings(version=2, previous_sha256="x"),
     )
     published = final_names(shards, version=2)
-    merged = RejectCounts(3, {"key_exists": 1, "missing_mask": 2}, {"key_exists": "b"})
+    merged = RejectCounts(
+        5, {"key_exists": 1, "leaks_into": 2, "missing_mask": 2}, {"key_exists": "b"}
+    )
     report = {"mode": "group", "groups": 3, "in_output_matches": 1, "dropped": 0, "leaks": 0}
     report.update(moved={"train": 1, "validation": -1}, leakage_checked=[])
     run = _accounting(rejects, discovered=3, skipped=1, num_rejected=merged, duplicates=report)
@@ -140,11 +142,12 @@ def test_an_append_extends_the_previous_version(tmp_path):
     assert [s.file for s in train.shards][-1] == "train_v00002-00000-of-00001.tfrecord"
     assert train.num_examples == 7 and train.appended_key_tables == (tables.key_tables["train"],)
     assert info.split("validation").shards == previous.split("validation").shards
-    assert info.num_discovered == 7 + 1 + 3  # each key of the latest version once
+    assert info.num_discovered == 7 + 1 + 5  # each key of the latest version once
     assert info.exif_orientation_ignored == 1  # the first version's, carried on
     assert info.parameters == {"output_dir": str(tmp_path) + "/moved/"}  # the first run's flags
     # the whole dataset's groups (the append searched the stored images too); what each run
-    # did adds up: the first run's move and this one's cancel out, its leaks are kept
+    # did adds up (the first run's move and this one's cancel out); drops and leaks are the
+    # merged rejects.jsonl's (the first run's two leaks are still rejects there)
     assert info.duplicates["latest_append"] == report and info.duplicates["groups"] == 3
     assert info.duplicates["file"] == tables.duplicates_file.to_json()
     assert info.duplicates["moved"] == {} and info.duplicates["leaks"] == 2
