@@ -391,3 +391,27 @@ def test_an_append_that_adds_nothing_to_a_listed_test_split_keeps_it(tmp_path):
     }
     assert info["dataset_versions"][-1]["added"] == {"train": 1, "validation": 0, "test": 0}
     assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("second", ["skip", "reject"])
+def test_an_append_to_an_output_with_unlabeled_images_counts_each_key_once(tmp_path, second):
+    """Unlabeled images (--images_without_mask skip) dropped out of an append's count of
+    discovered entries, and one rejected by the next run stayed listed as unlabeled too:
+    the published output failed verify. unlabeled.jsonl is merged as rejects.jsonl is."""
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    write_sample_data(tmp_path / "all", count=8, seed=5, broken_fraction=0.0, height=16, width=12)
+    unlabeled = sorted((tmp_path / "all" / "masks").iterdir())[0]
+    unlabeled.unlink()
+    out = tmp_path / "out"
+    flags = ("--images_without_mask", "skip")
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *flags)]) == 0
+    again = flags if second == "skip" else ()
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *again, "--append")]) == 0
+    assert main(["verify", str(out)]) == 0
+    info = _metadata(out)
+    listed = (out / "unlabeled.jsonl").read_text().splitlines() if second == "skip" else []
+    rejected = [json.loads(line)["reason"] for line in (out / "rejects.jsonl").open()]
+    assert len(listed) == (info.get("num_unlabeled") or {}).get("total", 0)
+    assert len(listed) + rejected.count("missing_mask") == 1
+    assert info["num_discovered"] == 8

@@ -113,17 +113,19 @@ def commit(
     _stage_rejects(staged, rejects_bytes, unlabeled)
     _check_reject_limit(judged, len(unlabeled), discovered, settings, staged)
     tables, new_keys = _stage_tables(staged, shards, published, settings, previous, duplicates)
+    unlabeled_count = len(unlabeled)
     if previous is None:
         num_rejected = RejectCounts.count((r.key, r.reason.value) for r in sorted(judged))
     else:
         accounted = new_keys | {reject.key for reject in rejects}
         num_rejected = _stage_merged_rejects(staged, settings, rejects_bytes, accounted)
+        unlabeled_count = _stage_merged_unlabeled(staged, settings, unlabeled, accounted)
     run = Accounting(
-        discovered, judged, len(unlabeled), skipped, num_rejected, duplicates,
+        discovered, judged, unlabeled_count, skipped, num_rejected, duplicates,
         package_versions(), time.time(),
     )  # fmt: skip
     info = _stage_tfds_files(staged, describe(shards, published, tables, run, settings, previous))
-    moves = _moves(info, published, tables, bool(unlabeled), _groups_changed(tables, previous))
+    moves = _moves(info, published, tables, unlabeled_count > 0, _groups_changed(tables, previous))
     _publish(info, settings, moves, previous)
     return info
 
@@ -214,6 +216,19 @@ def _stage_merged_rejects(
     return versions.rejected_by_reason(merged)
 
 
+def _stage_merged_unlabeled(
+    staged: str, settings: CommitSettings, unlabeled: list[Reject], accounted: set[str]
+) -> int:
+    """An append's unlabeled.jsonl, merged as rejects.jsonl is (a key this run judged again
+    leaves the earlier list: stored now, or rejected); how many lines it holds."""
+    earlier = files.join(settings.output_dir, UNLABELED_FILE)
+    old = files.read_bounded(earlier, 1 << 32) if files.exists(earlier) else b""
+    merged = versions.merged_rejects(old, rejects_jsonl(unlabeled), accounted)
+    if merged:  # in place of this run's alone, staged before the reject limit
+        files.write_bytes(staged + UNLABELED_FILE, merged)
+    return len(merged.splitlines())
+
+
 def _stage_tfds_files(staged: str, info: DatasetInfo) -> DatasetInfo:
     """What `tfds.builder_from_directory` reads, written from the description, listed in it."""
     refs = []
@@ -268,7 +283,7 @@ def _publish(
     keep: list[str] = []
     if previous is not None:
         # Every earlier file stays where it is, untouched; only these are replaced.
-        replaced = {METADATA_FILE, REJECTS_FILE, *TFDS_FILES}
+        replaced = {METADATA_FILE, REJECTS_FILE, UNLABELED_FILE, *TFDS_FILES}
         if any(final == DUPLICATES_FILE for _, final in moves):
             replaced.add(DUPLICATES_FILE)  # the whole dataset's groups, new images among them
         state = output_protocol.inspect_output(settings.output_dir, holder=False)

@@ -71,7 +71,11 @@ def describe(
     splits = added if previous is None else versions.merged_splits(previous, added)
     num_discovered = run.discovered
     if previous is not None:  # each key of the latest version once, in a shard or rejected
-        num_discovered = sum(s.num_examples for s in splits.values()) + run.num_rejected.total
+        num_discovered = (
+            sum(s.num_examples for s in splits.values())
+            + run.num_rejected.total
+            + run.unlabeled
+        )
     info = DatasetInfo(
         format_version=FORMAT_VERSION,
         mask_format=settings.spec.mask_format,
