@@ -415,3 +415,17 @@ def test_an_append_to_an_output_with_unlabeled_images_counts_each_key_once(tmp_p
     assert len(listed) == (info.get("num_unlabeled") or {}).get("total", 0)
     assert len(listed) + rejected.count("missing_mask") == 1
     assert info["num_discovered"] == 8
+
+
+def test_an_append_with_another_class_map_is_refused(grown, tmp_path, capsys):
+    """--class_map decides which id a mask's value is stored as: an append with another
+    map (none before) stored other ids for the same masks, unremarked."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    before = _snapshot(out)
+    mapping = tmp_path / "swap.json"
+    mapping.write_text('{"1": 2, "2": 1, "0": 0, "3": 3}')
+    assert _prepare(grown["all"], out, "--append", "--class_map", str(mapping)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "class_map: output null, this run" in err, err
+    assert _snapshot(out) == before

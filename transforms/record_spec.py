@@ -73,6 +73,8 @@ def stored_spec(metadata: Mapping[str, Any]) -> dict[str, Any]:
     written before specs were stored, the same fields gathered from where it kept them."""
     spec = metadata.get("record_spec")
     if isinstance(spec, Mapping):
+        if "class_map" not in spec:  # stored before the spec held it: the classes section did
+            spec = {**spec, "class_map": _class_map(metadata)}
         return {**RecordSpec().stored(), **spec}
     used = metadata.get("parameters") or {}
     classes = metadata.get("classes") or {}
@@ -89,8 +91,15 @@ def stored_spec(metadata: Mapping[str, Any]) -> dict[str, Any]:
             ignore_index=classes.get("ignore_index"),
             class_names=classes.get("names") or None,
             colormap=classes.get("colormap") or None,
+            class_map=_class_map(metadata),
         )
     return stored
+
+
+def _class_map(metadata: Mapping[str, Any]) -> Any:
+    classes = metadata.get("classes")
+    found = classes.get("class_map") if isinstance(classes, Mapping) else None
+    return found.get("map") if isinstance(found, Mapping) else None
 
 
 def differences_from_stored(metadata: Mapping[str, Any], spec: RecordSpec) -> list[str]:
@@ -122,6 +131,8 @@ def _stored_classes(classes: ClassMaskSettings) -> dict[str, Any]:
         "ignore_index": classes.ignore_index if is_classes else None,
         "class_names": list(classes.class_names) if classes.class_names else None,
         "colormap": [list(c) for c in classes.colormap] if classes.colormap else None,
+        # source id -> stored id: two runs whose maps differ store different ids for one mask
+        "class_map": classes.class_map.to_json()["map"] if classes.class_map else None,
     }
 
 
