@@ -429,3 +429,38 @@ def test_an_append_with_another_class_map_is_refused(grown, tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "class_map: output null, this run" in err, err
     assert _snapshot(out) == before
+
+
+def test_an_append_whose_lists_move_a_stored_key_says_so(tmp_path):
+    """Official splits: an append's --split_file naming a stored key in another split was
+    accepted silently, the key kept where it was while the summary said every entry is in
+    its listed split. The key is now a key_exists reject saying both splits."""
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    write_sample_data(tmp_path / "all", count=6, seed=5, broken_fraction=0.0, height=16, width=12)
+    keys = sorted(p.stem for p in (tmp_path / "all" / "images").iterdir())
+
+    def lists(train: list[str], validation: list[str]) -> list[str]:
+        flags = []
+        for split, names in (("train", train), ("validation", validation)):
+            path = tmp_path / f"{split}-{len(names)}-{names[0]}.txt"
+            path.write_text("".join(f"{name}\n" for name in names))
+            flags += ["--split_file", f"{split}={path}"]
+        return flags
+
+    out = tmp_path / "out"
+    first = lists(keys[:4], keys[4:])
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *first)]) == 0
+    moved = lists(keys[1:], keys[:1])  # keys[0] "moved" to validation, keys[4:] to train
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "all"), out, *moved, "--append")]) == 0
+    rejects = {
+        row["key"]: row for row in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())
+    }
+    assert set(rejects) == {keys[0], *keys[4:]}
+    assert all(row["reason"] == "key_exists" for row in rejects.values())
+    assert (
+        "listed in validation, but version 1 of the output stores it in train"
+        in (rejects[keys[0]]["detail"])
+    )
+    assert _keys_by_split(out)["train"].count(keys[0]) == 1
+    assert main(["verify", str(out)]) == 0

@@ -66,14 +66,29 @@ class _CheckExisting(beam.DoFn):
             for version, table in self._tables_of(split):
                 stored = table.get(pair.key)
                 if stored is not None:
-                    found = version, stored
+                    found = version, stored, split
                     break
             if found is not None:
                 break
         if found is None:
             yield pair
             return
-        version, stored = found
+        version, stored, split = found
+        listed = None if isinstance(self._fractions, SplitFractions) else self._fractions
+        if listed is not None and listed.split_of(pair.key) not in (None, split):
+            # The user's lists moved a stored key: a stored record never moves, so the list
+            # and the output disagree, and that is said, not hidden.
+            self._exists.inc()
+            detail = (
+                f"listed in {listed.split_of(pair.key)}, but version {version} of the output "
+                f"stores it in {split}: an append never moves a stored record (it is kept "
+                "where it is)"
+            )
+            yield beam.pvalue.TaggedOutput(
+                REJECTS,
+                Reject(pair.key, Reason.KEY_EXISTS, detail, pair.image.path, pair.mask.path),
+            )
+            return
         digest = pair_digest(self._writing, pair)
         if isinstance(digest, RejectError):
             Metrics.counter("segprep", f"rejected_{digest.reason.value}").inc()
