@@ -299,6 +299,19 @@ def test_leakage_check_rejects_copies_of_another_outputs_images(tmp_path):
     assert "leakage: 3 entries" in done.stdout
 
 
+def test_leakage_check_of_the_output_itself_is_refused_through_a_link(planted, tmp_path):
+    """--leakage_check OUT is refused; a link to OUT was taken as another output, and every
+    image leaked into its own stored copy."""
+    data, _ = planted
+    out = tmp_path / "out"
+    _prepare(data, out)
+    (tmp_path / "link").symlink_to(out)
+    done = _prepare(
+        data, out, "--overwrite", "--leakage_check", str(tmp_path / "link"), check=False
+    )
+    assert done.returncode == 2 and "is the --output_dir" in done.stderr, done.stderr
+
+
 def test_leakage_check_needs_hashes_and_the_search(tmp_path):
     data = tmp_path / "data"
     _distinct_dataset(data, count=4)

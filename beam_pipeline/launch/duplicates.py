@@ -7,6 +7,7 @@ in its metadata.json); that is found out here, before anything runs.
 from __future__ import annotations
 
 import argparse
+import os
 
 from beam_pipeline.errors import UsageError
 from beam_pipeline.job.settings import DuplicateSettings, LeakageCheck
@@ -21,6 +22,15 @@ _PER_PART = 2_000
 _MIN_PARTS = 512
 _ROW_BYTES = 400  # a stored hash row's bytes, about (it holds a 256-character signature)
 _UNLISTED = 32_000_000  # gs:// inputs, listed by the job: partitions for this many images
+
+
+def _same_folder(folder: str, output: str) -> bool:
+    """The same place, a local one through any link (a link to the output is the output)."""
+    if files.normalize_dir(folder) == output:
+        return True
+    if files.is_local(folder) and files.is_local(output):
+        return os.path.realpath(folder) == os.path.realpath(output)
+    return False
 
 
 def plan_duplicates(
@@ -38,7 +48,7 @@ def plan_duplicates(
     """
     output = files.normalize_dir(args.output_dir)
     for folder in args.leakage_check or ():
-        if files.normalize_dir(folder) == output:
+        if _same_folder(folder, output):
             raise UsageError(
                 f"--leakage_check {folder} is the --output_dir: check against another output "
                 "(your test set), not the one this run writes"
