@@ -35,6 +35,7 @@ from shard_reader.metadata import SplitInfo, load_split
 from transforms import files
 from transforms.files import NotAFileError, open_regular
 from transforms.format import record_formats
+from transforms.format.dataset_info import MetadataError
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -372,17 +373,25 @@ def _memory_refusal(split: str, part: int, size: Size | None, pixel_bytes: int) 
 
 def _check_regular(info: SplitInfo) -> None:
     """Refuse a local shard that is a FIFO, device or folder before tf.data opens it: its
-    reader would block on a FIFO or read a device without end. A missing shard is left to
-    tf.data (NotFoundError when read; a filled cache does not need it)."""
-    for path in info.files:
+    reader would block on a FIFO or read a device without end; and one whose size is not the
+    one metadata.json lists (a record swapped for another shard's passes every CRC and
+    count: the other readers check the size too). A missing shard is left to tf.data
+    (NotFoundError when read; a filled cache does not need it)."""
+    sizes = info.shard_bytes or (None,) * len(info.files)
+    for path, size in zip(info.files, sizes, strict=True):
         if files.is_remote(path):
             return
         try:
-            open_regular(path).close()
+            with open_regular(path) as handle:
+                actual = os.fstat(handle.fileno()).st_size
         except FileNotFoundError:
             continue
         except NotAFileError as error:
             raise NotAFileError(f"{error}: a shard must be the file segprep wrote") from None
+        if size is not None and actual != size:
+            raise MetadataError(
+                f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
+            )
 
 
 def _sealer(directory: cache_dir.CacheDirectory, spec) -> tf.data.Dataset:

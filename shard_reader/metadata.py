@@ -39,6 +39,7 @@ class SplitInfo:
     image_shape: tuple[int, int] | None  # (height, width) when every record has it
     classes: ClassesInfo | None = None  # class-id masks; None: binary 0/255 masks
     record_format: str = record_formats.DEFAULT  # how to read `files` (its adapter's name)
+    shard_bytes: tuple[int, ...] = ()  # each file's size, as metadata.json lists it
 
 
 def load_metadata(data_dir: str | os.PathLike) -> dict[str, Any]:
@@ -65,6 +66,7 @@ def load_split(data_dir: str | os.PathLike, split: str, version: int | None = No
         image_shape=info.image_shape,
         classes=metadata.classes,
         record_format=metadata.record_format,
+        shard_bytes=tuple(shard.bytes for shard in info.shards),
     )
 
 

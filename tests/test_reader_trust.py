@@ -315,3 +315,26 @@ def test_a_fifo_in_a_files_place_is_an_error_not_a_hang(copy, what):
     )
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.startswith("NotAFileError:") and target.name in child.stdout
+
+
+def test_make_dataset_refuses_a_shard_whose_size_is_not_the_listed_one(copy, outputs):
+    """A record swapped for another output's whole, CRC-correct record keeps every count and
+    CRC: tf.data read it (one key twice, one lost) where the other readers refuse the size."""
+    import tensorflow as tf
+
+    metadata = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    shard = copy / metadata["shards"][0]["file"]
+    other = (
+        outputs["b"]
+        / json.loads((outputs["b"] / METADATA_FILE).read_text())["splits"]["train"]["shards"][0][
+            "file"
+        ]
+    )
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(shard))]
+    stranger = next(iter(tf.data.TFRecordDataset(str(other)))).numpy()
+    assert len(stranger) != len(records[-1])
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for record in [*records[:-1], stranger]:
+            writer.write(record)
+    with pytest.raises(MetadataError, match="bytes, metadata.json says"):
+        shard_reader.make_dataset(copy, "train", 2)
