@@ -171,3 +171,16 @@ def test_damage_is_a_problem_not_a_crash(name, output, capsys):
     captured = capsys.readouterr()
     assert "segprep: failed" not in captured.err
     assert captured.out.strip().splitlines()[:-1] == problems
+
+
+def test_a_reject_renamed_to_another_rejects_key_is_found(output):
+    """A line's key edited to another reject's keeps the count and the reasons: verify said
+    OK. A run rejects each key once."""
+    path = output / REJECTS_FILE
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) >= 2
+    rows[0]["key"] = rows[1]["key"]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert f"{REJECTS_FILE}: keys rejected more than once: {rows[1]['key']}" in verify_output(
+        str(output)
+    )

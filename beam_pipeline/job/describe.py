@@ -72,9 +72,7 @@ def describe(
     num_discovered = run.discovered
     if previous is not None:  # each key of the latest version once, in a shard or rejected
         num_discovered = (
-            sum(s.num_examples for s in splits.values())
-            + run.num_rejected.total
-            + run.unlabeled
+            sum(s.num_examples for s in splits.values()) + run.num_rejected.total + run.unlabeled
         )
     info = DatasetInfo(
         format_version=FORMAT_VERSION,

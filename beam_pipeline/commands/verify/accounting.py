@@ -65,6 +65,8 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
     """Count rejects.jsonl's lines and their reasons, streamed (memory: one line, whatever
     the file's size), naming the first bad lines; the number of lines."""
     count = bad = 0
+    seen: set[str] = set()
+    twice: list[str] = []
     with files.opened(path) as (handle, size):
         if size > FILE_LIMITS.rejects_bytes:
             raise files.TooLargeError(
@@ -89,6 +91,14 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
             # key_exists: an append left the key's earlier record as it was, by design.
             if key in state.keys and reason != "key_exists":
                 state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
+            if key in seen:
+                twice.append(key)
+            seen.add(key)
+    if twice:  # a run rejects a key once: an edited line names another's key
+        more = f" and {len(twice) - 10} more" if len(twice) > 10 else ""
+        state.problem(
+            f"{REJECTS_FILE}: keys rejected more than once: {', '.join(twice[:10])}{more}"
+        )
     if bad > _BAD_LINES_SHOWN:
         state.problem(f"{REJECTS_FILE}: {bad - _BAD_LINES_SHOWN:,} more lines: {_NOT_A_REJECT}")
     return count
