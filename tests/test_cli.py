@@ -157,6 +157,11 @@ def test_bare_segprep_prints_the_help_and_exits_2(capsys):
         (["sample-data", "x", "--broken_fraction", "2"], "--broken_fraction: must be a fraction"),
         (["sample-data", "x", "--count", "0"], "--count: must be at least 1"),
         (["verify"], "the following arguments are required: dir"),
+        (
+            ["prepare", "--image_dir", "i", "--mask_dir", "m", "--output_dir", "o"]
+            + ["--writer_processes", "1000"],
+            "--writer_processes: must be from 0 (auto) to 256, got 1000",
+        ),
         (["nonsense"], "invalid choice: 'nonsense'"),
     ],
 )

@@ -101,6 +101,19 @@ def count_or_auto(text: str) -> int:
     return _int_at_least(text, 0, "0 (auto) or more")
 
 
+# More writer processes or reading threads than this is a typo, not a machine: each is a
+# process or thread started, whatever the cores.
+MAX_WORKERS = 256
+
+
+def worker_count(text: str) -> int:
+    """0 (one per core) or a count of writer processes or threads, at most MAX_WORKERS."""
+    value = count_or_auto(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be from 0 (auto) to {MAX_WORKERS}, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "0 or more")
 
@@ -387,14 +400,14 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
 def _add_writer_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads_per_shard",
-        type=count_or_auto,
+        type=worker_count,
         default=DEFAULT_THREADS_PER_SHARD,
         help="threads that read and decode the entries of one shard, 0 = one per core, or "
         "one per writer process; records are still written in key order",
     )
     parser.add_argument(
         "--writer_processes",
-        type=count_or_auto,
+        type=worker_count,
         default=DEFAULT_WRITER_PROCESSES,
         help="local runs on local files: processes that write shards side by side, 0 = one "
         "per core, 1 = write in the runner's process (Dataflow parallelises by itself and "
