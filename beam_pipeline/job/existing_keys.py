@@ -78,15 +78,11 @@ class _CheckExisting(beam.DoFn):
         if listed is not None and listed.split_of(pair.key) not in (None, split):
             # The user's lists moved a stored key: a stored record never moves, so the list
             # and the output disagree, and that is said, not hidden.
-            self._exists.inc()
-            detail = (
+            yield self._exists_reject(
+                pair,
                 f"listed in {listed.split_of(pair.key)}, but version {version} of the output "
                 f"stores it in {split}: an append never moves a stored record (it is kept "
-                "where it is)"
-            )
-            yield beam.pvalue.TaggedOutput(
-                REJECTS,
-                Reject(pair.key, Reason.KEY_EXISTS, detail, pair.image.path, pair.mask.path),
+                "where it is)",
             )
             return
         digest = pair_digest(self._writing, pair)
@@ -98,16 +94,17 @@ class _CheckExisting(beam.DoFn):
             self._skipped.inc()
             yield beam.pvalue.TaggedOutput(SKIPPED, pair.key)
         else:
-            self._exists.inc()
-            detail = (
+            yield self._exists_reject(
+                pair,
                 f"version {version} of the output holds this key with other image or mask "
                 f"bytes (content sha256 {stored[:16]}..., these {digest[:16]}...): it is kept "
-                "as it is"
+                "as it is",
             )
-            yield beam.pvalue.TaggedOutput(
-                REJECTS,
-                Reject(pair.key, Reason.KEY_EXISTS, detail, pair.image.path, pair.mask.path),
-            )
+
+    def _exists_reject(self, pair: Pair, detail: str):
+        self._exists.inc()
+        reject = Reject(pair.key, Reason.KEY_EXISTS, detail, pair.image.path, pair.mask.path)
+        return beam.pvalue.TaggedOutput(REJECTS, reject)
 
 
 class CheckExistingKeys(beam.PTransform):
