@@ -558,10 +558,10 @@ def _cliques(component, neighbours, members_of, images) -> Iterator[list[str]]:
     grown from the class with the most verified neighbours left (then the most copies, then
     the smallest key), then, one at a time, the class closest to the members so far (the
     least summed hash distance, then the smallest key) among those verified with every
-    one of them; again with what is left. So a copy pairs into its original's group: a
-    crop that reaches some of the original's copies but not the original itself, and has
-    the smaller key, no longer takes those copies away from it. Groups of one image are
-    dropped."""
+    one of them; again with what is left. So a copy joins its original's group: a crop
+    that pairs with some of the original's copies but not with the original itself stays
+    out, whatever its key, rather than splitting the original from its copies. Groups of
+    one image are dropped."""
     left = set(component)
     degree = {name: len(neighbours[name] & left) for name in left}
 
