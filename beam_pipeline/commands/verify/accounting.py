@@ -65,7 +65,9 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
     """Count rejects.jsonl's lines and their reasons, streamed (memory: one line, whatever
     the file's size), naming the first bad lines; the number of lines."""
     count = bad = 0
-    seen: set[str] = set()
+    # A run writes its rejects sorted by key, so a key rejected twice is two adjacent lines
+    # and an edited key breaks the order: both seen with one key held, whatever the size.
+    previous: str | None = None
     twice: list[str] = []
     with files.opened(path) as (handle, size):
         if size > FILE_LIMITS.rejects_bytes:
@@ -91,9 +93,11 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
             # key_exists: an append left the key's earlier record as it was, by design.
             if key in state.keys and reason != "key_exists":
                 state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
-            if key in seen:
+            if key == previous:
                 twice.append(key)
-            seen.add(key)
+            elif previous is not None and key < previous:
+                state.problem(f"{REJECTS_FILE} line {number}: key {key} is out of key order")
+            previous = key
     if twice:  # a run rejects a key once: an edited line names another's key
         more = f" and {len(twice) - 10} more" if len(twice) > 10 else ""
         state.problem(
