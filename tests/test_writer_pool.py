@@ -115,11 +115,15 @@ def test_beams_multi_process_mode_is_refused(tmp_path):
 
 def test_dry_run_prints_the_plan_the_real_run_executes(sample_dataset, tmp_path):
     """On a 2-core machine (the CLI pinned to two cores) the dry run names the 2 writer
-    processes, and the real run's metadata.json records the same resolved parameters."""
+    processes, and the real run's metadata.json records the same resolved parameters.
+    Neither leaves anything in the temp folder (Beam's per-pipeline folder included, which
+    Beam itself removes only after a run)."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs two cores to pin the CLI to")
     two = set(cores[:2])
+    temp = tmp_path / "temp"
+    temp.mkdir()
 
     def prepare(*extra: str) -> str:
         done = subprocess.run(
@@ -128,8 +132,10 @@ def test_dry_run_prints_the_plan_the_real_run_executes(sample_dataset, tmp_path)
             text=True,
             timeout=600,
             preexec_fn=lambda: os.sched_setaffinity(0, two),
+            env={**os.environ, "TMPDIR": str(temp)},
         )
         assert done.returncode == 0, done.stderr[-2000:]
+        assert sorted(os.listdir(temp)) == []
         return done.stdout
 
     planned = json.loads(prepare("--dry_run"))

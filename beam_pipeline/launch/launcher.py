@@ -97,15 +97,10 @@ def _recheck(plan: RunPlan) -> output_protocol.OutputState:
 
 
 def _run_job(plan: RunPlan) -> PrepareResult:
-    import apache_beam as beam
-
-    from beam_pipeline.job.pipeline import build_pipeline
     from beam_pipeline.launch import job_monitor, submission
 
     started = time.monotonic()
-    pipeline = beam.Pipeline(options=plan.pipeline_options())
-    build_pipeline(pipeline, plan.job)
-    with _writers(plan), _progress(plan):
+    with submission.built_job(plan) as pipeline, _writers(plan), _progress(plan):
         result = pipeline.run()
         if plan.runner.submit_only:  # a template or a no-wait submission: outputs come later
             described = submission.describe_job(pipeline, plan, result=result)

@@ -8,7 +8,10 @@ running it; for Dataflow it goes through Beam's own dry run.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,21 +21,33 @@ if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
 
+@contextlib.contextmanager
+def built_job(plan: RunPlan) -> Iterator[beam.Pipeline]:
+    """The job's Beam pipeline, built from the plan. Beam makes a local temp folder for each
+    Pipeline and removes it only when the pipeline runs to the end; a dry run, a failed build
+    or a failed run would leave it in the system temp folder, so it goes here in every case."""
+    import apache_beam as beam
+
+    from beam_pipeline.job.pipeline import build_pipeline
+
+    pipeline = beam.Pipeline(options=plan.pipeline_options())
+    try:
+        build_pipeline(pipeline, plan.job)
+        yield pipeline
+    finally:
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+
+
 def dry_run(plan: RunPlan) -> dict[str, Any]:
     """Build the job without running it; for Dataflow through Beam's own dry run.
 
     Beam's dry run goes through the whole Dataflow translation (environment, packaging,
     artifacts) but stages, uploads and submits nothing, so it needs no credentials.
     """
-    import apache_beam as beam
-
-    from beam_pipeline.job.pipeline import build_pipeline
-
-    pipeline = beam.Pipeline(options=plan.pipeline_options())
-    build_pipeline(pipeline, plan.job)
-    if plan.runner.dataflow:
-        pipeline.run()
-    return with_estimate(describe_job(pipeline, plan), plan)
+    with built_job(plan) as pipeline:
+        if plan.runner.dataflow:
+            pipeline.run()
+        return with_estimate(describe_job(pipeline, plan), plan)
 
 
 def with_estimate(description: dict[str, Any], plan: RunPlan) -> dict[str, Any]:
