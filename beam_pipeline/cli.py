@@ -26,6 +26,7 @@ from beam_pipeline.launch.options import (
     HelpFormatter,
     fraction,
     integer,
+    location,
     positive_int,
 )
 from beam_pipeline.runtime import interrupts
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         return _one_line_errors(sub)
 
     sample = command("sample-data", "write a synthetic dataset in the real layout")
-    sample.add_argument("dir", help="creates DIR/images and DIR/masks")
+    sample.add_argument("dir", type=location, help="creates DIR/images and DIR/masks")
     sample.add_argument(
         "--count", type=positive_int, default=DEFAULT_SAMPLE_COUNT, help="number of entries"
     )
@@ -195,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
         "re-read an output and check shards, CRCs, sha256, counts and rejects "
         "against metadata.json (exit 1 on any problem)",
     )
-    verify.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    verify.add_argument(
+        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+    )
     verify.add_argument(
         "--repair",
         action="store_true",
@@ -208,12 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
         "add the record index (random access, PyTorch, Grain) and the TFDS files to an "
         "output that lacks them",
     )
-    index.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    index.add_argument(
+        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+    )
 
     inspect = command(
         "inspect", "render a contact sheet PNG (image | mask | overlay) of examples or rejects"
     )
-    inspect.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    inspect.add_argument(
+        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+    )
     inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
     inspect.add_argument(
         "--count",
@@ -223,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--out",
+        type=location,
         help="PNG file or folder to write; without it DATASET_inspect_SPLIT.png (or "
         "_rejects.png) beside the dataset folder; never inside the dataset, never over an "
         "existing file (adds _2, _3, ...)",
@@ -250,9 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
         "write one self-contained HTML page about an output (counts, classes, samples, "
         "rejects, shards); prints its path",
     )
-    report.add_argument("dir", help="output directory of `segprep prepare` (local or gs://)")
+    report.add_argument(
+        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+    )
     report.add_argument(
         "--out",
+        type=location,
         help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
         "DIR (in the current folder for gs://)",
     )

@@ -65,6 +65,30 @@ def test_bad_flags_end_in_one_line_and_exit_2(sample_dataset, tmp_path, capsys, 
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify", ""],
+        ["index", " "],
+        ["inspect", ""],
+        ["report", ""],
+        ["sample-data", ""],
+        ["prepare", "--image_dir", "", "--mask_dir", "m", "--output_dir", "o"],
+        ["prepare", "--data_dir", "d", "--output_dir", ""],
+    ],
+)
+def test_an_empty_path_is_a_usage_error_not_the_current_folder_or_the_root(
+    tmp_path, monkeypatch, capsys, command
+):
+    """An unset shell variable ("$OUT") must not make verify read / or prepare write into
+    the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "is empty: pass a folder or file" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_input_folder_is_a_usage_error(sample_dataset, tmp_path, capsys):
     args = _prepare_args(sample_dataset, tmp_path / "out")
     args[args.index("--mask_dir") + 1] = str(tmp_path / "nope")

@@ -114,6 +114,14 @@ def worker_count(text: str) -> int:
     return value
 
 
+def location(text: str) -> str:
+    """A folder or file, local or gs://, as given; an empty one (an unset shell variable) is
+    refused rather than read as the current folder or the root."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: pass a folder or file")
+    return text
+
+
 def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "0 or more")
 
@@ -201,16 +209,20 @@ def _add_input_flags(parser: argparse.ArgumentParser) -> None:
         "inputs (either --data_dir, or --image_dir and --mask_dir, or --image_dir and "
         "--coco_annotations)"
     )
-    inputs.add_argument("--image_dir", help="folder (local or gs://) of KEY.jpg|.jpeg|.png")
     inputs.add_argument(
-        "--mask_dir", help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
+        "--image_dir", type=location, help="folder (local or gs://) of KEY.jpg|.jpeg|.png"
+    )
+    inputs.add_argument(
+        "--mask_dir", type=location, help="folder of KEY_mask.mat, KEY.mat, KEY_mask.png or KEY.png"
     )
     inputs.add_argument(
         "--data_dir",
+        type=location,
         help="one folder holding both: KEY.jpg|.jpeg|.png beside KEY_mask.mat|.png (or KEY.mat)",
     )
     inputs.add_argument(
         "--coco_annotations",
+        type=location,
         metavar="FILE",
         help="COCO instances or stuff JSON (local or gs://), in place of --mask_dir: each "
         "image's annotations are rasterised into a class-id mask (needs --mask_type classes); "
@@ -218,6 +230,7 @@ def _add_input_flags(parser: argparse.ArgumentParser) -> None:
     )
     inputs.add_argument(
         "--annotations",
+        type=location,
         metavar="PATH",
         help="an annotation tool's export in place of --mask_dir (docs/classes.md): "
         "a COCO JSON, a CVAT for images 1.1 XML, a Label Studio JSON export, or a folder of "
@@ -324,6 +337,7 @@ def _add_public_dataset_flags(parser: argparse.ArgumentParser) -> None:
     )
     public.add_argument(
         "--split_file",
+        type=location,
         action="append",
         metavar="SPLIT=PATH",
         help="repeatable: an official split list, one key per line (image extension "
@@ -350,7 +364,10 @@ def _add_public_dataset_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--output_dir", required=True, help="where shards and metadata.json go (local or gs://)"
+        "--output_dir",
+        type=location,
+        required=True,
+        help="where shards and metadata.json go (local or gs://)",
     )
     parser.add_argument(
         "--train_size",
@@ -445,6 +462,7 @@ def _add_duplicate_flags(parser: argparse.ArgumentParser) -> None:
     )
     found.add_argument(
         "--leakage_check",
+        type=location,
         action="append",
         metavar="OTHER_OUT",
         help="another segprep output (e.g. your test set), repeatable: entries that "
