@@ -216,6 +216,18 @@ def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
     assert main(["verify", str(out)]) == 0
 
 
+def test_an_append_of_stored_keys_only_says_it_found_no_near_copy(grown, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    same = sorted(grown["v1_keys"]["train"])[0]
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [same])
+    capsys.readouterr()
+    assert _prepare(batch, out, "--append") == 0
+    said = capsys.readouterr().out
+    assert "this append: no new entry is a near copy of an image already in the output" in said
+    assert "0 new entries" not in said
+
+
 def test_parameters_that_shape_records_must_match(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -158,10 +158,13 @@ def _append_line(found: Mapping[str, Any]) -> str:
         done = "each entry kept in its listed split"
     else:
         done = "each joined the split of the image it copies"
-    copies = "entry is a near copy" if matches == 1 else "entries are near copies"
+    if matches == 0:
+        found_line = "no new entry is a near copy of an image already in the output"
+    else:
+        copies = "entry is a near copy" if matches == 1 else "entries are near copies"
+        found_line = f"{matches:,} new {copies} of images already in the output, {done}"
     line = (
-        f"this append: {matches:,} new {copies} "
-        f"of images already in the output, {done}; "
+        f"this append: {found_line}; "
         f"{_counted(found.get('groups', 0), 'group', 'groups')} among "
         "the new and stored images"
     )
