@@ -217,13 +217,18 @@ def portrait_hashes(folder: Path) -> tuple[list[dups.ImageHash], dict[str, dict]
     return hashes, truth
 
 
-def pair_matrices(hashes: list[dups.ImageHash]) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair's Hamming distance and signature correlation."""
+def pair_matrices(hashes: list[dups.ImageHash]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair's Hamming distance, signature correlation, and whether the job's chroma
+    check (dups.chroma_similarity, judged only within the largest threshold) passes."""
     phashes = np.array([h.phash for h in hashes], dtype=np.uint64)
     distance = np.bitwise_count(phashes[:, None] ^ phashes[None, :]).astype(np.int64)
     sigs = np.array([np.frombuffer(h.signature, np.int8) for h in hashes], dtype=np.float64)
     sigs /= np.maximum(np.linalg.norm(sigs, axis=1, keepdims=True), 1e-12)
-    return distance, sigs @ sigs.T
+    chroma = np.ones(distance.shape, dtype=bool)
+    for i, j in zip(*np.nonzero(np.triu(distance <= max(PORTRAIT_THRESHOLDS), 1)), strict=True):
+        agree = dups.chroma_similarity(hashes[i].signature, hashes[j].signature)
+        chroma[i, j] = chroma[j, i] = agree is None or agree >= dups.MIN_CHROMA_SIMILARITY
+    return distance, sigs @ sigs.T, chroma
 
 
 def _group_outcome(hashes, truth, found: np.ndarray) -> tuple[float, float]:
@@ -246,7 +251,7 @@ def _group_outcome(hashes, truth, found: np.ndarray) -> tuple[float, float]:
 
 def portrait_table(folder: Path) -> dict:
     hashes, truth = portrait_hashes(folder)
-    distance, correlation = pair_matrices(hashes)
+    distance, correlation, chroma = pair_matrices(hashes)
     keys = [h.key for h in hashes]
     identity = np.array([truth[key]["identity"] for key in keys])
     family = np.array([truth[key]["family"] for key in keys])
@@ -257,6 +262,8 @@ def portrait_table(folder: Path) -> dict:
     for threshold in PORTRAIT_THRESHOLDS:
         for minimum in SIMILARITIES:
             found = (distance <= threshold) & (correlation >= minimum) & off_diagonal
+            if minimum > 0:  # the job's check: the signature, then its chroma
+                found &= chroma
             exact = np.array([[a.sha256 == b.sha256 for b in hashes] for a in hashes])
             found |= exact & off_diagonal
             row = {"D": threshold, "S": minimum}

@@ -473,6 +473,50 @@ def test_signature_confirms_copies_and_parts_distinct_images():
     assert dups.similarity(original, signature(_smooth_photo(4))) < 0.95
 
 
+def _person(hair, skin, shirt, backdrop=(188, 190, 186)) -> Image.Image:
+    """A head-and-shoulders figure in front of a studio backdrop."""
+    image = Image.new("RGB", (240, 320), backdrop)
+    draw = ImageDraw.Draw(image)
+    draw.rounded_rectangle((50, 190, 190, 330), 30, fill=shirt)
+    draw.rectangle((108, 150, 132, 200), fill=skin)
+    draw.ellipse((85, 80, 155, 165), fill=skin)
+    draw.chord((80, 70, 160, 140), 180, 360, fill=hair)
+    return image
+
+
+def _job_hash(image: Image.Image, key: str) -> dups.ImageHash:
+    data = _jpeg(image)
+    with Image.open(io.BytesIO(data)) as opened:
+        opened.draft("RGB", (2 * dups.THUMB_SIDE, 2 * dups.THUMB_SIDE))
+        return dups.fingerprint(key, data, dups.thumbnail(opened))
+
+
+def test_two_people_before_one_backdrop_are_told_apart_by_their_colours():
+    """Same silhouette, same backdrop, the same brightness cell by cell: the signatures
+    correlate above the minimum, but hair, skin and shirt differ in colour, so the chroma
+    check parts them; brightness, contrast, resized and cropped copies still pass it, and
+    grey images are judged on their signatures alone."""
+    red_hair = _person((150, 60, 30), (230, 180, 150), (40, 70, 45))
+    grey_hair = _person((55, 90, 100), (205, 188, 180), (60, 55, 62))
+    one, other = _job_hash(red_hair, "one"), _job_hash(grey_hair, "other")
+    assert dups.hamming(one.phash, other.phash) <= 12
+    assert dups.similarity(one.signature, other.signature) >= 0.95
+    assert dups.chroma_similarity(one.signature, other.signature) < dups.MIN_CHROMA_SIMILARITY
+    assert not dups.verified(one, other, 0.95)
+    copies = [
+        ImageEnhance.Brightness(red_hair).enhance(0.85),
+        ImageEnhance.Contrast(red_hair).enhance(1.15),
+        red_hair.resize((160, 213)),
+        red_hair.crop((4, 3, 238, 318)),
+    ]
+    for number, copy in enumerate(copies):
+        assert dups.verified(one, _job_hash(copy, f"copy{number}"), 0.95)
+    grey = _job_hash(red_hair.convert("L"), "grey")
+    darker_grey = _job_hash(ImageEnhance.Brightness(red_hair.convert("L")).enhance(0.9), "g2")
+    assert dups.chroma_similarity(grey.signature, darker_grey.signature) is None
+    assert dups.verified(grey, darker_grey, 0.95)
+
+
 def test_hash_rows_keep_the_signature_and_old_rows_still_load():
     signature = bytes([1, 255, 0]) * 64
     image = dups.ImageHash("k", "ab" * 32, 5, None, signature)

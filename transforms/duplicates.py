@@ -47,6 +47,11 @@ _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
 MODES = ("group", "drop", "off")
+# A candidate's chroma must correlate this well too (verified); below CHROMA_FLOOR (the
+# root mean square of a signature's chroma, in its int8 units) an image counts as grey.
+# benchmarks/duplicates.py chose both on portraits in front of near-identical backdrops.
+MIN_CHROMA_SIMILARITY = 0.88
+CHROMA_FLOOR = 2.0
 
 
 class UnhashableImage(ValueError):
@@ -198,14 +203,41 @@ def similarity(a: bytes, b: bytes) -> float:
     return float(x @ y) / norms
 
 
+def _chroma(signature: bytes) -> np.ndarray | None:
+    """A signature's colour apart from its brightness: each cell less the mean of its three
+    channels (the signature's one mean cancels). None when that is too faint to compare
+    (a grey or nearly grey image, where it is JPEG's chroma noise)."""
+    cells = np.frombuffer(signature, dtype=np.int8).astype(np.float64).reshape(-1, 3)
+    chroma = (cells - cells.mean(axis=1, keepdims=True)).ravel()
+    if float(np.sqrt(chroma @ chroma / chroma.size)) < CHROMA_FLOOR:
+        return None
+    return chroma
+
+
+def chroma_similarity(a: bytes, b: bytes) -> float | None:
+    """Normalised correlation of two signatures' chroma; None when either image has too
+    little colour to tell."""
+    x, y = _chroma(a), _chroma(b)
+    if x is None or y is None:
+        return None
+    return float(x @ y) / float(np.sqrt((x @ x) * (y @ y)))
+
+
 def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     """A band-search candidate confirmed as a near copy (the job's default minimum is 0.95,
-    DuplicateSettings.min_similarity): the same bytes, or signatures that
-    correlate at `min_similarity` or more. An image without a signature (a hash table
-    written before signatures) is confirmed by the perceptual-hash distance alone."""
+    DuplicateSettings.min_similarity): the same bytes, or signatures that correlate at
+    `min_similarity` or more whose chroma also correlates at MIN_CHROMA_SIMILARITY or more.
+    The chroma check is what tells two people apart in front of one backdrop: the backdrop
+    and the silhouette make most of the signature, hair, skin and clothes most of its
+    chroma; brightness and contrast changes scale the chroma, which the correlation ignores.
+    An image without a signature (a hash table written before signatures) is confirmed by
+    the perceptual-hash distance alone."""
     if a.sha256 == b.sha256 or not a.signature or not b.signature:
         return True
-    return similarity(a.signature, b.signature) >= min_similarity
+    if similarity(a.signature, b.signature) < min_similarity:
+        return False
+    chroma = chroma_similarity(a.signature, b.signature)
+    return chroma is None or chroma >= MIN_CHROMA_SIMILARITY
 
 
 def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:

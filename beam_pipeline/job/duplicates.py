@@ -449,6 +449,7 @@ def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
         "mode": settings.mode,
         "threshold": settings.distance,
         "min_similarity": settings.min_similarity,
+        "min_chroma_similarity": dups.MIN_CHROMA_SIMILARITY,
         "official_splits": settings.official,
         "groups": len(groups),
         "keys_in_groups": sum(len(group.keys) for group in groups),
