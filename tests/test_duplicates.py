@@ -458,6 +458,34 @@ def test_a_copy_that_misses_the_original_does_not_take_its_copies_away():
     assert groups == [["b-resize", "c-jpeg", "d-bright", "p", "p-exact"]]
 
 
+def test_an_original_stays_with_its_copies_when_a_copy_has_more_neighbours():
+    """The contrast copy (smallest key) pairs with the original, its re-encode, its resize
+    and a brightness copy that is too far from the original to pair with it: grown from
+    the contrast copy, the closest first, the group took the re-encode and the brightness
+    copy and left the original apart from its own copies (held-out portraits). The group
+    that comes out largest is kept: the original, its exact copy and three copies."""
+
+    def h(key, phash, sha=None):
+        return dups.ImageHash(key, sha or key, phash)
+
+    original, exact = h("p", 0, "same"), h("p-exact", 0, "same")
+    contrast, jpeg, bright, resize = (
+        h("a-contrast", 0b1111),
+        h("b-jpeg", 0b1110),
+        h("c-bright", 0b11111),
+        h("d-resize", 0b11),
+    )
+    verified_pairs = [
+        (original, exact),
+        *((original, copy) for copy in (contrast, jpeg, resize)),
+        *itertools.combinations((contrast, jpeg, resize), 2),
+        (contrast, bright),
+        (jpeg, bright),
+    ]
+    groups = [[m.key for m in group] for group in dups.complete_groups(verified_pairs)]
+    assert groups == [["a-contrast", "b-jpeg", "d-resize", "p", "p-exact"]]
+
+
 def test_signature_confirms_copies_and_parts_distinct_images():
     photo = _smooth_photo(3)
     darker = ImageEnhance.Brightness(photo).enhance(0.85)

@@ -519,9 +519,9 @@ def existing_split(source: str) -> str | None:
 def complete_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[list[ImageHash]]:
     """Groups in which every member is a verified near copy of every other (complete
     linkage), so A~B and B~C never chain A to C. Within each connected component of the
-    pair graph, groups are grown around the best-connected image, the closest images first
-    (_cliques); those left over form groups the same way. Singletons are no group. Each
-    group sorted by key; the groups sorted."""
+    pair graph, groups are grown from the best-connected images, the closest images first,
+    keeping the largest (_cliques); those left over form groups the same way. Singletons
+    are no group. Each group sorted by key; the groups sorted."""
     return sorted(group for linked in linked_groups(pairs) for group in linked.groups)
 
 
@@ -585,15 +585,21 @@ def _keys(group: list[ImageHash]) -> list[str]:
     return [member.key for member in group]
 
 
+_ANCHORS_TRIED = 8  # the best-connected classes each group is tried from
+
+
 def _cliques(component, neighbours, members_of, images) -> Iterator[list[str]]:
-    """A component's groups of classes (identical bytes), each verified with every other:
-    grown from the class with the most verified neighbours left (then the most copies, then
-    the smallest key), then, one at a time, the class closest to the members so far (the
-    least summed hash distance, then the smallest key) among those verified with every
-    one of them; again with what is left. So a copy joins its original's group: a crop
-    that pairs with some of the original's copies but not with the original itself stays
-    out, whatever its key, rather than splitting the original from its copies. Groups of
-    one image are dropped."""
+    """A component's groups of classes (identical bytes), each verified with every other.
+    A group is grown from an anchor: then, one at a time, the class closest to the members
+    so far (the least summed hash distance, then the smallest key) among those verified with
+    every one of them. It is tried from each of the _ANCHORS_TRIED classes with the most
+    verified neighbours left (then the most copies, then the smallest key), and the group
+    that comes out with the most images is kept (then the closest, then the anchor's rank);
+    again with what is left. So an original stays with its copies when one of its copies has
+    more neighbours (a crop and a brightness copy that pair with it but not with the
+    original), and a crop that pairs with some of the original's copies but not with the
+    original itself stays out, whatever its key. Trying a few anchors, not all, keeps a
+    component of n near-identical images at O(n^2) work. Groups of one image are dropped."""
     left = set(component)
     degree = {name: len(neighbours[name] & left) for name in left}
 
@@ -603,21 +609,35 @@ def _cliques(component, neighbours, members_of, images) -> Iterator[list[str]]:
     def phash(name: str) -> int:
         return images[members_of[name][0]].phash
 
-    heap = [(*rank(name), name) for name in left]
-    heapq.heapify(heap)
-    while heap:
-        *ranked, anchor = heapq.heappop(heap)
-        if anchor not in left or tuple(ranked) != rank(anchor):
-            continue  # taken, or its degree fell since it was pushed
+    def grown(anchor: str) -> tuple[tuple, list[str]]:
         members, candidates = [anchor], neighbours[anchor] & left
         apart = {name: (phash(name) ^ phash(anchor)).bit_count() for name in candidates}
+        summed = 0
         while candidates:
             joining = min(candidates, key=lambda name: (apart[name], members_of[name][0]))
             members.append(joining)
+            summed += apart[joining]
             candidates = (candidates & neighbours[joining]) - {joining}
             for name in candidates:
                 apart[name] += (phash(name) ^ phash(joining)).bit_count()
+        size = sum(len(members_of[name]) for name in members)
+        return (-size, summed, rank(anchor)), members
+
+    heap = [(*rank(name), name) for name in left]
+    heapq.heapify(heap)
+    while heap:
+        anchors: list[str] = []
+        while heap and len(anchors) < _ANCHORS_TRIED:
+            *ranked, name = heapq.heappop(heap)
+            if name in left and tuple(ranked) == rank(name) and name not in anchors:
+                anchors.append(name)  # else taken, or its degree fell since it was pushed
+        if not anchors:
+            break
+        _, members = min(grown(anchor) for anchor in anchors)
         left -= set(members)
+        for name in anchors:
+            if name in left:
+                heapq.heappush(heap, (*rank(name), name))
         for name in {other for member in members for other in neighbours[member]} & left:
             degree[name] = len(neighbours[name] & left)
             heapq.heappush(heap, (*rank(name), name))
