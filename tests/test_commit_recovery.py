@@ -348,6 +348,50 @@ def test_a_forged_journal_moves_and_deletes_no_published_file(references, tmp_pa
     assert before.keys() == published(out)
 
 
+@pytest.mark.parametrize("staged_metadata", ["a_copy_of_the_published_one", "not_a_metadata"])
+def test_a_forged_journal_never_moves_a_file_no_metadata_lists(
+    references, tmp_path, capsys, staged_metadata
+):
+    """A user's file under a shard-like name that no metadata.json lists, named by a forged
+    `committing` journal as its run's new file: rolled back, it went into the run folder and
+    was removed with it."""
+    import hashlib
+
+    out = _earlier_output(references, tmp_path)
+    theirs = out / "validation-00003-of-00004.tfrecord"
+    theirs.write_bytes(b"the user's own file")
+    staged = out / ".segprep" / "runs" / "r1"
+    staged.mkdir(parents=True)
+    if staged_metadata == "not_a_metadata":
+        data = b'{"forged": true}'
+    else:
+        forged = json.loads((out / "metadata.json").read_text())
+        forged["forged"] = True
+        data = json.dumps(forged).encode()
+    (staged / "metadata.json").write_bytes(data)
+    kept = sorted(published(out) - {"metadata.json", theirs.name})
+    journal = {
+        "state": "committing",
+        "run_id": "r1",
+        "previous_run_id": "",
+        "previous": [],
+        "kept": kept,
+        "moves": [
+            [theirs.name, theirs.name],
+            ["train-00098-of-00099.tfrecord", "train-00098-of-00099.tfrecord"],
+        ],
+        "metadata_sha256": hashlib.sha256(data).hexdigest(),
+    }
+    journal["files"] = sorted({*kept, theirs.name, "train-00098-of-00099.tfrecord"})
+    (out / ".segprep" / "manifest.json").write_text(json.dumps(journal))
+    before = {name: (out / name).read_bytes() for name in published(out)}
+    assert main(["verify", "--repair", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nothing was changed" in err, err
+    assert theirs.read_bytes() == b"the user's own file"
+    assert {name: (out / name).read_bytes() for name in published(out)} == before
+
+
 @pytest.mark.parametrize("path", ["forward", "back"])
 def test_a_run_folder_linked_elsewhere_is_refused_and_nothing_there_moves(
     references, tmp_path, capsys, path

@@ -44,8 +44,10 @@ from transforms.format.naming import (
     INDEX_SUFFIX,
     MANIFEST_FILE,
     METADATA_FILE,
+    REJECTS_FILE,
     SEGPREP_DIR,
     SIDE_TABLE_RE,
+    UNLABELED_FILE,
     is_output_name,
     parse_shard_name,
     run_dir,
@@ -353,6 +355,36 @@ def _witnessed(output_dir: str, journal: Journal, where: _Where, forward: bool) 
             touched = not where.staged(name)
         if touched and where.holds(final, entry):
             _refuse(output_dir, f"would move or replace the published {final} as its run's own")
+    _foreign_finals(output_dir, journal, where, forward, set(published) | earlier)
+
+
+def _foreign_finals(
+    output_dir: str, journal: Journal, where: _Where, forward: bool, accounted: set[str]
+) -> None:
+    """Refuse a journal that would write over, or move into its run folder (which recovery
+    then removes), a file at one of its final names that no earlier output listed or set
+    aside: a file segprep cannot prove it wrote (a user's, under a shard-like name). Moving
+    back is allowed when the file is the one the run's new metadata.json lists (size and
+    sha256), or one of the run's fixed-name lists, which every publish replaces."""
+    new_listing: dict[str, tuple[int, str]] | None = None
+    for name, final in journal.moves:
+        if final in accounted or not where.exists(final):
+            continue
+        if forward:
+            if where.staged(name):
+                _refuse(output_dir, f"would write its run's file over {final}, not one it wrote")
+            continue
+        if where.staged(name) or final in (REJECTS_FILE, UNLABELED_FILE):
+            continue
+        if new_listing is None:
+            new_listing = where.new_listing()
+        entry = new_listing.get(final)
+        if entry is None or not where.holds(final, entry):
+            _refuse(
+                output_dir,
+                f"would move {final} into its run's folder, and remove it, though its new "
+                "metadata.json does not list that file",
+            )
 
 
 def metadata_in_place(output_dir: str, journal: Journal) -> bool:
@@ -411,6 +443,18 @@ class _Where:
             info = DatasetInfo.from_json(parse_json(data))
         except (MetadataError, ValueError) as error:
             _refuse(self.out, f"cannot be checked against the earlier metadata.json ({error})")
+        return listed_refs(info)
+
+    def new_listing(self) -> dict[str, tuple[int, str]]:
+        """{name: (bytes, sha256)} of every file the run's new metadata.json (staged, or in
+        place) lists; one that cannot be read or checked is refused."""
+        data = self._metadata(_staged_name(self.journal.run_id, METADATA_FILE))
+        if not self._is_new_metadata(data):
+            data = self._metadata(METADATA_FILE)
+        try:
+            info = DatasetInfo.from_json(parse_json(data or b""))
+        except (MetadataError, ValueError) as error:
+            _refuse(self.out, f"cannot be checked against its new metadata.json ({error})")
         return listed_refs(info)
 
     def holds(self, name: str, entry: tuple[int, str]) -> bool:
