@@ -216,6 +216,28 @@ def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
     assert main(["verify", str(out)]) == 0
 
 
+def test_a_stored_key_whose_mask_is_gone_stays_stored_and_is_not_rejected_twice(grown, tmp_path):
+    """An append whose input lost a stored key's mask rejected it as missing_mask while its
+    record stayed in a shard: verify then found the key stored and rejected at once."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    lost, emptied = sorted(grown["v1_keys"]["train"])[:2]
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [lost, emptied])
+    for mask in (batch / "masks").iterdir():
+        if mask.name.split(".")[0] == lost:
+            mask.unlink()
+    (next((batch / "images").glob(f"{emptied}.*"))).write_bytes(b"")
+    assert _prepare(batch, out, "--append", "--max_reject_fraction", "1") == 0
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    mine = {r["key"]: r for r in rejects if r["key"] in (lost, emptied)}
+    assert {key: r["reason"] for key, r in mine.items()} == {
+        lost: "key_exists",
+        emptied: "key_exists",
+    }
+    assert "missing_mask" in mine[lost]["detail"]
+    assert main(["verify", str(out)]) == 0
+
+
 def test_an_append_of_stored_keys_only_says_it_found_no_near_copy(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -60,16 +60,17 @@ class _CheckExisting(beam.DoFn):
                 return (own, *(split for split in splits if split != own))
         return splits
 
-    def process(self, pair: Pair):
-        found = None
-        for split in self._splits_to_search(pair.key):
+    def _find(self, key: str) -> tuple[int, str, str] | None:
+        """(version, stored content digest, split) of a key the output holds, else None."""
+        for split in self._splits_to_search(key):
             for version, table in self._tables_of(split):
-                stored = table.get(pair.key)
+                stored = table.get(key)
                 if stored is not None:
-                    found = version, stored, split
-                    break
-            if found is not None:
-                break
+                    return version, stored, split
+        return None
+
+    def process(self, pair: Pair):
+        found = self._find(pair.key)
         if found is None:
             yield pair
             return
@@ -87,9 +88,11 @@ class _CheckExisting(beam.DoFn):
             return
         digest = pair_digest(self._writing, pair)
         if isinstance(digest, RejectError):
-            Metrics.counter("segprep", f"rejected_{digest.reason.value}").inc()
-            reject = Reject(pair.key, digest.reason, digest.detail, pair.image.path, pair.mask.path)
-            yield beam.pvalue.TaggedOutput(REJECTS, reject)
+            yield self._exists_reject(
+                pair,
+                f"version {version} of the output holds this key; this run's files cannot "
+                f"be read ({digest.reason.value}: {digest.detail}): it is kept as it is",
+            )
         elif digest == stored:
             self._skipped.inc()
             yield beam.pvalue.TaggedOutput(SKIPPED, pair.key)
@@ -107,8 +110,31 @@ class _CheckExisting(beam.DoFn):
         return beam.pvalue.TaggedOutput(REJECTS, reject)
 
 
+class _StoredKeysOfRejects(_CheckExisting):
+    """The listing's rejects (an image without its mask, a mask without its image, an
+    image set apart as unlabeled) for keys the output already holds become `key_exists`
+    rejects: the stored record stays, and a key is never both stored and rejected."""
+
+    def process(self, reject: Reject):
+        found = self._find(reject.key)
+        if found is None:
+            yield reject
+            return
+        self._exists.inc()
+        Metrics.counter("segprep", f"rejected_{reject.reason.value}").dec()
+        yield Reject(
+            reject.key,
+            Reason.KEY_EXISTS,
+            f"version {found[0]} of the output holds this key; this run's entry is "
+            f"{reject.reason.value} ({reject.detail}): it is kept as it is",
+            reject.image,
+            reject.mask,
+        )
+
+
 class CheckExistingKeys(beam.PTransform):
-    """{"pairs": new pairs, "rejects": key_exists and unreadable, "skipped": a count}."""
+    """{"pairs", "rejects"} of the listing -> {"pairs": new pairs, "rejects": the
+    listing's, with stored keys' as key_exists, and key_exists, "skipped": a count}."""
 
     def __init__(
         self,
@@ -119,10 +145,13 @@ class CheckExistingKeys(beam.PTransform):
     ) -> None:
         super().__init__()
         self._dofn = _CheckExisting(output_dir, append, fractions, writing)
+        self._of_rejects = _StoredKeysOfRejects(output_dir, append, fractions, writing)
 
-    def expand(self, pairs):
-        checked = pairs | "LookUpKeys" >> beam.ParDo(self._dofn).with_outputs(
+    def expand(self, found):
+        checked = found["pairs"] | "LookUpKeys" >> beam.ParDo(self._dofn).with_outputs(
             REJECTS, SKIPPED, main="pairs"
         )
+        listed = found[REJECTS] | "LookUpRejectedKeys" >> beam.ParDo(self._of_rejects)
+        rejects = (checked[REJECTS], listed) | "Rejects" >> beam.Flatten()
         skipped = checked[SKIPPED] | "CountSkipped" >> beam.combiners.Count.Globally()
-        return {"pairs": checked.pairs, REJECTS: checked[REJECTS], SKIPPED: skipped}
+        return {"pairs": checked.pairs, REJECTS: rejects, SKIPPED: skipped}

@@ -24,15 +24,15 @@ def build_pipeline(pipeline: beam.Pipeline, job: JobSettings) -> beam.PCollectio
     discover = DiscoverEntries(job.layout, job.entries, job.staged_images)
     found = pipeline | "DiscoverEntries" >> discover
     discovered = found[COUNTED] | "CountDiscovered" >> beam.CombineGlobally(sum).without_defaults()
-    pairs = found["pairs"]
-    early = [found[REJECTS]]
+    pairs, early = found["pairs"], [found[REJECTS]]
     counts = {"discovered": discovered}
     if job.commit.append is not None:  # `--append`: only keys the output lacks go on
-        checked = pairs | "CheckExistingKeys" >> CheckExistingKeys(
-            job.commit.output_dir, job.commit.append, job.planning.fractions, job.writing
+        checked = {"pairs": pairs, REJECTS: found[REJECTS]} | "CheckExistingKeys" >> (
+            CheckExistingKeys(
+                job.commit.output_dir, job.commit.append, job.planning.fractions, job.writing
+            )
         )
-        pairs = checked["pairs"]
-        early.append(checked[REJECTS])
+        pairs, early = checked["pairs"], [checked[REJECTS]]
         counts["skipped"] = checked[SKIPPED]
     planned = pairs | "Batch" >> beam.ParDo(Batch()) | "PlanShards" >> PlanShards(job.planning)
     written = planned | "WriteShards" >> WriteShards(job.writing)
