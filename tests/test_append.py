@@ -238,6 +238,18 @@ def test_a_stored_key_whose_mask_is_gone_stays_stored_and_is_not_rejected_twice(
     assert main(["verify", str(out)]) == 0
 
 
+def test_index_leaves_a_grown_output_as_it_is(grown, tmp_path, capsys):
+    """`segprep index` on an appended output wrote one key table per split over the
+    versions' own: verify failed and the next append was refused."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    before = _snapshot(out)
+    assert main(["index", str(out)]) == 0
+    assert "nothing done" in capsys.readouterr().out
+    assert _snapshot(out) == before
+    assert main(["verify", str(out)]) == 0
+
+
 def test_an_append_of_stored_keys_only_says_it_found_no_near_copy(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -41,6 +41,8 @@ class IndexResult:
     files: tuple[str, ...]  # names written (relative), metadata.json last
 
     def summary(self) -> str:
+        if not self.files:
+            return f"{self.directory} already has its record index and TFDS files: nothing done"
         splits = ", ".join(f"{split} {count}" for split, count in self.records.items())
         return (
             f"indexed {self.directory}: {sum(self.records.values())} records ({splits}); "
@@ -73,6 +75,12 @@ def index_output(directory: str) -> IndexResult:
         raise UsageError(str(error)) from None
     if not state.finished:
         raise UsageError(f"{directory} is not a finished segprep output")
+    if info.has_index and info.tfds_files:
+        # Rebuilding would only rewrite the same files; on an output grown by appends it
+        # would write one key table per split over the versions' own.
+        return IndexResult(directory, {}, ())
+    if len(info.dataset_versions) > 1:
+        raise UsageError(f"{directory} was grown by appends but lacks its index: prepare it again")
     run_id = f"index-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     with output_protocol.RunLock(output, run_id):
         output_protocol.make_staging_dir(output, run_id)
