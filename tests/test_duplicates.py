@@ -3,6 +3,7 @@ search underneath."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import itertools
@@ -543,6 +544,19 @@ def test_two_people_before_one_backdrop_are_told_apart_by_their_colours():
     darker_grey = _job_hash(ImageEnhance.Brightness(red_hair.convert("L")).enhance(0.9), "g2")
     assert dups.chroma_similarity(grey.signature, darker_grey.signature) is None
     assert dups.verified(grey, darker_grey, 0.95)
+
+
+def test_flat_images_of_different_brightness_are_not_copies():
+    """A flat image's signature is all zeros and its hash rounding noise: a dark, a mid and
+    a light grey frame fell within the distance and correlated at 1.0, so drop kept one."""
+    flats = [
+        _job_hash(Image.new("RGB", (64, 48), (level,) * 3), f"grey{level}")
+        for level in (15, 120, 240)
+    ]
+    for one, other in itertools.combinations(flats, 2):
+        assert not dups.verified(one, other, 0.95)
+    same_bytes = dataclasses.replace(flats[0], key="copy")
+    assert dups.verified(flats[0], same_bytes, 0.95)
 
 
 def test_hash_rows_keep_the_signature_and_old_rows_still_load():

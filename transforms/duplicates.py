@@ -230,10 +230,14 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     The chroma check is what tells two people apart in front of one backdrop: the backdrop
     and the silhouette make most of the signature, hair, skin and clothes most of its
     chroma; brightness and contrast changes scale the chroma, which the correlation ignores.
+    A flat image (an all-zero signature: one colour, whatever its brightness) is confirmed
+    only by identical bytes: a black and a white frame are not copies of each other.
     An image without a signature (a hash table written before signatures) is confirmed by
     the perceptual-hash distance alone."""
     if a.sha256 == b.sha256 or not a.signature or not b.signature:
         return True
+    if not any(a.signature) or not any(b.signature):
+        return False  # a flat image: its hash is rounding noise, its brightness not kept
     if similarity(a.signature, b.signature) < min_similarity:
         return False
     chroma = chroma_similarity(a.signature, b.signature)
