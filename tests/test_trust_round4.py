@@ -224,6 +224,25 @@ def test_report_is_written_beside_the_output_not_in_the_working_folder(prepared,
     assert expected.is_file() and list(work.iterdir()) == []
 
 
+def test_the_default_page_replaces_an_earlier_page_but_never_a_users_file(prepared, tmp_path):
+    out = tmp_path / "data" / "run1"
+    shutil.copytree(prepared[0], out)
+    theirs = tmp_path / "data" / "segprep-report-run1.html"
+    theirs.write_text("<p>the user's own notes</p>")
+    first = report_cli(str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    page = tmp_path / "data" / "segprep-report-run1_2.html"
+    assert first.stdout.strip() == str(page)
+    assert theirs.read_text() == "<p>the user's own notes</p>"
+    again = report_cli(str(out))  # the earlier page is replaced, not numbered again
+    assert again.stdout.strip() == str(page)
+    assert sorted(path.name for path in theirs.parent.iterdir()) == [
+        "run1",
+        "segprep-report-run1.html",
+        "segprep-report-run1_2.html",
+    ]
+
+
 def test_the_report_page_is_bounded_in_classes(tmp_path):
     """65,535 classes: the page shows the top MAX_CLASS_ROWS per split and counts the rest."""
     from beam_pipeline import cli

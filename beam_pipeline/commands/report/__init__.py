@@ -27,6 +27,32 @@ def default_report_path(output_dir: str) -> str:
     return os.path.join(os.path.dirname(folder), f"segprep-report-{name}.html")
 
 
+_GENERATOR = b'<meta name="generator" content="segprep report">'
+
+
+def _earlier_page(path: str) -> bool:
+    """A regular file that a `segprep report` wrote (its generator tag near the top)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with open(path, "rb") as handle:
+            return _GENERATOR in handle.read(4096)
+    except OSError:
+        return False
+
+
+def free_report_path(path: str) -> str:
+    """The default page's place: `path` when it is new or an earlier page (replaced), else
+    the first of `path` with _2, _3 ... that is; a file the user wrote there is kept."""
+    stem, suffix = os.path.splitext(path)
+    number = 1
+    while True:
+        candidate = path if number == 1 else f"{stem}_{number}{suffix}"
+        if not os.path.lexists(candidate) or _earlier_page(candidate):
+            return candidate
+        number += 1
+
+
 def checked_report_path(path: str, output_dir: str) -> str:
     """`path` made absolute, if the page may be written there: a new name, or a regular file
     (replaced whole) in an existing folder outside the output. A folder, a link, a FIFO or a
@@ -63,7 +89,7 @@ def write_report(output_dir: str, out_file: str | None = None, version: int | No
     The place is checked before anything is read; the page is then written whole or not at
     all (a temporary name, then a rename), and a failed write leaves nothing behind."""
     path = checked_report_path(
-        out_file if out_file else default_report_path(output_dir), output_dir
+        out_file if out_file else free_report_path(default_report_path(output_dir)), output_dir
     )
     if not output_dir.startswith("gs://"):
         output_dir = os.path.abspath(output_dir)
