@@ -47,6 +47,7 @@ _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
 MODES = ("group", "drop", "off")
+_EIGHT_BIT_ROWS = 256  # rows of a 16- or 32-bit image scaled to 8 bits at a time
 # A candidate's chroma must correlate this well too (verified); below CHROMA_FLOOR (the
 # root mean square of a signature's chroma, in its int8 units) an image counts as grey.
 # benchmarks/duplicates.py chose both on portraits in front of near-identical backdrops.
@@ -95,8 +96,14 @@ def eight_bit(image: Image.Image) -> Image.Image:
     Other modes are returned as they are."""
     if not (image.mode.startswith("I") or image.mode == "F"):
         return image
-    pixels = np.asarray(image, dtype=np.float64) / 257.0
-    return Image.fromarray(np.clip(pixels.round(), 0, 255).astype(np.uint8))
+    source = np.asarray(image)  # 2 or 4 bytes a pixel, as decoded
+    scaled = np.empty(source.shape, dtype=np.uint8)
+    # A band of rows at a time: the float64 arithmetic of a 40-megapixel image at once
+    # held four 320 MB arrays.
+    for start in range(0, source.shape[0], _EIGHT_BIT_ROWS):
+        rows = source[start : start + _EIGHT_BIT_ROWS].astype(np.float64) / 257.0
+        scaled[start : start + _EIGHT_BIT_ROWS] = np.clip(rows.round(), 0, 255)
+    return Image.fromarray(scaled)
 
 
 def grey_thumbnail(image: Image.Image) -> np.ndarray:
