@@ -55,6 +55,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--direct_num_workers", "two"], "--direct_num_workers: invalid int value"),
         (["--no_wait_until_finish"], "use --no_wait"),
         (["stray"], "unexpected argument 'stray'"),
+        (["--direct_num_workers", "1000"], "--direct_num_workers must be from 0 to 256"),
     ],
 )
 def test_bad_flags_end_in_one_line_and_exit_2(sample_dataset, tmp_path, capsys, extra, message):

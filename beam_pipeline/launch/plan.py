@@ -32,6 +32,7 @@ from beam_pipeline.launch.options import (
     DEFAULT_RUNNER,
     DEFAULT_SHARD_SIZE_MB,
     LOCAL_RUNNERS,
+    MAX_WORKERS,
     PRICE_FLAGS,
     HelpFormatter,
     add_prepare_arguments,
@@ -623,6 +624,11 @@ def _runner(beam: argparse.Namespace, args: argparse.Namespace) -> RunnerPlan:
             "outlive a killed launcher by up to half a minute, and they measured slower than "
             "segprep's own writer processes (--writer_processes); use in_memory (the default) "
             "or multi_threading"
+        )
+    if beam.direct_num_workers is not None and not 0 <= beam.direct_num_workers <= MAX_WORKERS:
+        # Beam starts each worker whatever the cores: 1,000 made no progress in 100 s
+        raise UsageError(
+            f"--direct_num_workers must be from 0 to {MAX_WORKERS}, got {beam.direct_num_workers}"
         )
     in_process = local and mode == "in_memory"
     workers = 1 if in_process or not local else beam.direct_num_workers or os.cpu_count() or 1
