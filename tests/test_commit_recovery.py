@@ -123,6 +123,21 @@ def test_a_link_in_place_of_segpreps_folder_is_refused(
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
 
 
+def test_a_link_in_place_of_the_lock_is_refused_in_one_line(
+    sample_dataset, references, tmp_path, capsys
+):
+    out = _earlier_output(references, tmp_path)
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text('{"precious": 1}')
+    lock = out / ".segprep" / "lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(theirs)
+    assert main(_prepare_args(sample_dataset, out, *NEW, "--overwrite")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "its lock .segprep/lock cannot be opened" in err
+    assert theirs.read_text() == '{"precious": 1}'
+
+
 def test_cleaning_an_unjournaled_commit_leaves_no_empty_index_folder(
     sample_dataset, references, tmp_path
 ):

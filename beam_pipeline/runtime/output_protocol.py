@@ -301,7 +301,13 @@ class RunLock:
         path = os.path.join(self.output_dir, LOCK_FILE)
         while True:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            descriptor = os.open(path, flags, 0o644)
+            try:
+                descriptor = os.open(path, flags, 0o644)
+            except OSError as error:  # a link (ELOOP), a folder, a FIFO's permissions
+                raise Refusal(
+                    f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} cannot be opened "
+                    f"({error.strerror}): it is not segprep's; nothing was changed"
+                ) from None
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
