@@ -56,6 +56,10 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--no_wait_until_finish"], "use --no_wait"),
         (["stray"], "unexpected argument 'stray'"),
         (["--direct_num_workers", "1000"], "--direct_num_workers must be from 0 to 256"),
+        (
+            ["--mask_type", "classes", "--class_map", "nosuchpreset"],
+            "--class_map nosuchpreset: no such file, and not a preset (ade20k_reduce_zero",
+        ),
     ],
 )
 def test_bad_flags_end_in_one_line_and_exit_2(sample_dataset, tmp_path, capsys, extra, message):

@@ -179,6 +179,13 @@ def check_mask_flags(args: argparse.Namespace) -> Annotations | None:
                     f"--{flag} does not apply with {annotations.flag}, which gives the masks "
                     "and names the classes (its labels, or --class_names)"
                 )
+    elif args.class_map is not None and not _preset_or_file(args.class_map):
+        from transforms.codecs.class_map import PRESETS
+
+        raise UsageError(
+            f"--class_map {args.class_map}: no such file, and not a preset "
+            f"({', '.join(sorted(PRESETS))})"
+        )
     elif (
         args.num_classes is None
         and args.class_names is None
@@ -190,6 +197,12 @@ def check_mask_flags(args: argparse.Namespace) -> Annotations | None:
             "--colormap FILE, --coco_annotations FILE or a --class_map preset"
         )
     return annotations
+
+
+def _preset_or_file(class_map: str) -> bool:
+    from transforms.codecs.class_map import PRESETS
+
+    return class_map in PRESETS or files.exists(class_map)
 
 
 def _names_its_classes(class_map: str | None) -> bool:
