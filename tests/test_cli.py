@@ -56,6 +56,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--no_wait_until_finish"], "use --no_wait"),
         (["stray"], "unexpected argument 'stray'"),
         (["--direct_num_workers", "1000"], "--direct_num_workers must be from 0 to 256"),
+        (["--num_shards", "99999999999999999999"], "is too large (at most 18 digits)"),
         (
             ["--mask_type", "classes", "--class_map", "nosuchpreset"],
             "--class_map nosuchpreset: no such file, and not a preset (ade20k_reduce_zero",

@@ -68,6 +68,8 @@ def _number(text: str, kind: type) -> float:
     if kind is int:
         if not _INTEGER.fullmatch(text.strip()):
             shown = text if len(text) <= 40 else text[:40] + "..."
+            if re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+                raise argparse.ArgumentTypeError(f"{shown} is too large (at most 18 digits)")
             raise argparse.ArgumentTypeError(f"{shown!r} is not an integer")
         return int(text)
     try:
