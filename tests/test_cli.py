@@ -41,7 +41,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--num_shards", "0"], "--num_shards: must be at least 1"),
         (["--num_shards", "0.5"], "--num_shards: '0.5' is not an integer"),
         (["--num_shards", "1_0"], "--num_shards: '1_0' is not an integer"),
-        (["--num_shards", "9" * 5000], "--num_shards: '" + "9" * 40 + "...' is not an integer"),
+        (["--num_shards", "9" * 5000], "--num_shards: " + "9" * 40 + "... is too large"),
         (["--shard_size_mb", "abc"], "--shard_size_mb: 'abc' is not a number"),
         (["--shard_size_mb", "nan"], "--shard_size_mb: 'nan' is not a finite number"),
         (["--shard_size_mb", "inf"], "--shard_size_mb: 'inf' is not a finite number"),
@@ -56,7 +56,7 @@ def test_sample_data_reports_each_breakage(tmp_path, capsys):
         (["--no_wait_until_finish"], "use --no_wait"),
         (["stray"], "unexpected argument 'stray'"),
         (["--direct_num_workers", "1000"], "--direct_num_workers must be from 0 to 256"),
-        (["--num_shards", "99999999999999999999"], "is too large (at most 18 digits)"),
+        (["--num_shards", "9" * 20], "is too large (at most 18 digits)"),
         (
             ["--mask_type", "classes", "--class_map", "nosuchpreset"],
             "--class_map nosuchpreset: no such file, and not a preset (ade20k_reduce_zero",
