@@ -283,6 +283,7 @@ def _one_annotation(tmp_path, **annotation):
         ({"segmentation": [[True, False, True, False, True, False]]}, "list of numbers"),
         ({"segmentation": "polygon"}, "list of polygons or an RLE"),
         ({"segmentation": {"size": [H, W], "counts": [1, -2]}}, "non-negative"),
+        ({"segmentation": {"size": [H, W], "counts": [10**12, 5]}}, "a run of 2**32 pixels"),
         ({"segmentation": {"size": [H], "counts": "abc"}}, "[height, width]"),
         ({"segmentation": [[0, 0, 9, 0, 9, 9]], "iscrowd": 2}, "iscrowd"),
     ],
@@ -301,7 +302,7 @@ def test_malformed_annotations_reject_their_image(tmp_path, annotation, words):
         ([[-60, 0, 9, 0, 9, 9]], "far outside"),
         ([[0, 0, W, 0] + [W, H, 0, H] * 400], "outlines longer"),  # a zigzag
         ({"size": [H, W], "counts": "01:00"}, "cover"),  # runs end early: garbage pixels
-        ({"size": [H, W], "counts": "zz~~"}, "cover"),  # not an RLE string at all
+        ({"size": [H, W], "counts": "zz~~"}, "not a compressed COCO RLE"),  # not an RLE string
         ({"size": [H, W], "counts": [5, 10]}, "cover 15 pixels"),
         ({"size": [H + 1, W], "counts": [(H + 1) * W]}, "not the image's"),
     ],

@@ -156,6 +156,8 @@ def checked_rle(segmentation: Mapping[str, Any], limits: InputLimits = DEFAULT_L
         return {"size": size, "counts": counts}
     if isinstance(counts, list) and all(type(v) is int and 0 <= v < 2**32 for v in counts):
         return {"size": size, "counts": np.asarray(counts, dtype=np.int64)}
+    if isinstance(counts, list) and all(type(v) is int and v >= 0 for v in counts):
+        raise ValueError("RLE counts hold a run of 2**32 pixels or more")
     raise ValueError("RLE counts must be a string or a list of non-negative integers")
 
 

@@ -115,6 +115,8 @@ def _checked_rle(rle: Mapping[str, Any], height: int, width: int) -> dict[str, A
     counts = rle["counts"]
     if isinstance(counts, str):
         covered = _compressed_total(counts)
+        if covered < 0:
+            raise ValueError("RLE counts are not a compressed COCO RLE string")
         if covered != height * width:
             raise ValueError(f"RLE counts cover {covered} pixels, not {height * width}")
         return {"size": [height, width], "counts": counts}
