@@ -248,6 +248,11 @@ def test_index_leaves_a_grown_output_as_it_is(grown, tmp_path, capsys):
     assert "nothing done" in capsys.readouterr().out
     assert _snapshot(out) == before
     assert main(["verify", str(out)]) == 0
+    table = next((out / "index").glob("*.keys.jsonl"))
+    table.unlink()
+    assert main(["index", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"its index file index/{table.name} is missing" in err and "Traceback" not in err
 
 
 def test_an_append_of_stored_keys_only_says_it_found_no_near_copy(grown, tmp_path, capsys):

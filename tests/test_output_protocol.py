@@ -90,6 +90,9 @@ def test_a_listed_name_replaced_by_a_link_is_refused_not_followed(
     assert target.read_bytes() == b"theirs" and shard.is_symlink()
 
 
+CRASHED = "20261204T120000-0123abcd"  # a run's id: its start time and 8 hex digits
+
+
 def test_a_commit_cut_short_is_cleaned_of_exactly_what_its_manifest_lists(
     sample_dataset, prepared, tmp_path
 ):
@@ -98,22 +101,27 @@ def test_a_commit_cut_short_is_cleaned_of_exactly_what_its_manifest_lists(
     else."""
     clean_dir, _ = prepared
     out = tmp_path / "out"
-    (out / ".segprep").mkdir(parents=True)
+    (out / ".segprep" / "runs" / "notes").mkdir(parents=True)  # the user's, not a run's
+    (out / ".segprep" / "runs" / "README.txt").write_text("the user's")
+    (out / ".segprep").mkdir(parents=True, exist_ok=True)
     listed = ["train-00000-of-00009.tfrecord", "rejects.jsonl", "metadata.json"]
     (out / ".segprep" / "manifest.json").write_text(
-        json.dumps({"state": "committing", "run_id": "crashed", "files": listed})
+        json.dumps({"state": "committing", "run_id": CRASHED, "files": listed})
     )
     (out / "train-00000-of-00009.tfrecord").write_bytes(b"half published")
-    (out / ".segprep" / "runs" / "crashed").mkdir(parents=True)
-    (out / ".segprep" / "runs" / "crashed" / "train-00001-of-00009.tfrecord").write_bytes(b"s")
+    (out / ".segprep" / "runs" / CRASHED).mkdir(parents=True)
+    (out / ".segprep" / "runs" / CRASHED / "train-00001-of-00009.tfrecord").write_bytes(b"s")
     assert _prepare(sample_dataset, out) == 0
     assert not (out / "train-00000-of-00009.tfrecord").exists()
-    assert not (out / ".segprep" / "runs" / "crashed").exists()
+    assert not (out / ".segprep" / "runs" / CRASHED).exists()
+    assert sorted(p.name for p in (out / ".segprep" / "runs").iterdir()) == ["README.txt", "notes"]
     published = sorted(p.name for p in out.iterdir() if p.name != ".segprep")
     assert published == sorted(p.name for p in clean_dir.iterdir() if p.name != ".segprep")
     manifest = json.loads((out / ".segprep" / "manifest.json").read_text())
     assert manifest["state"] == "committed"
     assert sorted({name.split("/")[0] for name in manifest["files"]}) == published
+    assert main(["verify", "--repair", str(out)]) == 0
+    assert sorted(p.name for p in (out / ".segprep" / "runs").iterdir()) == ["README.txt", "notes"]
 
 
 @pytest.mark.parametrize("flag", [[], ["--overwrite"]])

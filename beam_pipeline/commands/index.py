@@ -42,7 +42,10 @@ class IndexResult:
 
     def summary(self) -> str:
         if not self.files:
-            return f"{self.directory} already has its record index and TFDS files: nothing done"
+            return (
+                f"{self.directory} (grown by appends) has every index file its metadata.json "
+                "lists: nothing done"
+            )
         splits = ", ".join(f"{split} {count}" for split, count in self.records.items())
         return (
             f"indexed {self.directory}: {sum(self.records.values())} records ({splits}); "
@@ -75,12 +78,16 @@ def index_output(directory: str) -> IndexResult:
         raise UsageError(str(error)) from None
     if not state.finished:
         raise UsageError(f"{directory} is not a finished segprep output")
-    if info.has_index and info.tfds_files:
-        # Rebuilding would only rewrite the same files; on an output grown by appends it
-        # would write one key table per split over the versions' own.
-        return IndexResult(directory, {}, ())
     if len(info.dataset_versions) > 1:
-        raise UsageError(f"{directory} was grown by appends but lacks its index: prepare it again")
+        # Rebuilt from the shards, the index of an output grown by appends would be one key
+        # table per split written over the versions' own.
+        damaged = _first_damaged_index_file(base, info)
+        if damaged is not None:
+            raise UsageError(
+                f"{directory} was grown by appends and its index file {damaged} is missing "
+                "or not the one metadata.json lists: restore it, or prepare the output again"
+            )
+        return IndexResult(directory, {}, ())
     run_id = f"index-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     with output_protocol.RunLock(output, run_id):
         output_protocol.make_staging_dir(output, run_id)
@@ -94,6 +101,25 @@ def index_output(directory: str) -> IndexResult:
             output_protocol.discard_staged(output, run_id, keep=())
             raise
     return IndexResult(directory, records, (*staged, METADATA_FILE))
+
+
+def _first_damaged_index_file(base: str, info: DatasetInfo) -> str | None:
+    """The first index, key table or TFDS file metadata.json lists that is absent or of
+    another size (or none listed where the format needs them); None when all are there."""
+    if not (info.has_index and info.tfds_files):
+        return "(none listed)"
+    refs = [*info.tfds_files]
+    for split in info.splits.values():
+        refs += [shard.index for shard in split.shards if shard.index is not None]
+        refs += split.key_tables
+    for ref in refs:
+        try:
+            if files.stat(files.join(base, ref.file)).size == ref.bytes:
+                continue
+        except OSError:
+            pass
+        return ref.file
+    return None
 
 
 def _stage(

@@ -46,6 +46,7 @@ from transforms.format.naming import (
     SEGPREP_DIR,
     UNLABELED_FILE,
     is_output_name,
+    is_run_id,
     run_dir,
 )
 from transforms.limits import FILE_LIMITS
@@ -446,14 +447,23 @@ def clean_unfinished(state: OutputState) -> None:
 
 
 def _remove_runs(out: str) -> None:
+    """Remove the staging folders of runs that ended: only entries named as a run's id
+    (naming.is_run_id); anything else under .segprep/runs is the user's and stays."""
     runs = files.join(out, RUNS_DIR)
     if files.is_local(out):
         own_folder(out, RUNS_DIR, create=False)
         if os.path.isdir(runs):
             for item in os.listdir(runs):
-                _remove_local_tree(os.path.join(runs, item))
+                if is_run_id(item):
+                    _remove_local_tree(os.path.join(runs, item))
     else:
-        files.delete_tree(runs + "/")
+        try:
+            names = files.listdir(runs + "/")
+        except FileNotFoundError:
+            return
+        for item in names:
+            if is_run_id(item):
+                files.delete_tree(f"{runs}/{item}/")
 
 
 def repair(output_dir: str) -> list[str]:

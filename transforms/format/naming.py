@@ -25,6 +25,15 @@ MANIFEST_FILE = f"{SEGPREP_DIR}/manifest.json"
 RUNS_DIR = f"{SEGPREP_DIR}/runs"
 
 
+# A run's id: its start time and 8 hex digits (`segprep index` and `verify --repair` add a
+# word before it). Only folders so named under RUNS_DIR are segprep's to remove.
+_RUN_ID_RE = re.compile(r"(?:[a-z]+-)?\d{8}T\d{6}-[0-9a-f]{8}")
+
+
+def is_run_id(name: str) -> bool:
+    return _RUN_ID_RE.fullmatch(name) is not None
+
+
 def run_dir(run_id: str) -> str:
     """`.segprep/runs/<run_id>`: where one run stages everything before its commit.
 
