@@ -281,6 +281,24 @@ def test_a_fifo_as_rejects_jsonl_is_one_line_not_a_hang(prepared, tmp_path, caps
     assert len(err.splitlines()) == 1 and "rejects.jsonl" in err, err
 
 
+def test_a_shard_that_fails_while_sampled_is_said_on_the_page(prepared, tmp_path):
+    """A flipped byte in a shard made the page sample fewer records and say nothing."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    meta = json.loads((out / "metadata.json").read_text())
+    shard = out / meta["splits"]["train"]["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    html = _report(out, tmp_path / "page.html")
+    assert "could not be read while sampling" in html and shard.name in html
+    assert "segprep verify" in html
+    clean = _report(prepared[0], tmp_path / "clean.html")
+    assert "could not be read while sampling" not in clean
+
+
 def _group_lines(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
 

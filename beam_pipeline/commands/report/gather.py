@@ -74,6 +74,8 @@ class SplitView:
     classes_left_out: int = 0  # classes beyond MAX_CLASS_ROWS, not shown
     left_out_share: float = 0.0  # their share of the labelled pixels
     absent_left_out: int = 0  # absent classes beyond MAX_ABSENT_NAMES, not named
+    # shards (and why) that failed while being sampled: the page says so and names verify
+    unreadable: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -261,7 +263,8 @@ def _split_view(base, info, name, adapter, classes, names, palette) -> SplitView
     fractions: list[float] = []
     sampled = 0
     every = max(1, math.ceil(min(SAMPLE_RECORDS, split.num_examples) / SAMPLE_TILES))
-    for record in _sampled_records(base, split, adapter):
+    unreadable: list[str] = []
+    for record in _sampled_records(base, split, adapter, unreadable):
         sizes[f"{record['height']}x{record['width']}"] += 1
         tile = sampled % every == 0 and len(samples) < SAMPLE_TILES
         fraction = None
@@ -285,6 +288,7 @@ def _split_view(base, info, name, adapter, classes, names, palette) -> SplitView
         shards_left_out=max(0, split.num_shards - MAX_SHARD_ROWS),
         samples=samples,
         sampled=sampled,
+        unreadable=unreadable,
         sizes=sizes.most_common(12),
         foreground=_histogram(fractions) if classes is None else None,
     )
@@ -293,8 +297,10 @@ def _split_view(base, info, name, adapter, classes, names, palette) -> SplitView
     return view
 
 
-def _sampled_records(base: str, split, adapter) -> Iterator[dict[str, Any]]:
-    """Up to SAMPLE_RECORDS records, spread over the split's shards (the first few of each)."""
+def _sampled_records(base: str, split, adapter, unreadable: list[str]) -> Iterator[dict[str, Any]]:
+    """Up to SAMPLE_RECORDS records, spread over the split's shards (the first few of each).
+    A shard that fails (a CRC, a truncated frame, a record that is no Example) is named in
+    `unreadable` with its error, and the sampling goes on with the next one."""
     if not split.shards:
         return
     per_shard = max(1, math.ceil(SAMPLE_RECORDS / len(split.shards)))
@@ -311,11 +317,12 @@ def _sampled_records(base: str, split, adapter) -> Iterator[dict[str, Any]]:
                         break
                     try:
                         yield parse_example(payload)
-                    except ExampleError:
+                    except ExampleError as error:
+                        unreadable.append(f"{shard.file} record {number}: {error}")
                         continue
                     taken += 1
-        except OSError:
-            continue  # verify says what is wrong with a shard; the report shows what it can
+        except OSError as error:
+            unreadable.append(f"{shard.file}: {error}")
 
 
 def _histogram(fractions: Sequence[float], bins: int = 10) -> list[tuple[str, int]]:
