@@ -41,6 +41,7 @@ this rank will read them. shuffle="window" reads a window of shards at a time
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -373,6 +374,11 @@ class SegmentationLoader:
         self._running = True
         prefetcher = None
         try:
+            if self._workers > 0 and getattr(self._loader, "_iterator", None) is None:
+                # Workers are about to be forked: collect here what earlier loaders left in
+                # reference cycles, or a worker inherits their iterators and its own
+                # collector runs their __del__, which prints "can only test a child process".
+                gc.collect()
             batches = iter(self._loader)  # forks the workers first: no lock goes with them
             prefetcher = self._prefetcher()
             for step, batch in enumerate(batches):

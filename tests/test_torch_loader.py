@@ -242,3 +242,26 @@ def test_bad_arguments(indexed, kwargs, message):
     arguments = {"batch_size": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
         make_loader(indexed, "train", num_workers=0, **arguments)
+
+
+def test_workers_are_forked_after_earlier_loaders_are_collected(indexed):
+    """An earlier loader freed only by the cycle collector still held its persistent
+    workers' iterator when a new loader forked its workers: each worker inherited it, its
+    collector ran the iterator's __del__ there, and every worker printed 'can only test a
+    child process'. The collector now runs before the fork, in the parent."""
+    import gc
+    import weakref
+
+    old = make_loader(indexed, "train", batch_size=4, num_workers=1)
+    assert sum(1 for _ in old) > 0
+    freed = weakref.ref(old._loader._iterator)
+    cycle = [old]
+    cycle.append(cycle)  # only the cycle collector can free it now
+    del old, cycle
+    gc.disable()
+    try:
+        new = make_loader(indexed, "train", batch_size=4, num_workers=1)
+        next(iter(new))
+        assert freed() is None
+    finally:
+        gc.enable()
