@@ -200,6 +200,32 @@ def test_sigkill_at_each_step_recovers_to_a_verified_output(
     _holds(out, expected)
 
 
+def test_a_move_cut_between_its_copy_and_its_delete_still_rolls_forward(
+    sample_dataset, references, tmp_path
+):
+    """On gs:// a move is a copy, then a delete: killed between the two, a run's new file is
+    both staged and at its final name. Recovery must roll forward over it (its size is the
+    one the new metadata.json lists), not refuse it as a file the run did not write."""
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish-1:kill"}
+    )
+    assert code == -9
+    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
+    staged = out / ".segprep" / "runs" / journal["run_id"]
+    earlier = set(journal["previous"]) | set(journal["kept"])
+    waiting = [
+        (name, final)
+        for name, final in journal["moves"]
+        if (staged / name).exists() and final not in earlier and not (out / final).exists()
+    ]
+    assert waiting, "no move of a new name left to cut"
+    name, final = waiting[0]
+    shutil.copyfile(staged / name, out / final)  # copied, not yet deleted
+    assert main(["verify", "--repair", str(out)]) == 0
+    _holds(out, references[1])
+
+
 # After a SIGTERM the run itself rolls back, unless its metadata.json was already in place.
 TERM_OUTCOMES = {
     "accounted": ("old", "nothing was published; the earlier output is in place"),

@@ -1282,3 +1282,11 @@ def test_sixteen_bit_grey_images_are_hashed_by_their_pixels_not_as_white(tmp_pat
     _prepare(data, out, "--duplicates", "drop")
     assert [group["keys"] for group in _groups(out)] == [["deep0", "shallow0"]]
     assert set(_rejects(out)) == {"shallow0"}
+
+
+def test_the_append_line_keeps_drops_among_new_images_when_none_copies_a_stored_one():
+    from beam_pipeline.commands.summary import _append_line
+
+    line = _append_line({"mode": "drop", "in_output_matches": 0, "dropped": 3, "groups": 2})
+    assert "no new entry is a near copy of an image already in the output" in line
+    assert "3 new entries dropped as duplicate_image" in line

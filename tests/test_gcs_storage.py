@@ -148,10 +148,13 @@ def test_output_protocol_on_gcs(gcs):  # noqa: F811
 
     gcs.put(
         "half/out/.segprep/manifest.json",
-        b'{"state": "committing", "run_id": "r0", "files": ["train-00000-of-00002.tfrecord"]}',
+        b'{"state": "committing", "run_id": "20261204T120000-0123abcd", '
+        b'"files": ["train-00000-of-00002.tfrecord"]}',
     )
     gcs.put("half/out/train-00000-of-00002.tfrecord", b"partial")
-    gcs.put("half/out/.segprep/runs/r0/train-00001-of-00002.tfrecord", b"staged")
+    gcs.put(
+        "half/out/.segprep/runs/20261204T120000-0123abcd/train-00001-of-00002.tfrecord", b"staged"
+    )
     gcs.put("half/out/notes.txt", b"mine")
     half = output_protocol.inspect_output(gcs.url("half/out/"))
     output_protocol.check_output(half, overwrite=False)  # unfinished: no --overwrite needed

@@ -243,6 +243,21 @@ def test_the_default_page_replaces_an_earlier_page_but_never_a_users_file(prepar
     ]
 
 
+def test_a_page_of_an_earlier_segprep_is_replaced_not_numbered(prepared, tmp_path):
+    """Pages written before the generator tag are told by their content policy and title."""
+    out = tmp_path / "data" / "run1"
+    shutil.copytree(prepared[0], out)
+    earlier = tmp_path / "data" / "segprep-report-run1.html"
+    earlier.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-'
+        "Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
+        f"<title>segprep report: {out}</title></head></html>"
+    )
+    done = report_cli(str(out))
+    assert done.returncode == 0 and done.stdout.strip() == str(earlier)
+    assert "segprep report" in earlier.read_text() and len(earlier.read_text()) > 2000
+
+
 def test_the_report_page_is_bounded_in_classes(tmp_path):
     """65,535 classes: the page shows the top MAX_CLASS_ROWS per split and counts the rest."""
     from beam_pipeline import cli

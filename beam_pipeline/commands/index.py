@@ -107,7 +107,7 @@ def _first_damaged_index_file(base: str, info: DatasetInfo) -> str | None:
     """The first index, key table or TFDS file metadata.json lists that is absent or of
     another size (or none listed where the format needs them); None when all are there."""
     if not (info.has_index and info.tfds_files):
-        return "(none listed)"
+        return "list (metadata.json names no complete index)"
     refs = [*info.tfds_files]
     for split in info.splits.values():
         refs += [shard.index for shard in split.shards if shard.index is not None]

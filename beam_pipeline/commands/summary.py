@@ -160,6 +160,8 @@ def _append_line(found: Mapping[str, Any]) -> str:
         done = "each joined the split of the image it copies"
     if matches == 0:
         found_line = "no new entry is a near copy of an image already in the output"
+        if found.get("mode") == "drop" and found.get("dropped"):
+            found_line += f"; {done}"
     else:
         copies = "entry is a near copy" if matches == 1 else "entries are near copies"
         found_line = f"{matches:,} new {copies} of images already in the output, {done}"

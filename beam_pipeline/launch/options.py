@@ -271,6 +271,7 @@ def _add_mask_type_flags(parser: argparse.ArgumentParser) -> None:
     )
     classes.add_argument(
         "--class_names",
+        type=location,
         metavar="FILE|PRESET",
         help="classes: names in class-id order, one per line or a JSON list; or a preset: voc "
         "(21), cityscapes (19 trainIds), ade20k (150), oxford_pet (2). The --class_map presets "
@@ -278,6 +279,7 @@ def _add_mask_type_flags(parser: argparse.ArgumentParser) -> None:
     )
     classes.add_argument(
         "--colormap",
+        type=location,
         metavar="FILE",
         help="classes: JSON {name: [r, g, b], ...}, CVAT's labelmap.txt or a name,r,g,b CSV "
         "(CamVid's class_dict.csv), in class-id order; RGB masks are read through it and "

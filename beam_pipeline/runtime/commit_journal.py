@@ -363,27 +363,28 @@ def _foreign_finals(
 ) -> None:
     """Refuse a journal that would write over, or move into its run folder (which recovery
     then removes), a file at one of its final names that no earlier output listed or set
-    aside: a file segprep cannot prove it wrote (a user's, under a shard-like name). Moving
-    back is allowed when the file is the one the run's new metadata.json lists (size and
-    sha256), or one of the run's fixed-name lists, which every publish replaces."""
+    aside: a file segprep cannot tie to the run (a user's, under a shard-like name). It is
+    tied when it has the size the run's new metadata.json lists for it (sizes, not sha256:
+    a rollback must not read every published shard with signals held), or, with no earlier
+    output at all, when it is one of the run's fixed-name lists. Rolling forward over such a
+    file happens on gs://, where a move is a copy then a delete: the copy is the run's."""
     new_listing: dict[str, tuple[int, str]] | None = None
+    first_run = not where.earlier_listing() and not journal.previous and not journal.kept
     for name, final in journal.moves:
         if final in accounted or not where.exists(final):
             continue
-        if forward:
-            if where.staged(name):
-                _refuse(output_dir, f"would write its run's file over {final}, not one it wrote")
-            continue
-        if where.staged(name) or final in (REJECTS_FILE, UNLABELED_FILE):
+        if forward != where.staged(name):
+            continue  # left where it is: forward moves only staged files, back only moved ones
+        if not forward and first_run and final in (REJECTS_FILE, UNLABELED_FILE):
             continue
         if new_listing is None:
             new_listing = where.new_listing()
         entry = new_listing.get(final)
-        if entry is None or not where.holds(final, entry):
+        if entry is None or not where.sized(final, entry):
+            doing = "write its run's file over" if forward else "move into its run's folder"
             _refuse(
                 output_dir,
-                f"would move {final} into its run's folder, and remove it, though its new "
-                "metadata.json does not list that file",
+                f"would {doing} {final}, which its new metadata.json does not list as its own",
             )
 
 
@@ -456,6 +457,13 @@ class _Where:
         except (MetadataError, ValueError) as error:
             _refuse(self.out, f"cannot be checked against its new metadata.json ({error})")
         return listed_refs(info)
+
+    def sized(self, name: str, entry: tuple[int, str]) -> bool:
+        """The file at `name` has the listed size."""
+        try:
+            return files.stat(files.join(self.out, name)).size == entry[0]
+        except OSError:
+            return False
 
     def holds(self, name: str, entry: tuple[int, str]) -> bool:
         """The file at `name` has exactly the listed size and sha256 (the size first)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import errno
 import fcntl
 import json
 import os
@@ -304,10 +305,15 @@ class RunLock:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
                 descriptor = os.open(path, flags, 0o644)
-            except OSError as error:  # a link (ELOOP), a folder, a FIFO's permissions
+            except OSError as error:  # a link (ELOOP), a folder, no permission, no space
+                why = (
+                    "it is a link, not segprep's"
+                    if error.errno == errno.ELOOP
+                    else error.strerror or type(error).__name__
+                )
                 raise Refusal(
                     f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} cannot be opened "
-                    f"({error.strerror}): it is not segprep's; nothing was changed"
+                    f"({why}); nothing was changed"
                 ) from None
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

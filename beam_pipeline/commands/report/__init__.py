@@ -28,17 +28,21 @@ def default_report_path(output_dir: str) -> str:
 
 
 _GENERATOR = b'<meta name="generator" content="segprep report">'
+# Pages written before the generator tag: their head's policy and title, as the page had them
+_EARLIER_HEAD = (b"default-src 'none'; img-src data:", b"<title>segprep report: ")
 
 
 def _earlier_page(path: str) -> bool:
-    """A regular file that a `segprep report` wrote (its generator tag near the top)."""
+    """A regular file that a `segprep report` wrote: its generator tag near the top (or, for
+    a page of an earlier segprep, its content policy and title)."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
         with open(path, "rb") as handle:
-            return _GENERATOR in handle.read(4096)
+            head = handle.read(4096)
     except OSError:
         return False
+    return _GENERATOR in head or all(part in head for part in _EARLIER_HEAD)
 
 
 def free_report_path(path: str) -> str:
