@@ -135,3 +135,20 @@ def test_a_failed_run_leaves_the_earlier_output_intact(sample_dataset, tmp_path,
     after = {name: data for name, data in _tree(out).items() if not name.startswith(".")}
     assert after == before
     assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    "name, ours",
+    [
+        ("20261205T020527-6b009f7a", True),  # prepare
+        ("index-20261205T020527-6b009f7a", True),  # segprep index
+        ("index-20261130-112520-6b009f7a", True),  # segprep index before its ids had a T
+        ("notes", False),
+        ("README.txt", False),
+        ("20261205T020527-6b009f7a.bak", False),
+    ],
+)
+def test_only_run_ids_name_folders_segprep_removes(name, ours):
+    from transforms.format.naming import is_run_id
+
+    assert is_run_id(name) is ours

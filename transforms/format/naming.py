@@ -25,9 +25,10 @@ MANIFEST_FILE = f"{SEGPREP_DIR}/manifest.json"
 RUNS_DIR = f"{SEGPREP_DIR}/runs"
 
 
-# A run's id: its start time and 8 hex digits (`segprep index` and `verify --repair` add a
-# word before it). Only folders so named under RUNS_DIR are segprep's to remove.
-_RUN_ID_RE = re.compile(r"(?:[a-z]+-)?\d{8}T\d{6}-[0-9a-f]{8}")
+# A run's id: its start time and 8 hex digits; `segprep index` puts "index-" before it
+# (earlier versions wrote its time as 20261130-112520). Only folders so named under
+# RUNS_DIR are segprep's to remove.
+_RUN_ID_RE = re.compile(r"(?:index-)?\d{8}[T-]\d{6}-[0-9a-f]{8}")
 
 
 def is_run_id(name: str) -> bool:
