@@ -127,7 +127,7 @@ def _in(name: str, package: str) -> bool:
 
 def test_the_walk_sees_function_level_and_relative_imports():
     """The walker itself: a deferred import and a relative one are both found."""
-    assert "beam_pipeline.job.pipeline" in GRAPH["beam_pipeline.launch.launcher"]  # in a function
+    assert "beam_pipeline.job.pipeline" in GRAPH["beam_pipeline.launch.submission"]  # in a function
     graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}}
     assert _absolute("p.a", False, 1, "b") == "p.b"
     assert _absolute("p.sub", True, 2, None) == "p"
