@@ -440,11 +440,7 @@ class _Where:
             data = self._metadata(METADATA_FILE)
             if data is None or self._is_new_metadata(data):
                 return {}
-        try:
-            info = DatasetInfo.from_json(parse_json(data))
-        except (MetadataError, ValueError) as error:
-            _refuse(self.out, f"cannot be checked against the earlier metadata.json ({error})")
-        return listed_refs(info)
+        return self._listing(data, "the earlier metadata.json")
 
     def new_listing(self) -> dict[str, tuple[int, str]]:
         """{name: (bytes, sha256)} of every file the run's new metadata.json (staged, or in
@@ -452,10 +448,13 @@ class _Where:
         data = self._metadata(_staged_name(self.journal.run_id, METADATA_FILE))
         if not self._is_new_metadata(data):
             data = self._metadata(METADATA_FILE)
+        return self._listing(data or b"", "its new metadata.json")
+
+    def _listing(self, data: bytes, which: str) -> dict[str, tuple[int, str]]:
         try:
-            info = DatasetInfo.from_json(parse_json(data or b""))
+            info = DatasetInfo.from_json(parse_json(data))
         except (MetadataError, ValueError) as error:
-            _refuse(self.out, f"cannot be checked against its new metadata.json ({error})")
+            _refuse(self.out, f"cannot be checked against {which} ({error})")
         return listed_refs(info)
 
     def sized(self, name: str, entry: tuple[int, str]) -> bool:
@@ -467,11 +466,10 @@ class _Where:
 
     def holds(self, name: str, entry: tuple[int, str]) -> bool:
         """The file at `name` has exactly the listed size and sha256 (the size first)."""
-        path = files.join(self.out, name)
+        if not self.sized(name, entry):
+            return False
         try:
-            if files.stat(path).size != entry[0]:
-                return False
-            return files.sha256(path) == entry[1]
+            return files.sha256(files.join(self.out, name)) == entry[1]
         except OSError:
             return False
 
