@@ -375,6 +375,25 @@ def test_distinct_images_hash_far_apart():
     assert all(dups.hamming(hashes[a], hashes[b]) > DEFAULT_D for a, b in close)
 
 
+def test_perceptual_hash_is_the_jobs_hash():
+    """sample-data and the benchmarks plant and check copies with perceptual_hash: it must
+    give the bits the job's writers give the same bytes (codecs/image's decode and draft)."""
+    from transforms.codecs.image import validate_image
+
+    photos = [_smooth_photo(seed, 800) for seed in range(6)]
+    encoded = [_jpeg(photo, 80) for photo in photos]
+    encoded.append(_jpeg(photos[0].convert("L")))
+    png = io.BytesIO()
+    photos[1].convert("RGBA").save(png, format="PNG")
+    encoded.append(png.getvalue())
+    cmyk = io.BytesIO()
+    photos[2].convert("CMYK").save(cmyk, format="JPEG")
+    encoded.append(cmyk.getvalue())
+    for number, data in enumerate(encoded):
+        job = dups.fingerprint("k", data, validate_image(data, thumbnail=True).thumbnail)
+        assert dups.perceptual_hash(data) == job.phash, number
+
+
 def test_unreadable_bytes_are_unhashable():
     with pytest.raises(dups.UnhashableImage):
         dups.perceptual_hash(b"not an image")

@@ -106,19 +106,6 @@ def eight_bit(image: Image.Image) -> Image.Image:
     return Image.fromarray(scaled)
 
 
-def grey_thumbnail(image: Image.Image) -> np.ndarray:
-    """32x32 grey pixels; JPEGs are decoded DCT-scaled to the smallest size above 64 px."""
-    image.draft("L", (2 * _SIDE, 2 * _SIDE))
-    image = eight_bit(image)
-    if image.mode not in ("L", "RGB"):
-        image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
-        if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show
-            background = Image.new("RGBA", image.size, (255, 255, 255, 255))
-            image = Image.alpha_composite(background, image).convert("RGB")
-    grey = image.convert("L").resize((_SIDE, _SIDE), Image.Resampling.BOX)
-    return np.asarray(grey, dtype=np.float64)
-
-
 def thumbnail(image: Image.Image) -> np.ndarray:
     """THUMB_SIDE x THUMB_SIDE x 3 uint8 RGB pixels of an opened image: what every hash and
     signature is computed from. The caller decides the decode (a JPEG draft scale); this
@@ -252,23 +239,34 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
 
 
 def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
-    """The image's 64-bit perceptual hash; UnhashableImage when it cannot be decoded."""
+    """The 64-bit perceptual hash the job gives an image's bytes: the same decode (a kept
+    RGB JPEG drafted as codecs/image.validate_image drafts it), thumbnail and DCT, so a tool
+    that plants or checks copies (sample-data, the benchmarks) sees the job's distances.
+    UnhashableImage when the bytes cannot be decoded."""
+    return _job_thumbnail_hash(image_bytes, max_pixels, mirrored=False)
+
+
+def mirrored_hash(image_bytes: bytes) -> int:
+    """The hash of the horizontal mirror image (benchmarks/duplicates.py weighs it)."""
+    return _job_thumbnail_hash(image_bytes, None, mirrored=True)
+
+
+def _job_thumbnail_hash(image_bytes: bytes, max_pixels: int | None, mirrored: bool) -> int:
     try:
         with Image.open(io.BytesIO(image_bytes)) as image:
             width, height = image.size
             if max_pixels is not None and width * height > max_pixels:
                 raise UnhashableImage(f"{width}x{height} is over the pixel limit")
-            return phash_of_grey(grey_thumbnail(image))
+            if image.format == "JPEG" and image.mode == "RGB":
+                image.draft(None, (2 * THUMB_SIDE, 2 * THUMB_SIDE))
+            thumb = thumbnail(image)
     except UnhashableImage:
         raise
     except Exception as error:  # noqa: BLE001 - decoders raise many undocumented types
         raise UnhashableImage(f"{type(error).__name__}: {error}") from None
-
-
-def mirrored_hash(image_bytes: bytes) -> int:
-    """The hash of the horizontal mirror image (benchmarks/duplicates.py weighs it)."""
-    with Image.open(io.BytesIO(image_bytes)) as image:
-        return phash_of_grey(grey_thumbnail(image)[:, ::-1])
+    if mirrored:
+        thumb = np.ascontiguousarray(thumb[:, ::-1])
+    return fingerprints([Unhashed("", "", thumb)])[0].phash
 
 
 def digest(data: bytes) -> str:
