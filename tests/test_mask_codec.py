@@ -1,10 +1,19 @@
+import io
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from tests.helpers.images import blob_mask, encode
 from tests.helpers.mat_files import mat_bytes
-from transforms.codecs.mask import binarize, decode_mask_threshold, encode_mask, load_mask
+from transforms.codecs.mask import (
+    _largest_error,
+    _thresholds_back,
+    binarize,
+    decode_mask_threshold,
+    encode_mask,
+    load_mask,
+)
 from transforms.rejects import Reason, RejectError
 
 
@@ -153,3 +162,39 @@ def test_corrupt_compressed_mat_variable_is_unreadable(where):
     with pytest.raises(RejectError) as caught:
         load_mask(bytes(data), "k_mask.mat")
     assert caught.value.reason == Reason.MASK_UNREADABLE
+
+
+def _hard_binary_masks() -> dict[str, np.ndarray]:
+    """0/255 masks with the most high-frequency energy a JPEG block can hold."""
+    rng = np.random.default_rng(11)
+    rows, cols = np.mgrid[:48, :64]
+    return {
+        "noise": rng.integers(0, 2, size=(48, 64), dtype=np.uint8) * np.uint8(255),
+        "checkerboard": ((rows + cols) % 2 * 255).astype(np.uint8),
+        "stripes": (cols % 2 * 255).astype(np.uint8),
+        "lone pixels": ((rows % 8 == 3) & (cols % 8 == 4)).astype(np.uint8) * np.uint8(255),
+        "blob": blob_mask(64, 48) * np.uint8(255),
+    }
+
+
+@pytest.mark.parametrize("quality", [100, 95, 90, 85, 50])
+def test_the_jpeg_error_bound_holds_on_the_hardest_binary_masks(quality):
+    """encode_mask skips the decode when the quantisation table bounds every pixel's error
+    below 128: the bound must hold on masks built to make JPEG's errors largest."""
+    for name, mask in _hard_binary_masks().items():
+        encoded = encode(Image.fromarray(mask, mode="L"), "JPEG", quality=quality)
+        with Image.open(io.BytesIO(encoded)) as decoded:
+            bound = _largest_error(decoded)
+            error = np.abs(np.asarray(decoded, dtype=np.int16) - mask).max()
+        assert error <= bound, (name, int(error), bound)
+        assert (bound < 128) == (quality >= 90), bound  # JPEG_QUALITIES' 95 needs no decode
+
+
+def test_a_table_too_coarse_for_the_bound_is_checked_by_decoding():
+    """At quality 10 the bound says nothing: the stored JPEG is decoded and compared, and
+    a noise mask that no longer thresholds back is found out."""
+    mask = _hard_binary_masks()["noise"]
+    encoded = encode(Image.fromarray(mask, mode="L"), "JPEG", quality=10)
+    assert _largest_error(Image.open(io.BytesIO(encoded))) >= 128
+    assert not np.array_equal(decode_mask_threshold(encoded), mask >= 128)
+    assert not _thresholds_back(encoded, mask)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
@@ -442,14 +443,44 @@ def encode_mask(mask: np.ndarray, mask_format: str) -> bytes:
 def _thresholds_back(encoded: bytes, mask: np.ndarray) -> bool:
     """Whether the stored grey JPEG thresholds (>= 128) to the mask's foreground.
 
-    MASK_THRESHOLD is 128, the top bit of a byte: two pixels agree above it exactly when
-    their XOR has the top bit clear, so one XOR and one max replace two thresholded copies
-    and their comparison.
+    A 0/255 mask needs no decode when the JPEG's own quantisation table bounds every
+    pixel's error below 128 (at quality 95 the bound is 63): then no pixel can cross the
+    threshold, whichever conforming decoder reads it. Otherwise the JPEG is decoded and
+    compared. MASK_THRESHOLD is 128, the top bit of a byte: two pixels agree above it
+    exactly when their XOR has the top bit clear, so one XOR and one max replace two
+    thresholded copies and their comparison.
     """
-    decoded = Image.open(io.BytesIO(encoded))
+    decoded = Image.open(io.BytesIO(encoded))  # the header only, until its pixels are used
+    if _is_binary(mask) and _largest_error(decoded) < MASK_FOREGROUND - MASK_THRESHOLD + 1:
+        return True
     if decoded.mode != "L" or mask.dtype != np.uint8 or MASK_THRESHOLD != 0x80:
         return np.array_equal(decode_mask_threshold(encoded), mask >= MASK_THRESHOLD)
     return int(np.bitwise_xor(np.asarray(decoded), mask).max()) < MASK_THRESHOLD
+
+
+def _is_binary(mask: np.ndarray) -> bool:
+    """Every pixel 0 or 255: 1..254 wrap to 0..253 under -1, 0 and 255 to 255 and 254."""
+    return mask.dtype == np.uint8 and not (mask - np.uint8(1) < np.uint8(MASK_FOREGROUND - 1)).any()
+
+
+def _largest_error(jpeg: Image.Image) -> float:
+    """The most a pixel of this single-channel baseline JPEG can differ from its source."""
+    tables = getattr(jpeg, "quantization", None)
+    if jpeg.mode != "L" or not tables or len(tables) != 1:
+        return float("inf")
+    return _error_bound(tuple(next(iter(tables.values()))))
+
+
+@functools.lru_cache(maxsize=16)
+def _error_bound(table: tuple[int, ...]) -> float:
+    """An upper bound on a pixel's error for a quantisation table (in any coefficient
+    order): each coefficient is off by at most half its step (rounding) plus 1 for the
+    integer forward DCT; JPEG's coefficients are the orthonormal 8x8 DCT's, whose basis
+    functions never exceed 1/4 in size; plus 1 for the inverse DCT's own rounding (IEEE
+    1180 allows a peak error of 1)."""
+    if len(table) != 64 or min(table) < 1:
+        return float("inf")
+    return sum(step / 2 + 1 for step in table) / 4 + 1
 
 
 def decode_mask_threshold(encoded: bytes) -> np.ndarray:
