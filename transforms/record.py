@@ -67,7 +67,7 @@ def make_record(
         guarded(load_mask, Reason.MASK_UNREADABLE, mask_bytes, mask_filename, spec.mask_key, limits)
     )
     image, mask = as_specified(aligned(image, image_bytes, mask.shape), mask, spec)
-    return _record(key, image, encode_mask(mask, spec.mask_format))
+    return _record(key, image, encode_mask(mask, spec.mask_format, binary=True))
 
 
 def make_class_record(

@@ -420,8 +420,10 @@ def binarize(mask: np.ndarray) -> np.ndarray:
     )
 
 
-def encode_mask(mask: np.ndarray, mask_format: str) -> bytes:
-    """Single-channel JPEG or PNG of a 0/255 mask that thresholds back exactly at 128."""
+def encode_mask(mask: np.ndarray, mask_format: str, *, binary: bool = False) -> bytes:
+    """Single-channel JPEG or PNG of a mask that thresholds back exactly at 128. `binary`:
+    the caller's word that every pixel is 0 or 255 (binarize's output), which spares the
+    JPEG's check a decode."""
     image = Image.fromarray(mask, mode="L")
     if mask_format == "png":
         out = io.BytesIO()
@@ -433,14 +435,14 @@ def encode_mask(mask: np.ndarray, mask_format: str) -> bytes:
         out = io.BytesIO()
         image.save(out, format="JPEG", quality=quality)
         encoded = out.getvalue()
-        if _thresholds_back(encoded, mask):
+        if _thresholds_back(encoded, mask, binary):
             return encoded
     raise RejectError(
         Reason.MASK_VALUES, "mask does not survive JPEG encoding; use --mask_format png"
     )
 
 
-def _thresholds_back(encoded: bytes, mask: np.ndarray) -> bool:
+def _thresholds_back(encoded: bytes, mask: np.ndarray, binary: bool = False) -> bool:
     """Whether the stored grey JPEG thresholds (>= 128) to the mask's foreground.
 
     A 0/255 mask needs no decode when the JPEG's own quantisation table bounds every
@@ -451,16 +453,11 @@ def _thresholds_back(encoded: bytes, mask: np.ndarray) -> bool:
     thresholded copies and their comparison.
     """
     decoded = Image.open(io.BytesIO(encoded))  # the header only, until its pixels are used
-    if _is_binary(mask) and _largest_error(decoded) < MASK_FOREGROUND - MASK_THRESHOLD + 1:
+    if binary and _largest_error(decoded) < MASK_FOREGROUND - MASK_THRESHOLD + 1:
         return True
     if decoded.mode != "L" or mask.dtype != np.uint8 or MASK_THRESHOLD != 0x80:
         return np.array_equal(decode_mask_threshold(encoded), mask >= MASK_THRESHOLD)
     return int(np.bitwise_xor(np.asarray(decoded), mask).max()) < MASK_THRESHOLD
-
-
-def _is_binary(mask: np.ndarray) -> bool:
-    """Every pixel 0 or 255: 1..254 wrap to 0..253 under -1, 0 and 255 to 255 and 254."""
-    return mask.dtype == np.uint8 and not (mask - np.uint8(1) < np.uint8(MASK_FOREGROUND - 1)).any()
 
 
 def _largest_error(jpeg: Image.Image) -> float:
