@@ -177,7 +177,7 @@ def per_core_masks(trials: int = 3, seconds: float = 2.0) -> dict[str, list[floa
 
     def binary_work(image: bytes, mask: bytes) -> None:
         validate_image(image)
-        encode_mask(binarize(load_mask(mask, "m.png")), "png")
+        encode_mask(binarize(load_mask(mask, "m.png")), "png", binary=True)
 
     def class_work(image: bytes, mask: bytes) -> None:
         validate_image(image)
@@ -337,7 +337,7 @@ def per_core_limit(trials: int = 3, seconds: float = 2.0) -> list[float]:
             for image, mask in entries:
                 try:
                     validate_image(image)
-                    encode_mask(binarize(load_mask(mask, "m.mat")), "jpeg")
+                    encode_mask(binarize(load_mask(mask, "m.mat")), "jpeg", binary=True)
                 except RejectError:
                     pass
                 done += 1
