@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from beam_pipeline import __version__
-from beam_pipeline.errors import RejectLimitError, UsageError
+from beam_pipeline.errors import RejectLimitError, UsageError, printable
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
@@ -83,7 +83,7 @@ def _prepare(argv: list[str]) -> int:
 def _print(text: str) -> None:
     """Print a result; a reader that stopped early (`| head`) does not fail the run."""
     try:
-        print(text, flush=True)
+        print(printable(text, newlines=True), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -379,7 +379,7 @@ def _fail(verbose: bool, message: str, code: int) -> int:
     if verbose:
         traceback.print_exc()
     try:
-        print(f"segprep: {message}", file=sys.stderr)
+        print(f"segprep: {printable(message)}", file=sys.stderr)
     except BrokenPipeError:
         pass
     return code

@@ -1,4 +1,26 @@
-"""User mistakes: reported as one line and exit code 2, never as a traceback."""
+"""User mistakes: reported as one line and exit code 2, never as a traceback; and text
+from the input (keys, labels, paths) made safe to print on a terminal."""
+
+import re
+
+# C0 and C1 controls (escape sequences, carriage returns), line and paragraph separators,
+# and the bidirectional overrides that reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, newlines: bool = False) -> str:
+    """`text` with its control characters written as Python escapes (ESC as \\x1b), so a
+    file name or label cannot recolour, clear or rewrite the terminal; with `newlines`,
+    line breaks are kept (a multi-line result of ours), else they are escaped too (one
+    line, whatever the input held)."""
+
+    def escaped(match: re.Match) -> str:
+        char = match.group()
+        if newlines and char == "\n":
+            return char
+        return char.encode("unicode_escape").decode("ascii")
+
+    return _CONTROL.sub(escaped, text)
 
 
 class UsageError(Exception):

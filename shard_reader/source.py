@@ -462,7 +462,8 @@ def decode_example(
         elif mask_format == "jpeg":
             gray = simplejpeg.decode_jpeg(mask_bytes, colorspace="GRAY", fastdct=True)
         else:
-            gray = np.asarray(Image.open(io.BytesIO(mask_bytes)).convert("L"))[..., None]
+            gray = np.asarray(Image.open(io.BytesIO(mask_bytes), formats=("PNG",)).convert("L"))
+            gray = gray[..., None]
     except CorruptRecordError:
         raise
     except (ValueError, OSError) as error:
@@ -488,7 +489,7 @@ def decode_example(
 def _class_ids(data: bytes, classes: ClassesInfo) -> np.ndarray:
     """Stored ids [h,w,1] in `classes.mask_dtype`, from a grey PNG of the bit depth that
     metadata.json gives (anything else would be read as other values: refused)."""
-    image = Image.open(io.BytesIO(data))
+    image = Image.open(io.BytesIO(data), formats=("PNG",))
     mode = "L" if classes.png_bit_depth == 8 else "I;16"
     if image.format != "PNG" or image.mode != mode:
         raise CorruptRecordError(

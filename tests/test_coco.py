@@ -370,11 +370,14 @@ def _mutated(change) -> dict:
             _mutated(lambda d: d["images"].append({**d["images"][1], "id": 9})),
             "'000002.jpg' is listed twice",
         ),
-        (_mutated(lambda d: d["images"][0].pop("height")), "image 0 needs"),
-        (_mutated(lambda d: d["images"][0].update(width=0)), "image 0 needs"),
-        (_mutated(lambda d: d["images"][0].update(id="1")), "image 0 needs"),
+        (_mutated(lambda d: d["images"][0].pop("height")), "images[0] needs"),
+        (_mutated(lambda d: d["images"][0].update(width=0)), "images[0] needs"),
+        (_mutated(lambda d: d["images"][0].update(id="1")), "images[0] needs"),
         (_mutated(lambda d: d["categories"].append(d["categories"][0])), "id 90 is listed twice"),
-        (_mutated(lambda d: d["categories"][1].pop("name")), "category 1 needs"),
+        (
+            _mutated(lambda d: d["categories"][1].pop("name")),
+            "categories[1] needs",
+        ),
         (
             _mutated(lambda d: d["categories"].append({"id": 1, "name": "car"})),
             "duplicate class names ['car']",

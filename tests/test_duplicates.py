@@ -21,6 +21,7 @@ from tests.helpers.outputs import published
 from tests.helpers.process_tree import SEGPREP
 from tests.helpers.runs import RUNNER_ARGS
 from transforms import duplicates as dups
+from transforms.codecs.pixels import eight_bit
 from transforms.format import record_index
 from transforms.format.dataset_info import DatasetInfo
 from transforms.splits import SplitFractions
@@ -575,7 +576,7 @@ def test_a_16_bit_image_is_scaled_to_8_bits_a_band_at_a_time():
     image = Image.fromarray(np.full((side, side), 40_000, dtype=np.uint16))
     tracemalloc.start()
     try:
-        scaled = dups.eight_bit(image)
+        scaled = eight_bit(image)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -79,6 +80,35 @@ def _write(folder: Path, name: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
+def _zero_png(width: int, height: int) -> bytes:
+    """An all-transparent RGBA PNG of width x height in a few hundred KB."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return len(data).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 6, 0, 0, 0])
+    compressor = zlib.compressobj(9)
+    row = bytes(1 + 4 * width)
+    data = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+    )
+
+
+def _ico(png: bytes) -> bytes:
+    """A one-entry ICO file whose image is `png` (it claims 16x16)."""
+    entry = bytes([16, 16, 0, 0]) + (1).to_bytes(2, "little") + (32).to_bytes(2, "little")
+    entry += len(png).to_bytes(4, "little") + (22).to_bytes(4, "little")
+    return (0).to_bytes(2, "little") + (1).to_bytes(2, "little") * 2 + entry + png
+
+
+def _icns(png: bytes) -> bytes:
+    """An ICNS file whose one 128x128 slot ('ic07') holds `png`."""
+    element = b"ic07" + (8 + len(png)).to_bytes(4, "big") + png
+    return b"icns" + (8 + len(element)).to_bytes(4, "big") + element
+
+
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     """One folder pair holding every hostile case, plus a few good entries."""
@@ -142,6 +172,19 @@ def hostile(tmp_path_factory):
     big = Image.new("1", (8000, 8000))
     case("png_mask_bomb", "mask_too_large", mask=None)
     _write(masks, "png_mask_bomb_mask.png", encode(big, "PNG"))
+    case("empty_mat_mask", "mask_not_2d", mask=mat_bytes(mask=np.zeros((0, 0), np.uint8)))
+    case("empty_hdf5_mask", "mask_not_2d", mask=None)
+    _hdf5_mask(masks / "empty_hdf5_mask_mask.mat", mask=((H, 0), np.zeros((H, 0), np.uint8)))
+    # Formats Pillow decodes while opening, before a size is known (ICO, ICNS: a 9400x9400
+    # PNG inside held 350 MB), or that segprep does not take (GIF): never decoded.
+    inner = _zero_png(9400, 9400)
+    case("ico_bomb", "image_unreadable", image=_ico(inner))
+    case("icns_bomb", "image_unreadable", image=_icns(inner))
+    case("gif_named_jpg", "image_unreadable", image=encode(Image.new("P", (W, H)), "GIF"))
+    # Transparency near the pixel limit: composited a band at a time (one image held 1 GB).
+    side = 6300
+    case("rgba_near_limit", "accepted", image=_zero_png(side, side), mask=None)
+    _write(masks, "rgba_near_limit_mask.mat", mat_bytes(mask=np.zeros((side, side), np.uint8)))
     # Files that are not what their names say.
     case("sparse_6gb", "image_too_large", image=None)
     with open(images / "sparse_6gb.jpg", "wb") as handle:
@@ -266,3 +309,26 @@ def test_keys_holding_unicode_line_separators_are_stored_and_verify(tmp_path, du
     if duplicates == "group":
         assert stored[keys[-1]] == stored["good1"]
     assert main(["verify", str(out)]) == 0
+
+
+def test_control_characters_from_names_reach_the_terminal_escaped(tmp_path):
+    """A key's escape sequences (clear screen, colours, carriage return) are printed as
+    Python escapes in the summary and in verify's problems, never raw; the summary stays
+    one line per row. Stored keys keep their bytes."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    hostile = "\x1b[2J\x1b[31mRED\r"
+    _write(images, "good.jpg", rgb_jpeg(H, W))
+    _write(masks, "good_mask.mat", mat_bytes(mask=MASK))
+    _write(images, f"{hostile}.jpg", b"\xff\xd8 not a whole JPEG")
+    _write(masks, f"{hostile}_mask.mat", mat_bytes(mask=MASK))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*SEGPREP, "prepare", "--image_dir", str(images), "--mask_dir", str(masks),
+         "--output_dir", str(out), "--runner", "FnApiRunner", "--max_reject_fraction", "1"],
+        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout
+    assert "e.g. \\x1b[2J\\x1b[31mRED\\r" in done.stdout
+    rejected = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [entry["key"] for entry in rejected] == [hostile]

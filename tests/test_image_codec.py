@@ -90,3 +90,44 @@ def test_a_transcoded_images_thumbnail_is_that_of_its_pixels():
     image = validate_image(png, thumbnail=True)
     assert image.transcoded
     assert np.array_equal(image.thumbnail, thumbnail(Image.open(io.BytesIO(png))))
+
+
+@pytest.mark.parametrize("kind", ["ICO", "BMP", "TIFF", "GIF", "WEBP"])
+def test_only_jpeg_and_png_content_is_opened(kind):
+    """Pillow is asked for JPEG and PNG only, whatever the file is named: an ICO holding a
+    huge PNG was decoded while opening, before the pixel limit could refuse it."""
+    from transforms.codecs.mask import load_mask
+
+    data = encode(Image.fromarray(rgb_array(16, 16)), kind)
+    with pytest.raises(RejectError) as caught:
+        validate_image(data)
+    assert caught.value.reason == Reason.IMAGE_UNREADABLE
+    assert "not a JPEG or PNG" in caught.value.detail
+    with pytest.raises(RejectError) as caught:
+        load_mask(data, "k_mask.png")
+    assert caught.value.reason == Reason.MASK_UNREADABLE
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "PA", "P"])
+def test_transparency_is_composited_band_by_band_as_in_one_piece(mode):
+    """on_background builds, 256 rows at a time, exactly what alpha_composite gives the
+    whole image (the stored JPEG and the duplicate thumbnail depend on those pixels)."""
+    from transforms.codecs.pixels import on_background
+
+    rng = np.random.default_rng(5)
+    if mode in ("PA", "P"):
+        image = Image.fromarray(rng.integers(0, 16, (700, 90), np.uint8), "P")
+        image.putpalette(rng.integers(0, 256, 768, np.uint8).tobytes())
+        if mode == "PA":
+            image = image.convert("PA")
+            image.putalpha(Image.fromarray(rng.integers(0, 256, (700, 90), np.uint8)))
+        else:
+            image.info["transparency"] = 3
+    else:
+        bands = len(mode)
+        image = Image.fromarray(rng.integers(0, 256, (700, 90, bands), np.uint8), mode)
+    for colour in ((0, 0, 0), (255, 255, 255)):
+        whole = Image.alpha_composite(
+            Image.new("RGBA", image.size, (*colour, 255)), image.convert("RGBA")
+        ).convert("RGB")
+        assert np.array_equal(np.asarray(on_background(image, colour)), np.asarray(whole))

@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image
 
 from transforms import json_shape
+from transforms.codecs.pixels import eight_bit, on_background
 
 BITS = 64
 _SIDE = 32  # the grey image the DCT sees
@@ -47,7 +48,6 @@ _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
 MODES = ("group", "drop", "off")
-_EIGHT_BIT_ROWS = 256  # rows of a 16- or 32-bit image scaled to 8 bits at a time
 # A candidate's chroma must correlate this well too (verified); below CHROMA_FLOOR (the
 # root mean square of a signature's chroma, in its int8 units) an image counts as grey.
 # benchmarks/duplicates.py chose both on portraits in front of near-identical backdrops.
@@ -89,33 +89,15 @@ def _phashes(grey: np.ndarray) -> list[int]:
     return [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
 
 
-def eight_bit(image: Image.Image) -> Image.Image:
-    """A 16- or 32-bit grey image ("I;16", "I", "F": PNG, TIFF) as 8-bit grey, 0..65535
-    scaled to 0..255 as the record stores it (codecs/image.encode_rgb_jpeg); Pillow's own
-    convert() clips every value above 255 to white, so distinct images would hash alike.
-    Other modes are returned as they are."""
-    if not (image.mode.startswith("I") or image.mode == "F"):
-        return image
-    source = np.asarray(image)  # 2 or 4 bytes a pixel, as decoded
-    scaled = np.empty(source.shape, dtype=np.uint8)
-    # A band of rows at a time: the float64 arithmetic of a 40-megapixel image at once
-    # held four 320 MB arrays.
-    for start in range(0, source.shape[0], _EIGHT_BIT_ROWS):
-        rows = source[start : start + _EIGHT_BIT_ROWS].astype(np.float64) / 257.0
-        scaled[start : start + _EIGHT_BIT_ROWS] = np.clip(rows.round(), 0, 255)
-    return Image.fromarray(scaled)
-
-
 def thumbnail(image: Image.Image) -> np.ndarray:
     """THUMB_SIDE x THUMB_SIDE x 3 uint8 RGB pixels of an opened image: what every hash and
     signature is computed from. The caller decides the decode (a JPEG draft scale); this
     only converts and box-filters, so hashing costs no second decode of the image."""
     image = eight_bit(image)
-    if image.mode not in ("L", "RGB"):
-        image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
-        if image.mode == "RGBA":  # transparent pixels count as white, as most viewers show
-            background = Image.new("RGBA", image.size, (255, 255, 255, 255))
-            image = Image.alpha_composite(background, image)
+    if "A" in image.getbands():  # transparent pixels count as white, as most viewers show
+        image = on_background(image, (255, 255, 255))
+    elif image.mode not in ("L", "RGB"):
+        image = image.convert("RGB")
     if image.mode != "RGB":  # convert() copies even an RGB image: skipped, same pixels
         image = image.convert("RGB")
     small = image.resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX)

@@ -349,7 +349,7 @@ def resolve_pair(
         return Reject(
             key,
             Reason.NOT_A_FILE,
-            f"{names}: not a regular file (FIFO, device or folder)",
+            f"{names}: not a regular file (a FIFO, device or folder, or a link to none)",
             image,
             mask,
         )

@@ -6,6 +6,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from beam_pipeline.errors import printable
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo, RejectCounts, SplitInfo
 from transforms.format.naming import DUPLICATES_FILE, UNLABELED_FILE
 from transforms.splits import SplitFractions, num_shards_note
@@ -47,7 +48,7 @@ def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
             f"{_shards(split.num_shards):<6}  {size / 1e6:>9.1f} MB"
         )
     for reason, count in rejected.by_reason.items():
-        example = (rejected.example_key or {}).get(reason, "")
+        example = printable((rejected.example_key or {}).get(reason, ""))
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
     if info.num_unlabeled:
         lines.append(
@@ -215,7 +216,8 @@ def classes_lines(classes: ClassesInfo, tool: str = "coco") -> list[str]:
     from transforms.class_stats import absent_classes, rarest_and_most_frequent
 
     count = classes.num_classes
-    names = classes.names or [f"class {index}" for index in range(count)]
+    names = [printable(name) for name in classes.names] if classes.names else None
+    names = names or [f"class {index}" for index in range(count)]
     lines = [f"  classes: {count}, ignore index {classes.ignore_index}"]
     for split, stats in classes.stats.items():
         labelled = sum(stats.pixels)

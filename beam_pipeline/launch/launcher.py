@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from beam_pipeline.errors import printable
 from beam_pipeline.launch.masks import stage_images
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import heap, output_protocol, writer_pool
@@ -56,7 +57,7 @@ def execute(plan: RunPlan) -> PrepareResult:
     with lock:
         recovered = output_protocol.recover(plan.output_dir)
         if recovered is not None:
-            print(f"segprep: {recovered}", file=sys.stderr, flush=True)
+            print(f"segprep: {printable(recovered)}", file=sys.stderr, flush=True)
         output_protocol.clean_unfinished(_recheck(plan))
         output_protocol.make_staging_dir(plan.output_dir, plan.run_id)
         try:

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.errors import UsageError, usage_error
+from beam_pipeline.errors import UsageError, printable, usage_error
 from beam_pipeline.job.settings import (
     CommitSettings,
     JobSettings,
@@ -460,7 +460,7 @@ def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.Output
         # before it plans on the output's metadata.json.
         recovered = output_protocol.recover_locked(output_dir)
         if recovered is not None:
-            print(f"segprep: {recovered}", file=sys.stderr, flush=True)
+            print(f"segprep: {printable(recovered)}", file=sys.stderr, flush=True)
         output = output_protocol.inspect_output(output_dir)
     if not args.dry_run or output.ours or output.foreign:
         output_protocol.check_output(output, overwrite=args.overwrite, append=args.append)

@@ -10,8 +10,10 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageOps
 
-from transforms.duplicates import THUMB_SIDE, eight_bit
+from transforms.codecs.pixels import eight_bit, on_background
+from transforms.duplicates import THUMB_SIDE
 from transforms.duplicates import thumbnail as thumbnail_of
+from transforms.format.features import PILLOW_FORMATS
 from transforms.limits import DEFAULT_LIMITS
 from transforms.rejects import Reason, RejectError
 
@@ -89,7 +91,7 @@ def open_image(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data), formats=PILLOW_FORMATS)
             width, height = image.size
             if width * height > max_pixels:
                 raise RejectError(
@@ -105,7 +107,7 @@ def open_image(
         raise RejectError(reasons.too_large, str(error)) from error
     except Image.UnidentifiedImageError as error:  # its text holds an object address
         raise RejectError(
-            reasons.unreadable, "not an image format Pillow can decode (or a corrupt header)"
+            reasons.unreadable, "not a JPEG or PNG (another format, or a corrupt header)"
         ) from error
     except OSError as error:
         message = str(error)
@@ -180,10 +182,9 @@ def encode_rgb_jpeg(image: Image.Image) -> bytes:
     """Transcode any mode (CMYK, L, RGBA, P, I;16) to 8-bit RGB JPEG."""
     image = eight_bit(image)  # 16-bit grey (PNG): 0..65535 scaled to 0..255, not clipped
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        # Composite transparency on black, the value a mask's background has.
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
-        image = Image.alpha_composite(background, rgba)
+        image = on_background(image, (0, 0, 0))  # black, the value a mask's background has
     out = io.BytesIO()
-    image.convert("RGB").save(out, format="JPEG", quality=TRANSCODE_QUALITY)
+    if image.mode != "RGB":  # convert() copies even an RGB image
+        image = image.convert("RGB")
+    image.save(out, format="JPEG", quality=TRANSCODE_QUALITY)
     return out.getvalue()

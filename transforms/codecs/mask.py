@@ -379,6 +379,8 @@ def _check_2d(array: np.ndarray) -> np.ndarray:
         array = array[..., 0]
     if array.ndim != 2:
         raise RejectError(Reason.MASK_NOT_2D, f"mask has shape {array.shape}, expected 2-D")
+    if array.size == 0:
+        raise RejectError(Reason.MASK_NOT_2D, f"mask has shape {array.shape}, no pixels")
     if not _is_numeric(array):
         raise RejectError(Reason.MASK_VALUES, f"mask has non-numeric dtype {array.dtype}")
     return array
@@ -412,7 +414,7 @@ def binarize(mask: np.ndarray) -> np.ndarray:
     if present <= {0, MASK_FOREGROUND}:
         return mask if mask.dtype == np.uint8 else (mask != 0).view(np.uint8) * np.uint8(255)
     values = sorted(present)
-    shown = ", ".join(f"{value:g}" for value in values[:6])
+    shown = ", ".join(f"{value:.9g}" for value in values[:6])
     more = "" if len(values) <= 6 else f", ... ({len(values)} distinct)"
     raise RejectError(
         Reason.MASK_VALUES,

@@ -18,6 +18,10 @@ SCHEMA: dict[str, dict[str, str]] = {
 }
 
 MASK_FORMATS = ("jpeg", "png")
+# The only Pillow plugins segprep opens images and masks with (a camera's MPO comes through
+# JPEG's): left to itself Pillow tries every format it knows, and some (ICO, ICNS) decode a
+# whole embedded image while opening, before any size can be checked.
+PILLOW_FORMATS = ("JPEG", "PNG")
 # What a mask holds: "binary" 0/255 (the portrait blog's), or "classes", class ids 0..N-1
 # plus one ignore index (transforms/codecs/class_mask.py). Declared here, import-free, for the CLI.
 MASK_TYPES = ("binary", "classes")

@@ -281,7 +281,7 @@ def _read_categories(
             and isinstance(item.get("name"), str)
             and item["name"].strip()
         ):
-            raise ValueError(f"{source}: category {position} needs an integer id and a name")
+            raise ValueError(f"{source}: categories[{position}] needs an integer id and a name")
         if item["id"] in raw:
             raise ValueError(f"{source}: category id {item['id']} is listed twice")
         supercategory = item.get("supercategory")
@@ -346,7 +346,7 @@ def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort
             and width > 0
         ):
             raise ValueError(
-                f"{source}: image {position} needs an integer id, a file_name and a positive "
+                f"{source}: images[{position}] needs an integer id, a file_name and a positive "
                 "integer height and width"
             )
         images.add((image_id, position), (file_name, height, width))

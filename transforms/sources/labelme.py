@@ -206,7 +206,7 @@ def _png_mask(data: Any, limits: InputLimits) -> np.ndarray:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below
-            with Image.open(io.BytesIO(raw)) as image:
+            with Image.open(io.BytesIO(raw), formats=("PNG",)) as image:
                 if image.format != "PNG":
                     raise ValueError(f"mask is not a PNG but {image.format}")
                 check_pixels(image.height, image.width, limits, "mask PNG")

@@ -21,6 +21,7 @@ from beam_pipeline.commands.inspect_sheet.output import load_metadata, require_d
 from beam_pipeline.errors import UsageError
 from transforms import files, json_shape
 from transforms.codecs.image import MAX_JPEG_SCANS, MAX_PIXELS, jpeg_scans
+from transforms.format.features import PILLOW_FORMATS
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, RUNS_DIR
 from transforms.limits import DEFAULT_LIMITS, FILE_LIMITS
 
@@ -64,7 +65,7 @@ def partial_image(path: str | None, target_height: int) -> tuple[np.ndarray | No
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data), formats=PILLOW_FORMATS)
             if image.format == "JPEG":
                 image.draft("RGB", (1, target_height))  # DCT-domain downscale, JPEG only
             if image.width * image.height > MAX_PIXELS:

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from transforms.codecs.image import MAX_JPEG_SCANS, jpeg_scans
+from transforms.format.features import PILLOW_FORMATS
 from transforms.limits import DEFAULT_LIMITS
 
 HEIGHT = 112  # thumbnail height in pixels
@@ -31,7 +32,7 @@ def _open(data: bytes) -> Image.Image | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data), formats=PILLOW_FORMATS)
             width, height = image.size
             if width * height > DEFAULT_LIMITS.pixels or width < 1 or height < 1:
                 return None
@@ -64,7 +65,9 @@ def image_thumbnail(data: bytes) -> str | None:
 def decode_mask(data: bytes) -> np.ndarray | None:
     """A stored mask's values [H, W] (0/255 binary, or class ids), None if it does not decode."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as image:
+            if image.width * image.height > DEFAULT_LIMITS.pixels:
+                return None
             return np.asarray(image)
     except Exception:  # noqa: BLE001
         return None

@@ -6,7 +6,7 @@ from beam_pipeline.commands.shard_records import record_format
 from beam_pipeline.commands.verify import accounting, classes, duplicates, indexes, records
 from beam_pipeline.commands.verify.report import VerifyReport
 from beam_pipeline.commands.verify.state import Checked
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, printable
 from transforms import files
 from transforms.format.dataset_info import IncompleteOutputError, MetadataError, read_metadata_json
 
@@ -59,12 +59,12 @@ def run_verify(directory: str, *, repair: bool = False) -> int:
         from beam_pipeline.runtime import output_protocol
 
         for line in output_protocol.repair(files.normalize_dir(directory)):
-            print(f"repaired: {line}")
+            print(f"repaired: {printable(line)}")
     report = check_output(directory)
     if report.ok:
-        print(report.summary())
+        print(printable(report.summary(), newlines=True))
         return 0
     for problem in report.problems:
-        print(problem)
-    print(f"FAILED {directory}: {len(report.problems)} problems")
+        print(printable(problem))
+    print(f"FAILED {printable(directory)}: {len(report.problems)} problems")
     return 1

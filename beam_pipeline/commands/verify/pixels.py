@@ -44,13 +44,15 @@ def decode_jpeg(data: bytes) -> np.ndarray:
 
 def _open_png(data: bytes) -> Image.Image:
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data), formats=("PNG",))
         if image.format != "PNG":
             raise DecodeError(f"a {image.format} file, not PNG")
         _check_pixels(image.height, image.width)
         image.load()
     except DecodeError:
         raise
+    except Image.UnidentifiedImageError:
+        raise DecodeError("not a PNG") from None
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as error:
         raise DecodeError(f"{type(error).__name__}: {error}") from None
     return image
