@@ -138,11 +138,12 @@ def test_a_link_in_place_of_the_lock_is_refused_in_one_line(
     assert theirs.read_text() == '{"precious": 1}'
 
 
-def test_cleaning_an_unjournaled_commit_leaves_no_empty_index_folder(
-    sample_dataset, references, tmp_path
+def test_an_unjournaled_commit_is_refused_and_its_files_kept(
+    sample_dataset, references, tmp_path, capsys
 ):
-    """A manifest of a segprep that kept no journal, cut short: its listed files go, and so
-    does the index/ folder they leave empty, so the next run is not refused."""
+    """A manifest in state `committing` without a journal (an older segprep's, or edited):
+    nothing proves its listed files are segprep's, so a run refuses in one line and deletes
+    none of them, with or without --overwrite; moving them away lets it run."""
     out = tmp_path / "out"
     (out / ".segprep").mkdir(parents=True)
     listed = ["train-00000-of-00009.tfrecord", "index/train-00000-of-00009.tfrecord.idx"]
@@ -152,9 +153,11 @@ def test_cleaning_an_unjournaled_commit_leaves_no_empty_index_folder(
     (out / "index").mkdir()
     for name in listed:
         (out / name).write_bytes(b"half published")
-    refused = _prepare_args(sample_dataset, out, *NEW, "--max_reject_fraction", "0")
-    assert main(refused) == 1  # cleans, then refuses its own output
-    assert sorted(p.name for p in out.iterdir()) == [".segprep"]
+    for extra in ((), ("--overwrite",)):
+        assert main(_prepare_args(sample_dataset, out, *NEW, *extra)) == 2
+        assert "cannot tell they are its own" in capsys.readouterr().err
+        assert all((out / name).read_bytes() == b"half published" for name in listed)
+    shutil.rmtree(out)
     assert main(_prepare_args(sample_dataset, out, *NEW)) == 0
     _holds(out, references[1])
 
@@ -224,6 +227,35 @@ def test_a_move_cut_between_its_copy_and_its_delete_still_rolls_forward(
     shutil.copyfile(staged / name, out / final)  # copied, not yet deleted
     assert main(["verify", "--repair", str(out)]) == 0
     _holds(out, references[1])
+
+
+def test_a_move_cut_between_its_copy_and_its_delete_rolls_back_to_the_earlier_output(
+    sample_dataset, references, tmp_path
+):
+    """Cut after every earlier file went aside and one new file was copied to a name the
+    earlier output also uses (not yet deleted from staging): recovery rolls back, and the
+    earlier file must come back to that name. The rollback once kept the new copy there and
+    removed the run folder holding the only copy of the earlier file."""
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "aside:kill"}
+    )
+    assert code == -9
+    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
+    staged = out / ".segprep" / "runs" / journal["run_id"]
+    shared = [
+        (name, final)
+        for name, final in journal["moves"]
+        if final in journal["previous"]
+        and final != "metadata.json"
+        and (staged / name).exists()
+        and (staged / name).read_bytes() != (staged / "previous" / final).read_bytes()
+    ]
+    assert shared, "no new file shares a name with an earlier one"
+    name, final = shared[0]
+    shutil.copyfile(staged / name, out / final)  # copied, not yet deleted
+    assert main(["verify", "--repair", str(out)]) == 0
+    _holds(out, references[0])
 
 
 # After a SIGTERM the run itself rolls back, unless its metadata.json was already in place.

@@ -129,8 +129,8 @@ def test_missing_gcs_inputs_are_a_usage_error(gcs):  # noqa: F811
 
 
 def test_output_protocol_on_gcs(gcs):  # noqa: F811
-    """A finished output needs --overwrite; an unfinished one is cleaned of what its manifest
-    lists and nothing else; foreign files are never deleted; the lock is exclusive."""
+    """A finished output needs --overwrite; an unfinished one without a journal is refused
+    and kept whole; foreign files are never deleted; the lock is exclusive."""
     done = ["done/out/metadata.json", "done/out/train-00000-of-00001.tfrecord"]
     gcs.put(
         done[0],
@@ -157,9 +157,11 @@ def test_output_protocol_on_gcs(gcs):  # noqa: F811
     )
     gcs.put("half/out/notes.txt", b"mine")
     half = output_protocol.inspect_output(gcs.url("half/out/"))
-    output_protocol.check_output(half, overwrite=False)  # unfinished: no --overwrite needed
-    output_protocol.clean_unfinished(half)
-    assert gcs.names("half/out/") == ["half/out/.segprep/manifest.json", "half/out/notes.txt"]
+    before = gcs.names("half/out/")
+    for overwrite in (False, True):  # no journal: nothing proves the listed files segprep's
+        with pytest.raises(Refusal, match="cannot tell they are its own"):
+            output_protocol.check_output(half, overwrite=overwrite)
+    assert gcs.names("half/out/") == before
 
     gcs.put("theirs/out/train-00000-of-00003.tfrecord", b"another tool's")
     theirs = output_protocol.inspect_output(gcs.url("theirs/out/"))

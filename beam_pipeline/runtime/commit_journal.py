@@ -506,6 +506,7 @@ def _finish_forward(output_dir: str, journal: Journal) -> None:
 
 def _back(output_dir: str, journal: Journal, where: _Where) -> None:
     earlier = set(journal.previous)
+    _drop_copies_at_finals(output_dir, journal, where)
     for staged, final in reversed(journal.moves):
         new_at_final = not where.staged(staged) and where.exists(final)
         if new_at_final and (final not in earlier or where.aside(final)):
@@ -518,6 +519,24 @@ def _back(output_dir: str, journal: Journal, where: _Where) -> None:
         output_dir,
         committed_manifest(journal.previous_run_id, [*journal.previous, *journal.kept]),
     )
+
+
+def _drop_copies_at_finals(output_dir: str, journal: Journal, where: _Where) -> None:
+    """On gs:// a move is a copy then a delete: cut between the two, a new file is both
+    staged and at its final name, where the earlier file could not come back (and a
+    rollback then removed the run folder holding the only copy of the earlier file). The
+    copy at the final name goes, the staged file stays; only a copy proven the run's own
+    (the size and sha256 its new metadata.json lists) is deleted."""
+    copies = [
+        final for staged, final in journal.moves if where.staged(staged) and where.exists(final)
+    ]
+    if not copies:
+        return
+    listing = where.new_listing()
+    for final in copies:
+        entry = listing.get(final)
+        if entry is not None and where.holds(final, entry):
+            files.delete([files.join(output_dir, final)])
 
 
 def _staged_name(run_id: str, name: str) -> str:

@@ -92,7 +92,7 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
     for folder in (RUNS_DIR, INDEX_DIR):
         own_folder(output_dir, folder, create=False)
     manifest = commit_journal.read_manifest(output_dir) if SEGPREP_DIR in names else None
-    pending = manifest is not None and manifest.get("state") == COMMITTING
+    pending = commit_journal.journal_of(manifest) is not None  # `committing` alone is no journal
     if manifest is not None:
         ours = tuple(str(name) for name in manifest["files"])
         finished = manifest.get("state") == COMMITTED and METADATA_FILE in names
@@ -112,6 +112,15 @@ def check_output(state: OutputState, *, overwrite: bool, append: bool = False) -
     out = state.output_dir
     if state.holder is not None:
         raise Refusal(f"{{output_dir}} {out} is in use by {state.holder.describe()}")
+    if state.ours and not state.finished and not state.pending_commit:
+        # Not a state segprep leaves (its commit keeps a journal until metadata.json is in
+        # place): a manifest edited or written by someone else, or metadata.json removed.
+        # Deleting what it lists could delete anyone's files.
+        raise Refusal(
+            f"{{output_dir}} {out}: its {MANIFEST_FILE} lists files (e.g. {state.ours[0]}) "
+            f"but there is no finished output and no commit journal, so segprep cannot tell "
+            "they are its own: nothing was changed (move them, or the folder, away)"
+        )
     if append:
         if state.colliding:
             raise Refusal(
@@ -315,6 +324,15 @@ class RunLock:
                     f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} cannot be opened "
                     f"({why}); nothing was changed"
                 ) from None
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                # O_NOFOLLOW stops a symbolic link, not a hard one: a second name means
+                # the lock's bytes are someone's file, which the lock would overwrite.
+                os.close(descriptor)
+                raise Refusal(
+                    f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} is a hard link to "
+                    "another file, not segprep's; nothing was changed (move it away)"
+                )
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

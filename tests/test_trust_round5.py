@@ -1,0 +1,92 @@
+"""Trust, round 5: what a probe of the commit, the lock and verify found (eighteenth and
+nineteenth sessions). Each case goes through the real CLI on a real output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.runs import RUNNER_ARGS
+
+SEGPREP = str(Path(sys.executable).parent / "segprep")
+
+
+def segprep(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SEGPREP, *args], capture_output=True, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+
+
+def prepare(dataset, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return segprep(
+        "prepare", "--image_dir", str(dataset.image_dir), "--mask_dir", str(dataset.mask_dir),
+        "--output_dir", str(out), *extra, *RUNNER_ARGS,
+    )  # fmt: skip
+
+
+def one_line_refusal(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr
+
+
+@pytest.fixture
+def output_copy(prepared, tmp_path) -> Path:
+    return Path(shutil.copytree(prepared[0], tmp_path / "out"))
+
+
+@pytest.mark.parametrize("state", ["committed", "committing"])
+def test_a_manifest_without_a_finished_output_deletes_nothing(sample_dataset, tmp_path, state):
+    """A manifest that lists a user's file, with no metadata.json beside it (forged, or
+    metadata.json removed) or in state `committing` without a journal: segprep cannot tell
+    the files are its own, so it refuses instead of cleaning them, with and without
+    --overwrite."""
+    out = tmp_path / "out"
+    (out / ".segprep").mkdir(parents=True)
+    precious = out / "train-00000-of-00001.tfrecord"
+    precious.write_bytes(b"MY PRECIOUS")
+    manifest = {"state": state, "run_id": "", "files": [precious.name]}
+    (out / ".segprep" / "manifest.json").write_text(json.dumps(manifest))
+    for extra in ((), ("--overwrite",)):
+        said = one_line_refusal(prepare(sample_dataset, out, *extra))
+        assert "cannot tell they are its own" in said
+        assert precious.read_bytes() == b"MY PRECIOUS"
+
+
+def test_a_complete_output_whose_manifest_says_committing_is_not_deleted(
+    sample_dataset, output_copy
+):
+    manifest_path = output_copy / ".segprep" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["state"] = "committing"
+    manifest_path.write_text(json.dumps(manifest))
+    before = sorted(p.name for p in output_copy.iterdir())
+    one_line_refusal(prepare(sample_dataset, output_copy))
+    assert sorted(p.name for p in output_copy.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["prepare", "repair"])
+def test_a_hard_link_at_the_lock_is_refused_and_its_file_kept(
+    sample_dataset, output_copy, tmp_path, command
+):
+    """O_NOFOLLOW stops a symbolic link at .segprep/lock, not a hard one: the lock would
+    have truncated and rewritten the user's file outside the output."""
+    victim = tmp_path / "hard.txt"
+    victim.write_bytes(b"IMPORTANT USER DATA")
+    lock = output_copy / ".segprep" / "lock"
+    lock.unlink(missing_ok=True)
+    os.link(victim, lock)
+    if command == "prepare":
+        done = prepare(sample_dataset, output_copy, "--overwrite")
+    else:
+        done = segprep("verify", "--repair", str(output_copy))
+    assert "hard link" in one_line_refusal(done)
+    assert victim.read_bytes() == b"IMPORTANT USER DATA"
