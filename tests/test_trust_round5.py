@@ -90,3 +90,53 @@ def test_a_hard_link_at_the_lock_is_refused_and_its_file_kept(
         done = segprep("verify", "--repair", str(output_copy))
     assert "hard link" in one_line_refusal(done)
     assert victim.read_bytes() == b"IMPORTANT USER DATA"
+
+
+def test_a_users_file_at_an_index_name_an_append_would_write_is_refused(
+    sample_dataset, output_copy
+):
+    """index/ is segprep's folder, but a file in it that no manifest lists is not its file:
+    an append that would publish index/train.v2.keys.jsonl over it is refused."""
+    theirs = output_copy / "index" / "train.v2.keys.jsonl"
+    theirs.write_text("USERDATA\n")
+    said = one_line_refusal(prepare(sample_dataset, output_copy, "--append"))
+    assert "index/train.v2.keys.jsonl" in said and "segprep did not write" in said
+    assert theirs.read_text() == "USERDATA\n"
+
+
+def test_a_users_file_at_an_index_name_an_overwrite_would_write_is_refused(
+    sample_dataset, output_copy
+):
+    theirs = output_copy / "index" / "train-00000-of-00009.tfrecord.idx"
+    theirs.write_text("USER DATA\n")
+    said = one_line_refusal(prepare(sample_dataset, output_copy, "--overwrite"))
+    assert "index/train-00000-of-00009.tfrecord.idx" in said
+    assert theirs.read_text() == "USER DATA\n"
+
+
+@pytest.mark.parametrize("name", ["shard", "index/train.keys.jsonl", "metadata.json"])
+def test_verify_reports_a_link_at_a_name_the_output_lists(output_copy, tmp_path, name):
+    """Moved out and linked back, a file reads the same, but segprep never wrote a link:
+    verify names it instead of calling the output OK."""
+    if name == "shard":
+        name = next(path.name for path in output_copy.glob("train-*.tfrecord"))
+    inside = output_copy / name
+    outside = tmp_path / "elsewhere"
+    shutil.move(inside, outside)
+    inside.symlink_to(outside)
+    done = segprep("verify", str(output_copy))
+    assert done.returncode == 1, done.stdout
+    assert f"{name}: a link (to {outside}), not a regular file segprep wrote" in done.stdout
+
+
+def test_verify_streams_a_key_table_inflated_to_its_cap(output_copy):
+    """A key table grown to 1 GB (sparse: nothing on disk) was read whole and split, about
+    3.2 GB of memory; streamed, verify names it and stays small."""
+    from tests.helpers.process_tree import run_measured
+
+    table = output_copy / "index" / "train.keys.jsonl"
+    os.truncate(table, 1 << 30)
+    done, peak = run_measured([SEGPREP, "verify", str(output_copy)])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "index/train.keys.jsonl" in done.stdout and "Traceback" not in done.stderr
+    assert peak < 400 << 20, f"peak PSS {peak >> 20} MB"

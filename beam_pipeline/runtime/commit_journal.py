@@ -526,9 +526,16 @@ def _drop_copies_at_finals(output_dir: str, journal: Journal, where: _Where) -> 
     staged and at its final name, where the earlier file could not come back (and a
     rollback then removed the run folder holding the only copy of the earlier file). The
     copy at the final name goes, the staged file stays; only a copy proven the run's own
-    (the size and sha256 its new metadata.json lists) is deleted."""
+    (the size and sha256 its new metadata.json lists) is deleted, and only where no earlier
+    file is still at that name (it has none, or it is set aside): an earlier file with the
+    same bytes is not the run's copy."""
+    earlier = set(journal.previous) | set(journal.kept)
     copies = [
-        final for staged, final in journal.moves if where.staged(staged) and where.exists(final)
+        final
+        for staged, final in journal.moves
+        if where.staged(staged)
+        and where.exists(final)
+        and (final not in earlier or where.aside(final))
     ]
     if not copies:
         return

@@ -79,8 +79,13 @@ class OutputState:
 
     @property
     def colliding(self) -> tuple[str, ...]:
-        """Foreign names a run would have to overwrite: never done."""
-        return tuple(name for name in self.foreign if is_output_name(name))
+        """Foreign names a run would have to overwrite: never done (top-level names and the
+        index/ tables alike)."""
+        return tuple(
+            name
+            for name in self.foreign
+            if (is_published_name(name) if "/" in name else is_output_name(name))
+        )
 
 
 def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
@@ -100,7 +105,10 @@ def inspect_output(output_dir: str, *, holder: bool = True) -> OutputState:
         ours, finished = _legacy_output(output_dir, names)
     _refuse_links(output_dir, ours)
     listed = {name.split("/", 1)[0] for name in ours}
-    foreign = tuple(sorted(name for name in names if name != SEGPREP_DIR and name not in listed))
+    foreign = [name for name in names if name != SEGPREP_DIR and name not in listed]
+    if INDEX_DIR in listed:  # segprep's folder, but not every file in it need be
+        foreign += sorted(set(_index_names(output_dir)) - set(ours))
+    foreign = tuple(sorted(foreign))
     running = current_holder(output_dir) if holder and SEGPREP_DIR in names else None
     return OutputState(output_dir, ours, finished, foreign, running, pending)
 
@@ -173,6 +181,19 @@ def _top_level_names(output_dir: str) -> set[str]:
             )
         return names
     return {path[len(output_dir) :].split("/", 1)[0] for path in files.list_dir(output_dir)}
+
+
+def _index_names(output_dir: str) -> list[str]:
+    """`index/NAME` of every file in the output's index/ folder (own_folder has refused a
+    link there)."""
+    folder = files.join(output_dir, INDEX_DIR)
+    if files.is_local(output_dir):
+        if not os.path.isdir(folder):
+            return []
+        with os.scandir(folder) as scan:
+            return [f"{INDEX_DIR}/{item.name}" for item in scan]
+    prefix = files.normalize_dir(folder)
+    return [f"{INDEX_DIR}/{path[len(prefix) :]}" for path in files.list_dir(prefix)]
 
 
 def _legacy_output(output_dir: str, names: set[str]) -> tuple[tuple[str, ...], bool]:

@@ -109,16 +109,18 @@ def key_table_bytes(rows: Iterable[KeyRow]) -> bytes:
 
 def parse_key_table(data: bytes) -> list[KeyRow]:
     """The rows of a key-table file, in file order."""
-    rows = []
-    for number, line in enumerate((line.decode("utf-8") for line in data.splitlines()), start=1):
-        try:
-            key, shard, record = json.loads(line)
-        except (ValueError, TypeError) as error:
-            raise IndexFormatError(f"line {number}: not [key, shard, record]: {error}") from None
-        if not (isinstance(key, str) and is_count(shard) and is_count(record)):
-            raise IndexFormatError(f"line {number}: not [key, shard, record]: {line!r}")
-        rows.append(KeyRow(key, shard, record))
-    return rows
+    return [parse_key_row(line, number) for number, line in enumerate(data.splitlines(), 1)]
+
+
+def parse_key_row(line: bytes, number: int) -> KeyRow:
+    """Line `number` of a key table (a reader that streams the table parses line by line)."""
+    try:
+        key, shard, record = json.loads(line.decode("utf-8"))
+    except (ValueError, TypeError) as error:  # UnicodeDecodeError is a ValueError
+        raise IndexFormatError(f"line {number}: not [key, shard, record]: {error}") from None
+    if not (isinstance(key, str) and is_count(shard) and is_count(record)):
+        raise IndexFormatError(f"line {number}: not [key, shard, record]: {line[:200]!r}")
+    return KeyRow(key, shard, record)
 
 
 def is_count(value: object) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 from typing import Any
 
 from beam_pipeline.commands.verify.state import Checked
@@ -193,4 +194,21 @@ def protocol_problems(base: str, metadata: dict[str, Any]) -> list[str]:
         listed.add(UNLABELED_FILE)
     with contextlib.suppress(MetadataError):
         listed |= DatasetInfo.from_json(metadata).listed_files()
-    return output_protocol.protocol_problems(published, manifest, holder is not None, listed)
+    ours = {name for name in published if output_protocol.is_output_name(name.split("/")[0])}
+    problems = _links(base, {*ours, INDEX_DIR, MANIFEST_FILE})
+    return problems + output_protocol.protocol_problems(
+        published, manifest, holder is not None, listed
+    )
+
+
+def _links(base: str, names: set[str]) -> list[str]:
+    """segprep writes only regular files and folders: a link at one of its names was put
+    there by someone else, and what verify read through it is not what segprep wrote."""
+    if not files.is_local(base):
+        return []
+    return [
+        f"{name}: a link (to {os.readlink(os.path.join(base, name))}), not a regular file "
+        "segprep wrote"
+        for name in sorted(names)
+        if os.path.islink(os.path.join(base, name))
+    ]

@@ -104,24 +104,56 @@ def _check_shard_index(
 def _check_key_table(
     state: Checked, ref: FileRef, expected: list[record_index.KeyRow] | None
 ) -> None:
-    data = _listed_file(state, ref, FILE_LIMITS.key_table_bytes)
-    if data is None or expected is None:
+    """Streamed a line at a time (hashed as it is read): a tampered table of a GB, sparse on
+    disk, costs one line of memory, not three copies of itself."""
+    path = state.path(ref.file)
+    if not files.exists(path):
+        state.problem(f"{ref.file}: missing (listed in metadata.json)")
         return
+    digest, size, rows, wrong = hashlib.sha256(), 0, 0, None
     try:
-        rows = record_index.parse_key_table(data)
-    except (record_index.IndexFormatError, UnicodeDecodeError) as error:
-        state.problem(f"{ref.file}: {error}")
+        with files.opened(path) as (handle, total):
+            if total > FILE_LIMITS.key_table_bytes:
+                raise files.TooLargeError(
+                    f"{total:,} bytes, more than the {FILE_LIMITS.key_table_bytes:,} allowed"
+                )
+            lines = files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, ref.file)
+            for rows, line in enumerate(lines, start=1):
+                digest.update(line)
+                size += len(line)
+                if wrong is None and expected is not None:
+                    wrong = _wrong_row(ref.file, line, rows, expected)
+    except (OSError, files.LineTooLongError) as error:  # a FIFO, a folder, too large
+        state.problem(f"{ref.file}: not readable: {error}")
         return
-    for line, (row, want) in enumerate(zip(rows, expected, strict=False), start=1):
-        if row != want:
-            state.problem(
-                f"{ref.file} line {line}: key {row.key!r} at shard {row.shard} record "
-                f"{row.record}, but the shards hold {want.key!r} at shard {want.shard} "
-                f"record {want.record}"
-            )
-            return
-    if len(rows) != len(expected):
-        state.problem(f"{ref.file}: {len(rows)} keys, the shards hold {len(expected)} records")
+    if size != ref.bytes or digest.hexdigest() != ref.sha256:
+        state.problem(
+            f"{ref.file}: {size} bytes, sha256 {digest.hexdigest()}; metadata.json says "
+            f"{ref.bytes} bytes, sha256 {ref.sha256}"
+        )
+    if wrong is not None:
+        state.problem(wrong)
+    elif expected is not None and rows != len(expected):
+        state.problem(f"{ref.file}: {rows} keys, the shards hold {len(expected)} records")
+
+
+def _wrong_row(
+    name: str, line: bytes, number: int, expected: list[record_index.KeyRow]
+) -> str | None:
+    """What is wrong with line `number` of a key table, None when it is the expected row."""
+    try:
+        row = record_index.parse_key_row(line.rstrip(b"\n"), number)
+    except record_index.IndexFormatError as error:
+        return f"{name}: {error}"
+    if number > len(expected):
+        return None  # counted: more keys than records
+    want = expected[number - 1]
+    if row == want:
+        return None
+    return (
+        f"{name} line {number}: key {row.key!r} at shard {row.shard} record {row.record}, "
+        f"but the shards hold {want.key!r} at shard {want.shard} record {want.record}"
+    )
 
 
 def _check_digest_table(state: Checked, ref: FileRef, keys: list[str] | None) -> None:
