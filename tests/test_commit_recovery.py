@@ -258,6 +258,32 @@ def test_a_move_cut_between_its_copy_and_its_delete_rolls_back_to_the_earlier_ou
     _holds(out, references[0])
 
 
+def test_a_users_file_at_a_name_whose_earlier_file_went_aside_is_not_written_over(
+    sample_dataset, references, tmp_path, capsys
+):
+    """Killed while publishing: the earlier files are aside, so a file now at a name both
+    outputs use is not the earlier one. A user's file put there is not the run's either
+    (not the size the new metadata.json lists): recovery refuses and keeps it."""
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish-1:kill"}
+    )
+    assert code == -9
+    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
+    staged = out / ".segprep" / "runs" / journal["run_id"]
+    shared = [
+        final
+        for name, final in journal["moves"]
+        if final in journal["previous"] and (staged / name).exists() and not (out / final).exists()
+    ]
+    assert shared, "no shared name left to publish"
+    theirs = out / shared[0]
+    theirs.write_bytes(b"MY OWN FILE")
+    assert main(["verify", "--repair", str(out)]) == 2
+    assert "does not list as its own" in capsys.readouterr().err
+    assert theirs.read_bytes() == b"MY OWN FILE"
+
+
 # After a SIGTERM the run itself rolls back, unless its metadata.json was already in place.
 TERM_OUTCOMES = {
     "accounted": ("old", "nothing was published; the earlier output is in place"),

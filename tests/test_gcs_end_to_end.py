@@ -254,3 +254,26 @@ def test_a_group_that_moves_is_rewritten_inside_the_bucket(gcs, tmp_path):  # no
         [*CLI, "verify", out], capture_output=True, text=True, timeout=600, env=os.environ
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_swapped_gcs_folders_are_one_line_before_the_job(gcs, raw):  # noqa: F811
+    """As locally: masks given as images and images as masks are named from a sample of
+    each folder's names, before any job runs or anything is staged."""
+    completed = _cli(
+        ["--image_dir", gcs.url("raw/masks"), "--mask_dir", gcs.url("raw/images"),
+         "--output_dir", gcs.url("swapped"), *RUNNER_ARGS]
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr
+    (line,) = completed.stderr.strip().splitlines()
+    assert "the folders look swapped" in line
+    assert gcs.names("swapped/") == []
+
+
+def test_an_output_bucket_that_does_not_exist_is_one_line(gcs, raw):  # noqa: F811
+    completed = _cli(
+        ["--image_dir", gcs.url("raw/images"), "--mask_dir", gcs.url("raw/masks"),
+         "--output_dir", "gs://no-such-bucket-here/out", *RUNNER_ARGS]
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr
+    (line,) = completed.stderr.strip().splitlines()
+    assert "there is no bucket no-such-bucket-here" in line

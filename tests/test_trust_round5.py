@@ -140,3 +140,23 @@ def test_verify_streams_a_key_table_inflated_to_its_cap(output_copy):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "index/train.keys.jsonl" in done.stdout and "Traceback" not in done.stderr
     assert peak < 400 << 20, f"peak PSS {peak >> 20} MB"
+
+
+def test_a_metadata_json_naming_a_key_twice_is_refused(output_copy):
+    """json.loads keeps the last of two `splits`: `segprep index` indexed an empty output
+    and said so with exit 0. A key named twice is a tampered file to every reader."""
+    path = output_copy / "metadata.json"
+    text = path.read_text().rstrip()
+    path.write_text(text[:-1] + ', "splits": {}}')
+    said = one_line_refusal(segprep("index", str(output_copy)))
+    assert "'splits' appears twice" in said
+    done = segprep("verify", str(output_copy))
+    assert done.returncode == 1 and "'splits' appears twice" in done.stdout
+
+
+def test_sample_data_into_a_file_is_a_usage_error(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    said = one_line_refusal(segprep("sample-data", str(afile), "--count", "5"))
+    assert "is a file, not a folder" in said
+    assert afile.read_text() == "mine"

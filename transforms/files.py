@@ -217,6 +217,26 @@ def _any_under(path: str) -> bool:
     return any(page.num_items for page in _pages(path, None, max_results=1))
 
 
+def bucket_exists(path: str) -> bool:
+    """Whether the bucket of a gs:// path exists (one metadata request)."""
+    from google.api_core import exceptions
+
+    try:
+        return gcs_client().lookup_bucket(split_gcs(path)[0]) is not None
+    except exceptions.Forbidden:  # it exists; these credentials may still write objects
+        return True
+
+
+def first_names(path: str, count: int) -> list[str]:
+    """The names of the first `count` objects under a gs:// folder, relative to it (one
+    listing call): a sample to tell what a folder holds without listing it all."""
+    prefix = _prefix(split_gcs(normalize_dir(path))[1])
+    names: list[str] = []
+    for page in _pages(normalize_dir(path), None, max_results=count):
+        names += [blob.name[len(prefix) :] for blob in page]
+    return names[:count]
+
+
 # --- the layer --------------------------------------------------------------------------------
 
 

@@ -18,16 +18,40 @@ check_shape = check_json
 SIDE_FILE_DEPTH = 32
 
 
-def loads(data: bytes | str, source: str, limit: int = SIDE_FILE_DEPTH) -> Any:
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice: json.loads would keep the last silently."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKeyError(f"key {twice[:80]!r} appears twice in one object")
+    return found
+
+
+def loads(
+    data: bytes | str, source: str, limit: int = SIDE_FILE_DEPTH, *, unique_keys: bool = False
+) -> Any:
     """`data` parsed by json.loads once its shape is checked: a JsonShapeError (a ValueError,
-    one line naming `source`) for what would end in RecursionError or a bad-UTF-8 error."""
+    one line naming `source`) for what would end in RecursionError or a bad-UTF-8 error.
+    `unique_keys`: an object naming a key twice is a DuplicateKeyError (segprep never writes
+    one: a second `splits` would hide the first from a reader)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     check_shape(
         (raw[start : start + CHUNK_BYTES] for start in range(0, len(raw), CHUNK_BYTES)),
         source,
         limit,
     )
-    return json.loads(raw)
+    return json.loads(raw, object_pairs_hook=_unique if unique_keys else None)
 
 
-__all__ = ["CHUNK_BYTES", "SIDE_FILE_DEPTH", "JsonShapeError", "check_shape", "loads"]
+__all__ = [
+    "CHUNK_BYTES",
+    "SIDE_FILE_DEPTH",
+    "DuplicateKeyError",
+    "JsonShapeError",
+    "check_shape",
+    "loads",
+]

@@ -477,6 +477,9 @@ def write_sample_data(
         raise UsageError(f"--classes must be from 2 to {MAX_SAMPLE_CLASSES}")
     root = Path(directory)
     image_dir, mask_dir = root / "images", root / "masks"
+    for parent in (root, *root.parents):
+        if parent.exists() and not parent.is_dir():
+            raise UsageError(f"{parent} is a file, not a folder: sample-data writes into folders")
     for folder in (image_dir, mask_dir):
         # Never a file of the user's replaced, a link followed or a FIFO opened: new or
         # empty real folders only.

@@ -454,6 +454,12 @@ def _output(args: argparse.Namespace, output_dir: str) -> output_protocol.Output
     """The output folder as it is now; a gs:// dry run touches no bucket."""
     if not files.is_local(output_dir) and args.dry_run:
         return None
+    if not files.is_local(output_dir) and not files.bucket_exists(output_dir):
+        bucket = files.split_gcs(output_dir)[0]
+        raise UsageError(
+            f"--output_dir {output_dir}: there is no bucket {bucket} (or these credentials "
+            "cannot see it): create it, or check the name"
+        )
     output = output_protocol.inspect_output(output_dir)
     if args.append and output.pending_commit and output.holder is None and not args.dry_run:
         # A plain prepare finishes a cut-short commit under its lock; an append must do so

@@ -73,12 +73,37 @@ def _is_folder(entry: os.DirEntry) -> bool:
 
 
 def check_remote_inputs(layout: Layout, flags: tuple[str, str]) -> None:
-    """gs:// inputs: the folders hold something (one cheap listing call each)."""
+    """gs:// inputs: the folders hold something, and not each the other's kind (a cheap
+    listing call or two each)."""
     for flag, path in zip(flags, (layout.image_dir, layout.mask_dir), strict=True):
         if path is None:  # masks from a COCO file, read by the launcher already
             continue
         if not files.has_files(path):
             raise UsageError(f"{flag} {path} has no files: check the path")
+    if layout.mask_dir is None or layout.one_folder or layout.annotations is not None:
+        return
+    images, masks = (
+        _kinds(files.first_names(path, 50)) for path in (layout.image_dir, layout.mask_dir)
+    )
+    if images == {"mask"} and masks == {"image"}:
+        image_flag, mask_flag = flags
+        raise UsageError(
+            f"the folders look swapped: {image_flag} {layout.image_dir} holds masks and "
+            f"{mask_flag} {layout.mask_dir} images; pass them the other way round"
+        )
+
+
+def _kinds(names: list[str]) -> set[str]:
+    """What a sample of a folder's names can only be: "image" (.jpg, .jpeg) or "mask" (.mat,
+    _mask.png); a plain .png may be either and says nothing."""
+    kinds = set()
+    for name in names:
+        lower = name.lower()
+        if lower.endswith((".jpg", ".jpeg")):
+            kinds.add("image")
+        elif lower.endswith((".mat", "_mask.png")):
+            kinds.add("mask")
+    return kinds
 
 
 def check_mask_key(layout: Layout, listing: LocalListing | None, requested: str) -> None:

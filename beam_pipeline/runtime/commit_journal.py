@@ -367,11 +367,15 @@ def _foreign_finals(
     tied when it has the size the run's new metadata.json lists for it (sizes, not sha256:
     a rollback must not read every published shard with signals held), or, with no earlier
     output at all, when it is one of the run's fixed-name lists. Rolling forward over such a
-    file happens on gs://, where a move is a copy then a delete: the copy is the run's."""
+    file happens on gs://, where a move is a copy then a delete: the copy is the run's.
+    An earlier output's name counts as accounted for only while its earlier file has not
+    been set aside: once it has, a file at that name is the run's, the earlier file itself
+    (a gs:// move aside cut short; its exact bytes), or someone else's."""
     new_listing: dict[str, tuple[int, str]] | None = None
-    first_run = not where.earlier_listing() and not journal.previous and not journal.kept
+    earlier_listing = where.earlier_listing()
+    first_run = not earlier_listing and not journal.previous and not journal.kept
     for name, final in journal.moves:
-        if final in accounted or not where.exists(final):
+        if not where.exists(final):
             continue
         if forward != where.staged(name):
             continue  # left where it is: forward moves only staged files, back only moved ones
@@ -380,7 +384,12 @@ def _foreign_finals(
         if new_listing is None:
             new_listing = where.new_listing()
         entry = new_listing.get(final)
+        if final in accounted and (entry is None or not where.aside(final)):
+            continue  # the earlier output's file in its place, or a fixed name no size lists
         if entry is None or not where.sized(final, entry):
+            earlier = earlier_listing.get(final)
+            if earlier is not None and where.holds(final, earlier):
+                continue
             doing = "write its run's file over" if forward else "move into its run's folder"
             _refuse(
                 output_dir,

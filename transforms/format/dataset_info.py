@@ -707,9 +707,11 @@ def parse_json(data: bytes, where: str = "metadata.json") -> Any:
     """`data` parsed as JSON, its shape checked first (json_shape: nesting, UTF-8, token
     lengths); MetadataError when it is not JSON or is shaped as no segprep file is."""
     try:
-        return json_shape.loads(data, where, LIMITS.json_depth)
+        return json_shape.loads(data, where, LIMITS.json_depth, unique_keys=True)
     except json_shape.JsonShapeError as error:
         raise MetadataError(f"{error} (tampered file?)") from None
+    except json_shape.DuplicateKeyError as error:
+        raise MetadataError(f"{where}: {error} (tampered file?)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise MetadataError(f"{where} is not valid JSON: {error}") from error
 
@@ -866,7 +868,9 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
         if files.is_remote(data_dir) or files.isdir(files.join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
-                "(the job failed or is still running); re-run `segprep prepare`"
+                "(the job failed or is still running); re-run `segprep prepare`, or, if a run "
+                f"was cut short while committing, `segprep verify --repair {data_dir}` "
+                "finishes its commit"
             )
         raise IncompleteOutputError(
             f"{path} not found: no segprep run ever wrote into {data_dir}; pass the "
