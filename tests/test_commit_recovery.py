@@ -284,6 +284,34 @@ def test_a_users_file_at_a_name_whose_earlier_file_went_aside_is_not_written_ove
     assert theirs.read_bytes() == b"MY OWN FILE"
 
 
+def test_a_cut_copy_of_a_file_with_the_earlier_files_bytes_still_rolls_forward(
+    sample_dataset, references, tmp_path
+):
+    """A gs:// move cut between copy and delete, for a new file whose bytes are the earlier
+    file's (features.json; any file of a rerun on the same inputs): the earlier file is
+    aside, so the one at the final name is not the published one, and recovery must roll
+    forward rather than refuse it as "the published file"."""
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(
+        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish:kill"}
+    )
+    assert code == -9
+    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
+    staged = out / ".segprep" / "runs" / journal["run_id"]
+    same = [
+        (name, final)
+        for name, final in journal["moves"]
+        if (out / final).exists()
+        and (staged / "previous" / final).exists()
+        and (out / final).read_bytes() == (staged / "previous" / final).read_bytes()
+    ]
+    assert same, "no new file with the earlier file's bytes"
+    name, final = same[0]
+    shutil.copyfile(out / final, staged / name)  # the copy made, its delete not yet
+    assert main(["verify", "--repair", str(out)]) == 0
+    _holds(out, references[1])
+
+
 # After a SIGTERM the run itself rolls back, unless its metadata.json was already in place.
 TERM_OUTCOMES = {
     "accounted": ("old", "nothing was published; the earlier output is in place"),

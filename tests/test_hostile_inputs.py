@@ -176,11 +176,11 @@ def hostile(tmp_path_factory):
     case("empty_hdf5_mask", "mask_not_2d", mask=None)
     _hdf5_mask(masks / "empty_hdf5_mask_mask.mat", mask=((H, 0), np.zeros((H, 0), np.uint8)))
     # Formats Pillow decodes while opening, before a size is known (ICO, ICNS: a 9400x9400
-    # PNG inside held 350 MB), or that segprep does not take (GIF): never decoded.
+    # PNG inside held 350 MB), or that segprep does not take (PCX): never decoded.
     inner = _zero_png(9400, 9400)
     case("ico_bomb", "image_unreadable", image=_ico(inner))
     case("icns_bomb", "image_unreadable", image=_icns(inner))
-    case("gif_named_jpg", "image_unreadable", image=encode(Image.new("P", (W, H)), "GIF"))
+    case("pcx_named_jpg", "image_unreadable", image=encode(Image.new("P", (W, H)), "PCX"))
     # Transparency near the pixel limit: composited a band at a time (one image held 1 GB).
     side = 6300
     case("rgba_near_limit", "accepted", image=_zero_png(side, side), mask=None)

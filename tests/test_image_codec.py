@@ -92,20 +92,27 @@ def test_a_transcoded_images_thumbnail_is_that_of_its_pixels():
     assert np.array_equal(image.thumbnail, thumbnail(Image.open(io.BytesIO(png))))
 
 
-@pytest.mark.parametrize("kind", ["ICO", "BMP", "TIFF", "GIF", "WEBP"])
-def test_only_jpeg_and_png_content_is_opened(kind):
-    """Pillow is asked for JPEG and PNG only, whatever the file is named: an ICO holding a
-    huge PNG was decoded while opening, before the pixel limit could refuse it."""
+@pytest.mark.parametrize("kind", ["ICO", "PCX", "TGA", "PPM"])
+def test_only_the_formats_segprep_reads_are_opened(kind):
+    """Pillow is asked for JPEG, PNG, GIF, BMP, TIFF and WebP only, whatever the file is
+    named: an ICO holding a huge PNG was decoded while opening, before the pixel limit
+    could refuse it."""
     from transforms.codecs.mask import load_mask
 
     data = encode(Image.fromarray(rgb_array(16, 16)), kind)
     with pytest.raises(RejectError) as caught:
         validate_image(data)
     assert caught.value.reason == Reason.IMAGE_UNREADABLE
-    assert "not a JPEG or PNG" in caught.value.detail
+    assert "not an image segprep reads" in caught.value.detail
     with pytest.raises(RejectError) as caught:
         load_mask(data, "k_mask.png")
     assert caught.value.reason == Reason.MASK_UNREADABLE
+
+
+@pytest.mark.parametrize("kind", ["GIF", "BMP", "TIFF", "WEBP"])
+def test_the_other_formats_segprep_reads_are_transcoded(kind):
+    image = validate_image(encode(Image.fromarray(rgb_array(16, 16)), kind))
+    assert image.transcoded and (image.height, image.width) == (16, 16)
 
 
 @pytest.mark.parametrize("mode", ["RGBA", "LA", "PA", "P"])

@@ -2,6 +2,7 @@ import io
 
 import numpy as np
 import pytest
+import simplejpeg
 from PIL import Image
 
 from tests.helpers.images import blob_mask, encode
@@ -101,10 +102,14 @@ def test_truncated_mat_is_rejected():
 
 
 def _first_quality_that_thresholds_back(mask: np.ndarray) -> bytes | None:
-    """The JPEG encode_mask should store, found the plain way: threshold both, compare."""
+    """The JPEG encode_mask should store, found the plain way: threshold the mask and both
+    decodes readers make (accurate, and the fast inverse DCT), compare."""
     for quality in (95, 100):
         encoded = encode(Image.fromarray(mask, mode="L"), "JPEG", quality=quality)
-        if np.array_equal(decode_mask_threshold(encoded), mask >= 128):
+        fast = simplejpeg.decode_jpeg(encoded, colorspace="GRAY", fastdct=True)[..., 0]
+        if np.array_equal(decode_mask_threshold(encoded), mask >= 128) and np.array_equal(
+            fast >= 128, mask >= 128
+        ):
             return encoded
     return None
 
@@ -112,10 +117,12 @@ def _first_quality_that_thresholds_back(mask: np.ndarray) -> bytes | None:
 def _grey_masks() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(3)
     square = {}
-    for value in (127, 128, 200):  # 127 and 128 fail at quality 95, pass at 100
-        mask = np.zeros((40, 40), dtype=np.uint8)
+    # On 0: 127 and 128 fail both qualities (the fast inverse DCT), 200 passes at 95; 130
+    # on 100 fails at quality 95 and passes at 100.
+    for value, background in ((127, 0), (128, 0), (200, 0), (130, 100)):
+        mask = np.full((40, 40), background, dtype=np.uint8)
         mask[10:30, 10:30] = value
-        square[f"square of {value}"] = mask
+        square[f"square of {value} on {background}"] = mask
     return {
         **square,
         "blob": blob_mask(60, 45) * np.uint8(255),
@@ -199,3 +206,20 @@ def test_a_table_too_coarse_for_the_bound_is_checked_by_decoding():
     assert _largest_error(Image.open(io.BytesIO(encoded))) >= 128
     assert not np.array_equal(decode_mask_threshold(encoded), mask >= 128)
     assert not _thresholds_back(encoded, mask, binary=True)
+
+
+def test_a_mask_the_fast_inverse_dct_decodes_wrong_is_refused_as_jpeg():
+    """Blocks of two diagonal white quadrants: Pillow's accurate decode is exact at quality
+    95, but the fast integer inverse DCT (simplejpeg's fastdct, tf.io.decode_jpeg's default)
+    flips half the pixels. Stored, every reader would see another mask; so it is a reject
+    that names --mask_format png, and an ordinary mask still decodes clean both ways."""
+    block = np.zeros((8, 8), np.uint8)
+    block[:4, :4] = block[4:, 4:] = 255
+    checkered = np.tile(block, (8, 8))
+    with pytest.raises(RejectError) as caught:
+        encode_mask(checkered, "jpeg", binary=True)
+    assert caught.value.reason == Reason.MASK_VALUES and "png" in caught.value.detail
+    blob = binarize(blob_mask(64, 48))
+    encoded = encode_mask(blob, "jpeg", binary=True)
+    fast = simplejpeg.decode_jpeg(encoded, colorspace="GRAY", fastdct=True)[..., 0]
+    assert int(np.bitwise_xor(fast, blob).max()) < 64

@@ -19,7 +19,7 @@ import time
 import uuid
 
 from beam_pipeline.commands.shard_records import shard_records
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, printable
 from beam_pipeline.runtime import output_protocol
 from transforms import files
 from transforms.format import dataset_info, record_formats, record_index, tfds_info
@@ -56,7 +56,7 @@ class IndexResult:
 
 def run_index(directory: str) -> int:
     """CLI body: the summary line, exit 0."""
-    print(index_output(directory).summary())
+    print(printable(index_output(directory).summary(), newlines=True))
     return 0
 
 

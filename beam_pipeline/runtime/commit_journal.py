@@ -345,8 +345,8 @@ def _witnessed(output_dir: str, journal: Journal, where: _Where, forward: bool) 
         entry = published.get(final)
         if entry is None or not where.exists(final):
             continue
-        if forward:  # the staged file would be renamed over it
-            touched = where.staged(name)
+        if forward:  # the staged file would be renamed over it, unless the earlier is aside
+            touched = where.staged(name) and not where.aside(final)
         elif final in earlier:  # moved to staging, the aside copy put back in its place
             aside = _aside(journal.run_id, final)
             touched = not where.staged(name) and where.aside(final)

@@ -351,8 +351,9 @@ class RunLock:
                 # the lock's bytes are someone's file, which the lock would overwrite.
                 os.close(descriptor)
                 raise Refusal(
-                    f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} is a hard link to "
-                    "another file, not segprep's; nothing was changed (move it away)"
+                    f"{{output_dir}} {self.output_dir}: its lock {LOCK_FILE} is not a file of "
+                    "segprep's own (a hard link to another file, or not a regular file); "
+                    "nothing was changed (move it away)"
                 )
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -524,8 +525,10 @@ def repair(output_dir: str) -> list[str]:
         state = inspect_output(output_dir, holder=False)
         if state.ours and not state.finished:
             raise Refusal(
-                f"{output_dir} holds an unfinished output of a segprep that kept no commit "
-                "journal: run `segprep prepare` again to replace it (nothing was changed)"
+                f"{output_dir} holds an unfinished output without a commit journal (an older "
+                "segprep's, or an edited manifest): nothing proves its listed files segprep's, "
+                "so nothing was changed; move them (or the folder) away, then run `segprep "
+                "prepare`"
             )
         _remove_runs(output_dir)
         remove_empty_index(output_dir)
@@ -618,7 +621,11 @@ def publish(
     import hashlib
 
     previous = inspect_output(output_dir, holder=False)
-    colliding = [name for _, name in moves if name.split("/", 1)[0] in previous.foreign]
+    colliding = [
+        name
+        for _, name in moves
+        if name in previous.foreign or name.split("/", 1)[0] in previous.foreign
+    ]
     if colliding:
         raise Refusal(
             f"{output_dir}{colliding[0]} appeared during the run and segprep did not write it: "

@@ -107,7 +107,8 @@ def open_image(
         raise RejectError(reasons.too_large, str(error)) from error
     except Image.UnidentifiedImageError as error:  # its text holds an object address
         raise RejectError(
-            reasons.unreadable, "not a JPEG or PNG (another format, or a corrupt header)"
+            reasons.unreadable,
+            "not an image segprep reads (JPEG, PNG, GIF, BMP, TIFF, WebP), or a corrupt header",
         ) from error
     except OSError as error:
         message = str(error)

@@ -13,11 +13,12 @@ import h5py
 import numpy as np
 import scipy.io
 import scipy.io.matlab
+import simplejpeg
 from PIL import Image
 from zlib_ng import zlib_ng
 
 from transforms.codecs.image import MASK_REASONS, open_image
-from transforms.format.features import MASK_FOREGROUND, MASK_THRESHOLD
+from transforms.format.features import JPEG_MASK_MARGIN, MASK_FOREGROUND, MASK_THRESHOLD
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 from transforms.rejects import Reason, RejectError
 
@@ -424,8 +425,8 @@ def binarize(mask: np.ndarray) -> np.ndarray:
 
 def encode_mask(mask: np.ndarray, mask_format: str, *, binary: bool = False) -> bytes:
     """Single-channel JPEG or PNG of a mask that thresholds back exactly at 128. `binary`:
-    the caller's word that every pixel is 0 or 255 (binarize's output), which spares the
-    JPEG's check a decode."""
+    the caller's word that every pixel is 0 or 255 (binarize's output): its JPEG must then
+    decode clean, every pixel within JPEG_MASK_MARGIN of 0 or 255 (what verify checks)."""
     image = Image.fromarray(mask, mode="L")
     if mask_format == "png":
         out = io.BytesIO()
@@ -445,21 +446,27 @@ def encode_mask(mask: np.ndarray, mask_format: str, *, binary: bool = False) -> 
 
 
 def _thresholds_back(encoded: bytes, mask: np.ndarray, binary: bool = False) -> bool:
-    """Whether the stored grey JPEG thresholds (>= 128) to the mask's foreground.
-
-    A 0/255 mask needs no decode when the JPEG's own quantisation table bounds every
-    pixel's error below 128 (at quality 95 the bound is 63): then no pixel can cross the
-    threshold, whichever conforming decoder reads it. Otherwise the JPEG is decoded and
-    compared. MASK_THRESHOLD is 128, the top bit of a byte: two pixels agree above it
-    exactly when their XOR has the top bit clear, so one XOR and one max replace two
-    thresholded copies and their comparison.
-    """
-    decoded = Image.open(io.BytesIO(encoded))  # the header only, until its pixels are used
-    if binary and _largest_error(decoded) < MASK_FOREGROUND - MASK_THRESHOLD + 1:
-        return True
-    if decoded.mode != "L" or mask.dtype != np.uint8 or MASK_THRESHOLD != 0x80:
-        return np.array_equal(decode_mask_threshold(encoded), mask >= MASK_THRESHOLD)
-    return int(np.bitwise_xor(np.asarray(decoded), mask).max()) < MASK_THRESHOLD
+    """Whether the stored grey JPEG decodes to the mask's foreground with both kinds of
+    decoder readers use: the fast integer inverse DCT (simplejpeg's fastdct in
+    shard_reader and verify, tf.io.decode_jpeg's default), which a mask of checkered
+    blocks drives 255 levels wrong, so it is always decoded; and the accurate one (Pillow),
+    whose error the quantisation table bounds, so a 0/255 mask is decoded that way only
+    when the bound is not below JPEG_MASK_MARGIN (at quality 95 it is 63). A 0/255 mask must
+    decode within the margin (XOR with the mask below it), another one to the same side of
+    the threshold."""
+    header = Image.open(io.BytesIO(encoded))  # the header only, until its pixels are used
+    try:
+        fast = simplejpeg.decode_jpeg(encoded, colorspace="GRAY", fastdct=True)[..., 0]
+    except ValueError:
+        return False
+    decoded = [fast]
+    if not (binary and _largest_error(header) < JPEG_MASK_MARGIN):
+        decoded.append(np.asarray(header.convert("L")))
+    if binary and mask.dtype == np.uint8:
+        return all(int(np.bitwise_xor(pixels, mask).max()) < JPEG_MASK_MARGIN for pixels in decoded)
+    return all(
+        np.array_equal(pixels >= MASK_THRESHOLD, mask >= MASK_THRESHOLD) for pixels in decoded
+    )
 
 
 def _largest_error(jpeg: Image.Image) -> float:

@@ -19,9 +19,10 @@ SCHEMA: dict[str, dict[str, str]] = {
 
 MASK_FORMATS = ("jpeg", "png")
 # The only Pillow plugins segprep opens images and masks with (a camera's MPO comes through
-# JPEG's): left to itself Pillow tries every format it knows, and some (ICO, ICNS) decode a
-# whole embedded image while opening, before any size can be checked.
-PILLOW_FORMATS = ("JPEG", "PNG")
+# JPEG's; GIF for Carvana-style masks, given by --mask_suffix): left to itself Pillow tries
+# every format it knows, and some (ICO, ICNS) decode a whole embedded image while opening,
+# before any size can be checked.
+PILLOW_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 # What a mask holds: "binary" 0/255 (the portrait blog's), or "classes", class ids 0..N-1
 # plus one ignore index (transforms/codecs/class_mask.py). Declared here, import-free, for the CLI.
 MASK_TYPES = ("binary", "classes")
@@ -34,6 +35,9 @@ DEFAULT_COCO_UNLABELED = "background"
 # Stored mask pixel values: background 0, foreground 255; readers threshold at 128.
 MASK_FOREGROUND = 255
 MASK_THRESHOLD = 128
+# A stored JPEG mask decodes clean when every pixel lies within this of 0 or 255 (verify's
+# check; encode_mask's test of each quality, with the fast and the accurate decoders).
+JPEG_MASK_MARGIN = 64
 
 
 def class_png_bit_depth(ignore_index: int) -> int:

@@ -22,7 +22,7 @@ from beam_pipeline.commands.inspect_sheet.output import (
     write_new,
 )
 from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, reject_entries
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, printable
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 
 
@@ -87,9 +87,9 @@ def run_inspect(
     try:
         sheet = build_sheet(directory, split, count, rejects, version)
     except NoRejects as news:
-        print(news)
+        print(printable(str(news), newlines=True))
         return 0
     buffer = io.BytesIO()
     sheet.image.save(buffer, format="PNG")
-    print(write_new(path, buffer.getvalue()))
+    print(printable(str(write_new(path, buffer.getvalue()))))
     return 0

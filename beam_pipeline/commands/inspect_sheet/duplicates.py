@@ -24,7 +24,7 @@ from beam_pipeline.commands.inspect_sheet.output import (
     write_new,
 )
 from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
-from beam_pipeline.errors import UsageError
+from beam_pipeline.errors import UsageError, printable
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
@@ -41,11 +41,11 @@ def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
     try:
         sheet = duplicates_sheet(directory, count)
     except NoRejects as news:
-        print(news)
+        print(printable(str(news), newlines=True))
         return 0
     buffer = io.BytesIO()
     sheet.image.save(buffer, format="PNG")
-    print(write_new(path, buffer.getvalue()))
+    print(printable(str(write_new(path, buffer.getvalue()))))
     return 0
 
 

@@ -23,7 +23,7 @@ from transforms.record_spec import record_problems
 
 # A stored JPEG mask pixel this close to the threshold could land on either side with a
 # different decoder or quality setting: the mask no longer thresholds cleanly.
-JPEG_MASK_MARGIN = 64
+JPEG_MASK_MARGIN = features.JPEG_MASK_MARGIN
 
 
 def check_splits(state: Checked) -> None:
