@@ -58,7 +58,8 @@ def execute(plan: RunPlan) -> PrepareResult:
         recovered = output_protocol.recover(plan.output_dir)
         if recovered is not None:
             print(f"segprep: {printable(recovered)}", file=sys.stderr, flush=True)
-        output_protocol.clean_unfinished(_recheck(plan))
+        _recheck(plan)
+        output_protocol.remove_ended_runs(plan.output_dir)
         output_protocol.make_staging_dir(plan.output_dir, plan.run_id)
         try:
             _stage_inputs(plan)
@@ -88,13 +89,12 @@ def _stage_inputs(plan: RunPlan) -> None:
         stage_images(plan.masks.dataset, plan.job.staged_images)
 
 
-def _recheck(plan: RunPlan) -> output_protocol.OutputState:
-    """The output as it is now that this run holds the lock (the plan looked before)."""
+def _recheck(plan: RunPlan) -> None:
+    """Check the output again now that this run holds the lock (the plan looked before)."""
     state = output_protocol.inspect_output(plan.output_dir, holder=False)
     output_protocol.check_output(
         state, overwrite=plan.overwrite, append=plan.job.commit.append is not None
     )
-    return state
 
 
 def _run_job(plan: RunPlan) -> PrepareResult:

@@ -477,24 +477,10 @@ def recover_locked(output_dir: str) -> str | None:
         return recover(output_dir)
 
 
-def clean_unfinished(state: OutputState) -> None:
-    """Before a run: remove an unfinished earlier output and earlier runs' staging folders.
-
-    Called with the lock held, after `recover`. A finished output stays until this run's
-    commit replaces it; what is left unfinished here was written by a segprep that kept no
-    journal: its listed files go.
-    """
-    out = state.output_dir
-    if state.ours and not state.finished:
-        _delete(out, state.ours)
-        remove_empty_index(out)
-        commit_journal.write_manifest(out, commit_journal.committed_manifest("", ()))
-    _remove_runs(out)
-
-
-def _remove_runs(out: str) -> None:
-    """Remove the staging folders of runs that ended: only entries named as a run's id
-    (naming.is_run_id); anything else under .segprep/runs is the user's and stays."""
+def remove_ended_runs(out: str) -> None:
+    """Before a run (with the lock held, after `recover`): remove the staging folders of runs
+    that ended, only entries named as a run's id (naming.is_run_id); anything else under
+    .segprep/runs is the user's and stays."""
     runs = files.join(out, RUNS_DIR)
     if files.is_local(out):
         own_folder(out, RUNS_DIR, create=False)
@@ -530,8 +516,8 @@ def repair(output_dir: str) -> list[str]:
                 "so nothing was changed; move them (or the folder) away, then run `segprep "
                 "prepare`"
             )
-        _remove_runs(output_dir)
-        remove_empty_index(output_dir)
+        remove_ended_runs(output_dir)
+        commit_journal.remove_empty_index(output_dir)
     return done
 
 
@@ -562,9 +548,6 @@ def outcome_of(output_dir: str, run_id: str) -> str:
     return "nothing was published"
 
 
-remove_empty_index = commit_journal.remove_empty_index
-
-
 def _remove_local_tree(path: str) -> None:
     """shutil.rmtree never follows links inside the tree; a link itself is just unlinked."""
     import shutil
@@ -589,18 +572,6 @@ def discard_staged(output_dir: str, run_id: str, *, keep: Iterable[str] = (REJEC
             os.rmdir(staged)
         return
     files.delete([path for path in files.list_dir(staged) if path[len(staged) :] not in kept])
-
-
-def _delete(output_dir: str, names: Iterable[str]) -> None:
-    for name in names:
-        path = files.join(output_dir, name)
-        if files.is_local(output_dir):
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    os.unlink(path)
-        else:
-            with contextlib.suppress(Exception):  # noqa: BLE001 - absent already
-                files.delete([path])
 
 
 def publish(
