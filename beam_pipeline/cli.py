@@ -356,11 +356,12 @@ def _dispatch(argv: list[str]) -> int:
 
 def _probe_credentials(path: str | None) -> None:
     """A tool given gs:// asks for credentials once, in seconds, before its first read: the
-    one probe every gs:// entry point goes through (transforms.files.missing_credentials)."""
+    one probe every gs:// entry point goes through (transforms.files.missing_credentials),
+    and one request that Cloud Storage answers (files.unreachable)."""
     from transforms import files
 
     if path and files.is_remote(path):
-        problem = files.missing_credentials()
+        problem = files.missing_credentials() or files.unreachable(path)
         if problem is not None:
             raise UsageError(problem)
 

@@ -242,6 +242,41 @@ def test_gcs_without_credentials_fails_fast_naming_them(tmp_path):
     assert len(connections) == 1, f"{len(connections)} metadata probes: credentials retried"
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["prepare", "--image_dir", "gs://segprep-x/i", "--mask_dir", "gs://segprep-x/m"]
+        + ["--output_dir", "gs://segprep-x/o"],
+        ["verify", "gs://segprep-x/o"],
+    ],
+    ids=["prepare", "verify"],
+)
+def test_cloud_storage_that_does_not_answer_is_one_line(command, tmp_path):
+    """A Cloud Storage endpoint that refuses connections is named in one line after one
+    request: the client's own retries ran for two minutes and ended in a RetryError."""
+    import socket
+
+    from tests.helpers.process_tree import SEGPREP
+
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        env = dict(os.environ, STORAGE_EMULATOR_HOST=endpoint, TF_CPP_MIN_LOG_LEVEL="3")
+        done = subprocess.run(
+            [*SEGPREP, *command],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,  # a hang guard only
+        )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"Cloud Storage at {endpoint} (STORAGE_EMULATOR_HOST) cannot be reached" in lines[0]
+    assert "RetryError" not in done.stderr
+
+
 def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, tmp_path):
     """`segprep prepare ... | head`: the dataset is written, so the exit code is 0 even though
     nobody reads the summary (`true` exits before it is printed)."""

@@ -149,6 +149,29 @@ def missing_credentials() -> str | None:
     )
 
 
+def unreachable(path: str) -> str | None:
+    """Why Cloud Storage cannot be reached for gs:// `path`, in one line, after one request
+    of at most CREDENTIALS_DEADLINE seconds and no retries; None when it answers (with any
+    status: a missing bucket or a refusal is for the caller's own checks). Without this, the
+    client's retries keep a closed port or a dead network silent for two minutes."""
+    import requests
+    from google.api_core import exceptions
+    from google.auth.exceptions import TransportError
+
+    try:
+        gcs_client().lookup_bucket(split_gcs(path)[0], timeout=CREDENTIALS_DEADLINE, retry=None)
+    except exceptions.GoogleAPICallError:
+        return None
+    except (requests.exceptions.RequestException, TransportError) as error:
+        where = emulator_host() or "storage.googleapis.com"
+        setting = " (STORAGE_EMULATOR_HOST)" if emulator_host() else ""
+        return (
+            f"Cloud Storage at {where}{setting} cannot be reached for {path}: "
+            f"{type(error).__name__}; check the network, proxy or endpoint and run again"
+        )
+    return None
+
+
 def gcs_client():
     """This process's google-cloud-storage client: anonymous against an emulator
     (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe) and

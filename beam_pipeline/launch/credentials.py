@@ -13,11 +13,11 @@ from transforms import files
 __all__ = ["check_credentials", "use_storage_emulator_if_set"]
 
 
-def check_credentials() -> None:
-    """gs:// needs Application Default Credentials: say so in one line within seconds, instead
-    of Beam's minutes of retries. With a storage emulator, nothing is needed."""
-    if use_storage_emulator_if_set():
-        return
-    problem = files.missing_credentials()
+def check_credentials(path: str) -> None:
+    """gs:// needs Application Default Credentials and a Cloud Storage that answers: say
+    which is missing in one line within seconds, instead of minutes of retries. With a
+    storage emulator, no credentials are needed. `path`: the first gs:// path the run reads."""
+    problem = None if use_storage_emulator_if_set() else files.missing_credentials()
+    problem = problem or files.unreachable(path)
     if problem is not None:
         raise UsageError(problem)

@@ -92,7 +92,7 @@ def _leakage_check(folder: str) -> LeakageCheck:
     """The other output's hash tables, each checked before the job starts."""
     directory = files.normalize_dir(folder)
     if not files.is_local(directory):
-        credentials.check_credentials()
+        credentials.check_credentials(directory)
     checked = _checked_hash_tables(
         directory,
         f"--leakage_check {folder}",

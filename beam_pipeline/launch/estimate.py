@@ -244,11 +244,12 @@ def _dataflow_workers(plan: RunPlan) -> tuple[int, Machine]:
 
 def estimate(plan: RunPlan) -> dict[str, Any]:
     """The dry run's `estimate` object, for Dataflow or this machine."""
-    remote = any(not _is_local(folder) for folder in (plan.layout.image_dir, plan.layout.mask_dir))
+    folders = (plan.layout.image_dir, plan.layout.mask_dir)
+    remote = [folder for folder in folders if folder and not _is_local(folder)]
     if remote:
         from beam_pipeline.launch.credentials import check_credentials
 
-        check_credentials()  # the estimate reads the inputs: one line if it cannot
+        check_credentials(remote[0])  # the estimate reads the inputs: one line if it cannot
     inputs = remote_inputs(plan) if remote else local_inputs(plan)
     per_entry = cpu_seconds_per_entry(plan, inputs.sample)
     if plan.runner.dataflow:

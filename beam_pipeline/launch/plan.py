@@ -261,13 +261,14 @@ def _check_where_it_runs(
 def _check_credentials(args, export: masks.Annotations | None, paths) -> None:
     """Fail fast without credentials where Cloud Storage will be read: class-name, colormap
     and annotation files are read while planning, dry run or not."""
-    remote_data = any(not files.is_local(path) for path in paths)
-    remote_files = any(
-        path is not None and not files.is_local(path)
+    remote_data = [path for path in paths if not files.is_local(path)]
+    remote_files = [
+        path
         for path in (args.class_names, args.colormap, export.path if export else None)
-    )
-    if (remote_data and not args.dry_run) or remote_files:
-        credentials.check_credentials()
+        if path is not None and not files.is_local(path)
+    ]
+    if remote_files or (remote_data and not args.dry_run):
+        credentials.check_credentials((remote_files or remote_data)[0])
 
 
 def _splitter(args, layout: Layout, paths) -> SplitFractions | SplitLists | FolderSplits:
