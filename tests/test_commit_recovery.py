@@ -47,6 +47,16 @@ def _earlier_output(references, tmp_path: Path) -> Path:
     return out
 
 
+def _killed_over_earlier(sample_dataset, references, tmp_path: Path, hook: str):
+    """An --overwrite run over the earlier output killed at `hook`: the output folder, its
+    commit journal and the run's staging folder."""
+    out = _earlier_output(references, tmp_path)
+    code, _ = _run(_prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: hook})
+    assert code == -9
+    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
+    return out, journal, out / ".segprep" / "runs" / journal["run_id"]
+
+
 def _run(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
     process = start_cli(args, env=env or {})
     _, err = process.communicate(timeout=600)
@@ -209,13 +219,9 @@ def test_a_move_cut_between_its_copy_and_its_delete_still_rolls_forward(
     """On gs:// a move is a copy, then a delete: killed between the two, a run's new file is
     both staged and at its final name. Recovery must roll forward over it (its size is the
     one the new metadata.json lists), not refuse it as a file the run did not write."""
-    out = _earlier_output(references, tmp_path)
-    code, _ = _run(
-        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish-1:kill"}
+    out, journal, staged = _killed_over_earlier(
+        sample_dataset, references, tmp_path, "publish-1:kill"
     )
-    assert code == -9
-    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
-    staged = out / ".segprep" / "runs" / journal["run_id"]
     earlier = set(journal["previous"]) | set(journal["kept"])
     waiting = [
         (name, final)
@@ -236,13 +242,7 @@ def test_a_move_cut_between_its_copy_and_its_delete_rolls_back_to_the_earlier_ou
     earlier output also uses (not yet deleted from staging): recovery rolls back, and the
     earlier file must come back to that name. The rollback once kept the new copy there and
     removed the run folder holding the only copy of the earlier file."""
-    out = _earlier_output(references, tmp_path)
-    code, _ = _run(
-        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "aside:kill"}
-    )
-    assert code == -9
-    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
-    staged = out / ".segprep" / "runs" / journal["run_id"]
+    out, journal, staged = _killed_over_earlier(sample_dataset, references, tmp_path, "aside:kill")
     shared = [
         (name, final)
         for name, final in journal["moves"]
@@ -264,13 +264,9 @@ def test_a_users_file_at_a_name_whose_earlier_file_went_aside_is_not_written_ove
     """Killed while publishing: the earlier files are aside, so a file now at a name both
     outputs use is not the earlier one. A user's file put there is not the run's either
     (not the size the new metadata.json lists): recovery refuses and keeps it."""
-    out = _earlier_output(references, tmp_path)
-    code, _ = _run(
-        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish-1:kill"}
+    out, journal, staged = _killed_over_earlier(
+        sample_dataset, references, tmp_path, "publish-1:kill"
     )
-    assert code == -9
-    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
-    staged = out / ".segprep" / "runs" / journal["run_id"]
     shared = [
         final
         for name, final in journal["moves"]
@@ -291,13 +287,9 @@ def test_a_cut_copy_of_a_file_with_the_earlier_files_bytes_still_rolls_forward(
     file's (features.json; any file of a rerun on the same inputs): the earlier file is
     aside, so the one at the final name is not the published one, and recovery must roll
     forward rather than refuse it as "the published file"."""
-    out = _earlier_output(references, tmp_path)
-    code, _ = _run(
-        _prepare_args(sample_dataset, out, *NEW, "--overwrite"), {HOOK_VARIABLE: "publish:kill"}
+    out, journal, staged = _killed_over_earlier(
+        sample_dataset, references, tmp_path, "publish:kill"
     )
-    assert code == -9
-    journal = json.loads((out / ".segprep" / "manifest.json").read_text())
-    staged = out / ".segprep" / "runs" / journal["run_id"]
     same = [
         (name, final)
         for name, final in journal["moves"]
