@@ -277,3 +277,52 @@ def test_an_output_bucket_that_does_not_exist_is_one_line(gcs, raw):  # noqa: F8
     assert completed.returncode == 2, completed.stderr
     (line,) = completed.stderr.strip().splitlines()
     assert "there is no bucket no-such-bucket-here" in line
+
+
+def _writer_end(fifo, process: subprocess.Popen) -> int:
+    """The FIFO opened for writing once the commit hook opens it for reading; a run that
+    ends before reaching the hook fails the test instead of blocking it."""
+    import errno
+
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+        try:
+            process.wait(timeout=0.05)  # returns at once when the run ends
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    raise AssertionError(f"the run ended before its commit: {process.stderr.read()}")
+
+
+def test_cloud_storage_gone_mid_commit_is_reported_at_once(tmp_path, monkeypatch):
+    """The storage stops answering while the commit moves files: the run fails at once with
+    the first error and says the folder's state is unknown and how to finish it, instead of
+    minutes of retried rollback and lock deletes ending in an error about the lock."""
+    from tests.helpers.gcs_server import NO_METADATA_SERVER, running_emulator
+
+    root = tmp_path / "raw"
+    write_sample_data(root, count=6, seed=3, broken_fraction=0.0, height=64, width=48)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("GCE_METADATA_HOST", NO_METADATA_SERVER)
+    with running_emulator() as emulator:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
+        assert emulator.upload_tree(root, "raw")
+        env = dict(os.environ, SEGPREP_TEST_COMMIT_HOOK=f"publish-1:{fifo}")
+        process = subprocess.Popen(
+            [*SEGPREP, "--image_dir", emulator.url("raw/images"), "--mask_dir",
+             emulator.url("raw/masks"), "--output_dir", emulator.url("out"), *RUNNER_ARGS],
+            env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        paused = _writer_end(fifo, process)  # once the commit waits after its first move
+    os.close(paused)  # the emulator is stopped: the commit goes on against a closed port
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 1, err
+    (line,) = err.strip().splitlines()
+    assert "Connection refused" in line and ".segprep%2Flock" not in line
+    assert "Cloud Storage stopped answering, so what gs://" in line
+    assert "`segprep verify --repair gs://" in line

@@ -172,6 +172,12 @@ def unreachable(path: str) -> str | None:
     return None
 
 
+def storage_gone(path: str | os.PathLike) -> bool:
+    """Whether `path` is on a Cloud Storage that no longer answers (files.unreachable): after
+    a failure, the cleanup that would need it is skipped rather than retried for minutes."""
+    return is_remote(path) and unreachable(str(path)) is not None
+
+
 def gcs_client():
     """This process's google-cloud-storage client: anonymous against an emulator
     (STORAGE_EMULATOR_HOST), else the default credentials'. One per process (fork-safe) and

@@ -16,6 +16,7 @@ from beam_pipeline.errors import printable
 from beam_pipeline.launch.masks import stage_images
 from beam_pipeline.launch.plan import RunPlan, make_plan
 from beam_pipeline.runtime import heap, output_protocol, writer_pool
+from transforms import files
 from transforms.format import dataset_info
 from transforms.format.dataset_info import DatasetInfo
 
@@ -75,8 +76,15 @@ def execute(plan: RunPlan) -> PrepareResult:
 def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
     """After a failure: drop the run's staged files unless a commit cut short still needs
     them, and say on the error what the folder holds now (the CLI's last line)."""
-    outcome = output_protocol.outcome_of(plan.output_dir, plan.run_id)
-    if not outcome.startswith("the commit was cut short"):
+    if files.storage_gone(plan.output_dir):
+        outcome = (
+            f"Cloud Storage stopped answering, so what {plan.output_dir} holds is unknown: "
+            f"once it answers, `segprep verify --repair {plan.output_dir}` completes or undoes "
+            "a commit cut short"
+        )
+    else:
+        outcome = output_protocol.outcome_of(plan.output_dir, plan.run_id)
+    if not outcome.startswith(("the commit was cut short", "Cloud Storage stopped")):
         output_protocol.discard_staged(plan.output_dir, plan.run_id)
     with contextlib.suppress(AttributeError, TypeError):
         error.segprep_outcome = outcome  # type: ignore[attr-defined]

@@ -277,7 +277,9 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
         _finish_forward(output_dir, journal)
     except BaseException:
         with _signals_held():
-            if _journal_on_disk(output_dir) == journal:
+            # With the storage gone a rollback would only retry for minutes: the journal
+            # stays for `verify --repair` (or the next run) once it answers again.
+            if not files.storage_gone(output_dir) and _journal_on_disk(output_dir) == journal:
                 recover(output_dir, journal, prefer_back=True)
         raise
 

@@ -322,7 +322,12 @@ class RunLock:
             self._acquire_remote()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, kind, error, trace) -> None:
+        if error is not None and files.storage_gone(self.output_dir):
+            # The failure's own message matters more than minutes of retried deletes; a
+            # lock whose process is gone is stale to the next run of this host.
+            self._generation = None
+            return
         self.release()
 
     def _acquire_local(self) -> None:
