@@ -4,11 +4,11 @@ leakage, a bad mask), from its original file."""
 
 from __future__ import annotations
 
-import io
 import sys
 
 import numpy as np
 
+from beam_pipeline.commands.inspect_sheet.command import write_sheet
 from beam_pipeline.commands.inspect_sheet.drawing import (
     MAX_COUNT,
     TILE_HEIGHT,
@@ -21,10 +21,9 @@ from beam_pipeline.commands.inspect_sheet.output import (
     default_sheet_path,
     load_metadata,
     require_dir,
-    write_new,
 )
 from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
-from beam_pipeline.errors import UsageError, printable
+from beam_pipeline.errors import UsageError
 from transforms import files, json_shape
 from transforms.duplicates import parse_groups
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
@@ -38,15 +37,7 @@ def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
     if count > MAX_COUNT:
         print(f"note: --count {count:,} capped at {MAX_COUNT}", file=sys.stderr)
         count = MAX_COUNT
-    try:
-        sheet = duplicates_sheet(directory, count)
-    except NoRejects as news:
-        print(printable(str(news), newlines=True))
-        return 0
-    buffer = io.BytesIO()
-    sheet.image.save(buffer, format="PNG")
-    print(printable(str(write_new(path, buffer.getvalue()))))
-    return 0
+    return write_sheet(path, lambda: duplicates_sheet(directory, count))
 
 
 def duplicates_sheet(directory: str, count: int) -> Sheet:
