@@ -22,9 +22,14 @@ from beam_pipeline.commands.inspect_sheet.output import (
     load_metadata,
     require_dir,
 )
-from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
+from beam_pipeline.commands.inspect_sheet.rejects import (
+    NoRejects,
+    display_mask,
+    partial_image,
+    rejects_of,
+)
 from beam_pipeline.errors import UsageError
-from transforms import files, json_shape
+from transforms import files
 from transforms.duplicates import parse_groups
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
 from transforms.limits import FILE_LIMITS
@@ -118,21 +123,7 @@ def _entry(key: str, about: str, sources, rejects) -> Entry:
 
 
 def _rejects(base: str, wanted: set[str]) -> dict[str, dict]:
-    """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those, never the
-    file."""
-    path = files.join(base, REJECTS_FILE)
-    if not wanted or not files.exists(path):
-        return {}
-    found = {}
     try:
-        with files.opened(path) as (handle, _):
-            for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, path):
-                try:
-                    entry = json_shape.loads(line, path)
-                    if entry["key"] in wanted:
-                        found[entry["key"]] = entry
-                except (ValueError, KeyError, TypeError):
-                    continue
+        return rejects_of(base, wanted, files.join(base, REJECTS_FILE))
     except (OSError, files.LineTooLongError) as error:
         raise UsageError(f"{error}: run `segprep verify {base}`") from None
-    return found
