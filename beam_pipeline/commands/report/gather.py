@@ -140,7 +140,6 @@ class Report:
     run: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     exif_ignored: int | None = None
     classes: ClassesInfo | None = None
-    class_names: list[str] = dataclasses.field(default_factory=list)
     weights: list[tuple[str, float]] | None = None  # at most MAX_CLASS_ROWS: the train split's top
     duplicates: list[dict[str, Any]] | None = None  # None: duplicates.jsonl absent
     duplicate_groups: int = 0
@@ -204,7 +203,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         discovered=raw.get("num_discovered"),
         accepted=accepted,
         rejected=rejected.get("total", total) if isinstance(rejected, dict) else total,
-        unlabeled=_count_of(raw.get("num_unlabeled")),
+        unlabeled=info.num_unlabeled or 0,
         mask_type="classes" if classes else "binary",
         mask_format=info.mask_format,
         record_format=adapter.name,
@@ -216,7 +215,6 @@ def _finished(base: str, version: int | None = None) -> Report:
         run=raw.get("run") or {},
         exif_ignored=raw.get("exif_orientation_ignored"),
         classes=classes,
-        class_names=names,
         weights=weights,
         duplicates=duplicates,
         duplicate_groups=groups,
@@ -224,11 +222,6 @@ def _finished(base: str, version: int | None = None) -> Report:
         largest_groups=largest,
         split_moves=moves,
     )
-
-
-def _count_of(section: Any) -> int:
-    total = section.get("total") if isinstance(section, dict) else None
-    return total if isinstance(total, int) and total >= 0 else 0
 
 
 def _class_names(classes: ClassesInfo | None) -> list[str]:
@@ -387,7 +380,6 @@ def _count_rows(path: str, counts, examples) -> None:
                     "key": str(row.get("key", "")),
                     "detail": str(row.get("detail", "")),
                     "image": row.get("image"),
-                    "mask": row.get("mask"),
                     "thumbnail": None,
                 }
             )
