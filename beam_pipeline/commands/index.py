@@ -127,10 +127,17 @@ def _stage(
 ) -> tuple[list[str], dict[str, int], DatasetInfo]:
     """Write every new file under `staging`; the names written and the updated metadata."""
     staged: list[str] = []
+
+    def stage(name: str, data: bytes) -> FileRef:
+        path = f"{base}/{staging}/{name}"
+        files.makedirs(posixpath.dirname(path))
+        files.write_bytes(path, data)
+        staged.append(name)
+        return FileRef(name, len(data), hashlib.sha256(data).hexdigest())
+
     records: dict[str, int] = {}
     splits = {}
     for name, split in info.splits.items():
-        table_name = key_table_name(name)
         shards = []
         table = []
         for shard in split.shards:
@@ -139,31 +146,14 @@ def _stage(
             if not adapter.offset_index:  # key table only: random access is native
                 shards.append(shard)
                 continue
-            _write(base, f"{staging}/{indexed.index_file}", indexed.index_bytes)
-            staged.append(indexed.index_file)
-            ref = FileRef(
-                indexed.index_file,
-                len(indexed.index_bytes),
-                hashlib.sha256(indexed.index_bytes).hexdigest(),
-            )
+            ref = stage(indexed.index_file, indexed.index_bytes)
             shards.append(dataclasses.replace(shard, index=ref))
-        rows = b"".join(table)
-        _write(base, f"{staging}/{table_name}", rows)
-        table_size, table_digest = len(rows), hashlib.sha256(rows)
-        staged.append(table_name)
+        key_table = stage(key_table_name(name), b"".join(table))
         records[name] = split.num_examples
-        splits[name] = dataclasses.replace(
-            split,
-            shards=tuple(shards),
-            key_table=FileRef(table_name, table_size, table_digest.hexdigest()),
-        )
+        splits[name] = dataclasses.replace(split, shards=tuple(shards), key_table=key_table)
     info = dataclasses.replace(info, splits=splits)
-    refs = []
-    for name, data in tfds_info.tfds_files(info).items():
-        _write(base, f"{staging}/{name}", data)
-        staged.append(name)
-        refs.append(FileRef(name, len(data), hashlib.sha256(data).hexdigest()))
-    return staged, records, dataclasses.replace(info, tfds_files=tuple(refs))
+    refs = tuple(stage(name, data) for name, data in tfds_info.tfds_files(info).items())
+    return staged, records, dataclasses.replace(info, tfds_files=refs)
 
 
 def _index_shard(
@@ -210,9 +200,3 @@ def _check_targets(base: str, staged: list[str], state: output_protocol.OutputSt
                 f"{base}/{name} exists and segprep did not write it: move it away and run "
                 "`segprep index` again (nothing was changed)"
             )
-
-
-def _write(base: str, name: str, data: bytes) -> None:
-    path = f"{base}/{name}"
-    files.makedirs(posixpath.dirname(path))
-    files.write_bytes(path, data)

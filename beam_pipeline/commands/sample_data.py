@@ -141,11 +141,6 @@ _GRAIN_MID = 128  # grain values are centred here; ImageChops.add takes it back 
 _BACKGROUND_KINDS = ("gradient", "blocks", "waves", "clouds", "rings")
 
 
-def _upsampled(pixels: np.ndarray, height: int, width: int, resample=Image.Resampling.BILINEAR):
-    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
-    return image.resize((width, height), resample)
-
-
 def _background(rng: np.random.Generator, height: int, width: int) -> Image.Image:
     """A coarse random pattern (one of five kinds) over a second, weaker one, as RGB."""
     rows, cols = max(4, height // 8), max(4, width // 8)
@@ -175,7 +170,8 @@ def _background(rng: np.random.Generator, height: int, width: int) -> Image.Imag
     tint = (_coarse_field(rng, int(rng.integers(2, 5)), rows, cols)[..., None] - 0.5) * 2
     pixels = pixels + light * rng.uniform(30, 80) + tint * rng.uniform(-60, 60, size=3)
     resample = Image.Resampling.NEAREST if kind == "blocks" else Image.Resampling.BILINEAR
-    return _upsampled(pixels, height, width, resample)
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    return image.resize((width, height), resample)
 
 
 def _contrasting_colours(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -368,9 +364,7 @@ def _grain(rng: np.random.Generator, height: int, width: int) -> Image.Image:
 
 
 def jpeg_bytes(image: np.ndarray, quality: int = 90) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(image).save(out, format="JPEG", quality=quality)
-    return out.getvalue()
+    return _encoded(Image.fromarray(image), quality)
 
 
 def mat_bytes(mask: np.ndarray, **variables: np.ndarray) -> bytes:
@@ -513,7 +507,8 @@ def write_sample_data(
             if broken.get(key) == "size_mismatch":
                 mask = mask[: height // 2, : width // 2]
             mask_data = mat_bytes(mask)
-        _write_portrait_entry(image_dir, mask_dir, key, broken.get(key), image_data, mask_data)
+        image_path, mask_path = image_dir / f"{key}.jpg", mask_dir / f"{key}_mask.mat"
+        _write_broken(image_path, mask_path, broken.get(key), image_data, mask_data)
     return SampleSummary(
         image_dir, mask_dir, count, broken, planted=tuple(copies.values()), redrawn=hashes.redrawn
     )
@@ -598,16 +593,6 @@ def _encoded(image: Image.Image, quality: int) -> bytes:
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=quality)
     return out.getvalue()
-
-
-def _write_portrait_entry(
-    image_dir: Path, mask_dir: Path, key: str, kind: str | None, image_data: bytes, mask_data: bytes
-) -> None:
-    """Write one entry, broken the way its `kind` says (None: intact; a size mismatch is in
-    the mask bytes already)."""
-    _write_broken(
-        image_dir / f"{key}.jpg", mask_dir / f"{key}_mask.mat", kind, image_data, mask_data
-    )
 
 
 def _write_class_entry(

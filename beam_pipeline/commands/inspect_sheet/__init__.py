@@ -13,58 +13,34 @@ output (the dataset's metadata and the sheet's file name), command (the CLI body
 
 from beam_pipeline.commands.inspect_sheet.command import build_sheet, run_inspect
 from beam_pipeline.commands.inspect_sheet.drawing import (
-    BACKGROUND,
     CAPTION_HEIGHT,
     CELL_GAP,
     COLUMNS,
     MARGIN,
     MAX_COUNT,
     TILE_GAP,
-    TILE_HEIGHT,
     TITLE_HEIGHT,
     UNAVAILABLE,
-    Entry,
-    Sheet,
-    render,
     sheet_size,
 )
-from beam_pipeline.commands.inspect_sheet.examples import (
-    class_entries,
-    class_palette,
-    shard_entries,
-)
-from beam_pipeline.commands.inspect_sheet.output import default_sheet_path, write_new
-from beam_pipeline.commands.inspect_sheet.rejects import (
-    NoRejects,
-    reject_entries,
-    rejects_source,
-    truncated_images_allowed,
-)
+from beam_pipeline.commands.inspect_sheet.examples import class_palette, shard_entries
+from beam_pipeline.commands.inspect_sheet.output import write_new
+from beam_pipeline.commands.inspect_sheet.rejects import reject_entries
 
 __all__ = [
-    "BACKGROUND",
     "CAPTION_HEIGHT",
     "CELL_GAP",
     "COLUMNS",
     "MARGIN",
     "MAX_COUNT",
     "TILE_GAP",
-    "TILE_HEIGHT",
     "TITLE_HEIGHT",
     "UNAVAILABLE",
-    "Entry",
-    "NoRejects",
-    "Sheet",
     "build_sheet",
-    "class_entries",
     "class_palette",
-    "default_sheet_path",
     "reject_entries",
-    "rejects_source",
-    "render",
     "run_inspect",
     "shard_entries",
     "sheet_size",
-    "truncated_images_allowed",
     "write_new",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 
 from beam_pipeline.commands.inspect_sheet.drawing import (
     COLUMNS,
@@ -84,8 +85,14 @@ def run_inspect(
             file=sys.stderr,
         )
         count = MAX_COUNT
+    return write_sheet(path, lambda: build_sheet(directory, split, count, rejects, version))
+
+
+def write_sheet(path: str, build: Callable[[], Sheet]) -> int:
+    """The sheet `build` draws, written as a PNG under a new name (write_new) and its path
+    printed; or, when there is nothing to draw (NoRejects), the good news printed. Exit 0."""
     try:
-        sheet = build_sheet(directory, split, count, rejects, version)
+        sheet = build()
     except NoRejects as news:
         print(printable(str(news), newlines=True))
         return 0

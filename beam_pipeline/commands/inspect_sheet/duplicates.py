@@ -4,11 +4,11 @@ leakage, a bad mask), from its original file."""
 
 from __future__ import annotations
 
-import io
 import sys
 
 import numpy as np
 
+from beam_pipeline.commands.inspect_sheet.command import write_sheet
 from beam_pipeline.commands.inspect_sheet.drawing import (
     MAX_COUNT,
     TILE_HEIGHT,
@@ -21,11 +21,15 @@ from beam_pipeline.commands.inspect_sheet.output import (
     default_sheet_path,
     load_metadata,
     require_dir,
-    write_new,
 )
-from beam_pipeline.commands.inspect_sheet.rejects import NoRejects, display_mask, partial_image
-from beam_pipeline.errors import UsageError, printable
-from transforms import files, json_shape
+from beam_pipeline.commands.inspect_sheet.rejects import (
+    NoRejects,
+    display_mask,
+    partial_image,
+    rejects_of,
+)
+from beam_pipeline.errors import UsageError
+from transforms import files
 from transforms.duplicates import parse_groups
 from transforms.format.naming import DUPLICATES_FILE, REJECTS_FILE
 from transforms.limits import FILE_LIMITS
@@ -38,15 +42,7 @@ def run_inspect_duplicates(directory: str, count: int, out: str | None) -> int:
     if count > MAX_COUNT:
         print(f"note: --count {count:,} capped at {MAX_COUNT}", file=sys.stderr)
         count = MAX_COUNT
-    try:
-        sheet = duplicates_sheet(directory, count)
-    except NoRejects as news:
-        print(printable(str(news), newlines=True))
-        return 0
-    buffer = io.BytesIO()
-    sheet.image.save(buffer, format="PNG")
-    print(printable(str(write_new(path, buffer.getvalue()))))
-    return 0
+    return write_sheet(path, lambda: duplicates_sheet(directory, count))
 
 
 def duplicates_sheet(directory: str, count: int) -> Sheet:
@@ -127,21 +123,7 @@ def _entry(key: str, about: str, sources, rejects) -> Entry:
 
 
 def _rejects(base: str, wanted: set[str]) -> dict[str, dict]:
-    """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those, never the
-    file."""
-    path = files.join(base, REJECTS_FILE)
-    if not wanted or not files.exists(path):
-        return {}
-    found = {}
     try:
-        with files.opened(path) as (handle, _):
-            for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, path):
-                try:
-                    entry = json_shape.loads(line, path)
-                    if entry["key"] in wanted:
-                        found[entry["key"]] = entry
-                except (ValueError, KeyError, TypeError):
-                    continue
+        return rejects_of(base, wanted, files.join(base, REJECTS_FILE))
     except (OSError, files.LineTooLongError) as error:
         raise UsageError(f"{error}: run `segprep verify {base}`") from None
-    return found

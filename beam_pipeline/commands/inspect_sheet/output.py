@@ -3,7 +3,9 @@ file, outside the dataset (a published output), under a name no earlier sheet ha
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 
 from beam_pipeline.errors import UsageError
 from transforms import files
@@ -63,11 +65,12 @@ def check_out(out: str, directory: str) -> str:
     return out
 
 
-def _numbered(path: str, number: int) -> str:
-    if number == 1:
-        return path
+def numbered(path: str) -> Iterator[str]:
+    """`path`, then `path` with _2, _3 ... before its suffix: the names a new file may take."""
+    yield path
     stem, suffix = os.path.splitext(path)
-    return f"{stem}_{number}{suffix}"
+    for number in itertools.count(2):
+        yield f"{stem}_{number}{suffix}"
 
 
 def write_new(path: str, data: bytes) -> str:
@@ -76,9 +79,4 @@ def write_new(path: str, data: bytes) -> str:
     Each name is claimed whole and exclusively (transforms.files.write_new: a hard link
     locally, a no-generation precondition in a bucket), so two runs at once never share one.
     """
-    number = 0
-    while True:
-        number += 1
-        candidate = _numbered(path, number)
-        if files.write_new(candidate, data):
-            return candidate
+    return next(name for name in numbered(path) if files.write_new(name, data))

@@ -174,6 +174,27 @@ def _first_rejects(path: str, count: int) -> tuple[list[bytes], int]:
     return first, total
 
 
+def rejects_of(base: str, wanted: set[str], source: str) -> dict[str, dict]:
+    """The rejects.jsonl lines of the `wanted` keys, streamed: memory holds those and one line,
+    never the file. A line that is not a JSON object with a key is passed over (verify's
+    rejects check names it); OSError or files.LineTooLongError (naming `source`) when the
+    file cannot be read."""
+    path = files.join(base, REJECTS_FILE)
+    if not wanted or not files.exists(path):
+        return {}
+    found = {}
+    with files.opened(path) as (handle, _):
+        for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, source):
+            try:
+                entry = json_shape.loads(line, source)
+                key = entry["key"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(key, str) and key in wanted:
+                found[key] = entry
+    return found
+
+
 def _why_not(error: Exception) -> str:
     if isinstance(error, files.TooLargeError):
         return f"{REJECTS_FILE} file too large ({error})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
+from beam_pipeline.commands.inspect_sheet.output import numbered
 from beam_pipeline.commands.report.gather import ReportError, gather
 from beam_pipeline.commands.report.render import render_page
 from transforms import files
@@ -48,13 +49,7 @@ def _earlier_page(path: str) -> bool:
 def free_report_path(path: str) -> str:
     """The default page's place: `path` when it is new or an earlier page (replaced), else
     the first of `path` with _2, _3 ... that is; a file the user wrote there is kept."""
-    stem, suffix = os.path.splitext(path)
-    number = 1
-    while True:
-        candidate = path if number == 1 else f"{stem}_{number}{suffix}"
-        if not os.path.lexists(candidate) or _earlier_page(candidate):
-            return candidate
-        number += 1
+    return next(name for name in numbered(path) if not os.path.lexists(name) or _earlier_page(name))
 
 
 def checked_report_path(path: str, output_dir: str) -> str:

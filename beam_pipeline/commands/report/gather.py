@@ -7,9 +7,11 @@ spread over every shard; rejects are streamed once (counted per reason, a few ke
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import heapq
 import io
+import itertools
 import json
 import math
 import os
@@ -118,29 +120,30 @@ class SplitMoves:
 
 @dataclasses.dataclass
 class Report:
+    """What the page shows; the defaults are an unpublished output's (its staged rejects)."""
+
     output_dir: str
     published: bool  # False: a refused or failed run; only its staged rejects exist
     rejects_file: str | None
-    discovered: int | None
-    accepted: int
     rejected: int
-    unlabeled: int  # --unlabeled_images skip: images without a mask, listed in unlabeled.jsonl
-    mask_type: str
-    mask_format: str | None
-    record_format: str
-    splits: list[SplitView]
     rejects: list[RejectReason]
     reasons_left_out: int
-    parameters: Mapping[str, Any]
-    versions: Mapping[str, Any]
-    run: Mapping[str, Any]
-    exif_ignored: int | None
-    classes: ClassesInfo | None
-    class_names: list[str]
-    weights: list[tuple[str, float]] | None  # at most MAX_CLASS_ROWS: the train split's top
-    duplicates: list[dict[str, Any]] | None  # None: duplicates.jsonl absent
-    duplicate_groups: int
-    total_bytes: int
+    discovered: int | None = None
+    accepted: int = 0
+    unlabeled: int = 0  # --unlabeled_images skip: images without a mask, listed in unlabeled.jsonl
+    mask_type: str = "unknown"
+    mask_format: str | None = None
+    record_format: str = record_formats.DEFAULT
+    splits: list[SplitView] = dataclasses.field(default_factory=list)
+    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    run: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    exif_ignored: int | None = None
+    classes: ClassesInfo | None = None
+    weights: list[tuple[str, float]] | None = None  # at most MAX_CLASS_ROWS: the train split's top
+    duplicates: list[dict[str, Any]] | None = None  # None: duplicates.jsonl absent
+    duplicate_groups: int = 0
+    total_bytes: int = 0
     largest_groups: list[GroupView] = dataclasses.field(default_factory=list)
     split_moves: SplitMoves | None = None  # None: no official splits (or no groups file)
 
@@ -151,7 +154,7 @@ def gather(output_dir: str, version: int | None = None) -> Report:
     if not files.is_remote(base) and not os.path.isdir(base):
         raise ReportError(f"{output_dir} is not a directory: pass a segprep output directory")
     metadata_path = f"{base}/{METADATA_FILE}"
-    if _exists(metadata_path):
+    if files.exists(metadata_path):
         return _finished(base, version)
     staged = _staged_rejects(base)
     if staged is None:
@@ -164,26 +167,9 @@ def gather(output_dir: str, version: int | None = None) -> Report:
         output_dir=base,
         published=False,
         rejects_file=staged,
-        discovered=None,
-        accepted=0,
         rejected=total,
-        unlabeled=0,
-        mask_type="unknown",
-        mask_format=None,
-        record_format=record_formats.DEFAULT,
-        splits=[],
         rejects=reasons,
         reasons_left_out=left_out,
-        parameters={},
-        versions={},
-        run={},
-        exif_ignored=None,
-        classes=None,
-        class_names=[],
-        weights=None,
-        duplicates=None,
-        duplicate_groups=0,
-        total_bytes=0,
     )
 
 
@@ -207,7 +193,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         every = classes.weights("train")
         top = _top_classes(classes.split_stats("train").pixels)
         weights = [(names[index], float(every[index])) for index in top]
-    duplicates, groups = _duplicates(f"{base}/duplicates.jsonl")
+    duplicates, groups = _duplicates(f"{base}/{DUPLICATES_FILE}")
     largest, moves = _group_views(base, raw, version, classes, palette)
     accepted = sum(split.num_examples for split in info.splits.values())
     return Report(
@@ -217,7 +203,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         discovered=raw.get("num_discovered"),
         accepted=accepted,
         rejected=rejected.get("total", total) if isinstance(rejected, dict) else total,
-        unlabeled=_count_of(raw.get("num_unlabeled")),
+        unlabeled=info.num_unlabeled or 0,
         mask_type="classes" if classes else "binary",
         mask_format=info.mask_format,
         record_format=adapter.name,
@@ -229,7 +215,6 @@ def _finished(base: str, version: int | None = None) -> Report:
         run=raw.get("run") or {},
         exif_ignored=raw.get("exif_orientation_ignored"),
         classes=classes,
-        class_names=names,
         weights=weights,
         duplicates=duplicates,
         duplicate_groups=groups,
@@ -237,11 +222,6 @@ def _finished(base: str, version: int | None = None) -> Report:
         largest_groups=largest,
         split_moves=moves,
     )
-
-
-def _count_of(section: Any) -> int:
-    total = section.get("total") if isinstance(section, dict) else None
-    return total if isinstance(total, int) and total >= 0 else 0
 
 
 def _class_names(classes: ClassesInfo | None) -> list[str]:
@@ -369,7 +349,7 @@ def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
     were left out; the total. Streamed: memory holds the kept examples, never the file."""
     counts: collections.Counter[str] = collections.Counter()
     examples: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    if not _exists(path):
+    if not files.exists(path):
         return [], 0, 0
     try:
         _count_rows(path, counts, examples)
@@ -400,7 +380,6 @@ def _count_rows(path: str, counts, examples) -> None:
                     "key": str(row.get("key", "")),
                     "detail": str(row.get("detail", "")),
                     "image": row.get("image"),
-                    "mask": row.get("mask"),
                     "thumbnail": None,
                 }
             )
@@ -418,22 +397,18 @@ def _source_thumbnail(path: str) -> str | None:
 
 
 def _duplicates(path: str) -> tuple[list[dict[str, Any]] | None, int]:
-    if not _exists(path):
+    if not files.exists(path):
         return None, 0
-    groups = []
-    total = 0
-    for row in _json_lines(path):
-        total += 1
-        if len(groups) < MAX_DUPLICATE_GROUPS:
-            groups.append(row)
-    return groups, total
+    rows = _json_lines(path)
+    groups = list(itertools.islice(rows, MAX_DUPLICATE_GROUPS))
+    return groups, len(groups) + sum(1 for _ in rows)
 
 
 def _group_views(base: str, raw: Mapping[str, Any], version, classes, palette):
     """(the largest groups with their members' thumbnails, the group members kept out of
     their listed split); both bounded, whatever the number of groups."""
     path = f"{base}/{DUPLICATES_FILE}"
-    if not _exists(path):
+    if not files.exists(path):
         return [], None
     from beam_pipeline.commands.inspect_sheet.duplicates import record_sources
 
@@ -523,16 +498,14 @@ def _member_tile(key: str, sources, rejects, absent: str, classes, palette) -> M
 
 def _rejects_of(path: str, keys: set[str]) -> dict[str, dict[str, Any]]:
     """The rejects.jsonl lines of `keys` (streamed: only theirs are kept)."""
-    if not keys or not _exists(path):
+    if not keys or not files.exists(path):
         return {}
     found = {}
-    try:
+    with contextlib.suppress(OSError):
         for row in _json_lines(path):
             key = str(row.get("key", ""))
             if key in keys:
                 found[key] = row
-    except OSError:
-        return found
     return found
 
 
@@ -619,12 +592,6 @@ def _staged_rejects(base: str) -> str | None:
             continue
         found.append((info.st_mtime_ns, path))
     return max(found)[1] if found else None
-
-
-def _exists(path: str) -> bool:
-    if files.is_remote(path):
-        return files.exists(path)
-    return os.path.lexists(path)
 
 
 def _open(path: str) -> io.BufferedReader:

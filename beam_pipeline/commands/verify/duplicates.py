@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from beam_pipeline.commands.inspect_sheet.rejects import rejects_of
 from beam_pipeline.commands.summary import plural
 from beam_pipeline.commands.verify.state import Checked, as_list
-from transforms import files, json_shape
 from transforms.duplicates import parse_groups, parse_hash_rows
 from transforms.format import record_index, side_tables
 from transforms.format.dataset_info import FileRef
@@ -24,6 +24,7 @@ from transforms.format.naming import (
     DUPLICATES_FILE,
     FIRST_VERSION,
     MAX_VERSION,
+    REJECTS_FILE,
     hashes_version,
     key_table_name,
 )
@@ -96,9 +97,9 @@ def check_duplicates(state: Checked) -> None:
         return
     outside = {key for group in groups for key in group["keys"] if key not in split_of}
     try:
-        rejects = _rejects(state.base, outside)
+        rejects = rejects_of(state.base, outside, REJECTS_FILE)
     except (OSError, ValueError) as error:
-        state.problem(f"rejects.jsonl: {error}")
+        state.problem(f"{REJECTS_FILE}: {error}")
         return
     unknown, straddling, kept_wrong, wide = [], [], [], []
     threshold = section.get("threshold")
@@ -257,21 +258,3 @@ def _listed(state: Checked, ref: Any) -> bytes | None:
         state.problem(f"{name[:80]!r}: not a name segprep writes (listed in metadata.json)")
         return None
     return state.read(name, FILE_LIMITS.index_bytes)
-
-
-def _rejects(base: str, wanted: set[str]) -> set[str]:
-    """The keys of `wanted` that rejects.jsonl lists, streamed: memory holds those keys and
-    one line, never the file (verify's own rejects check names bad lines)."""
-    path = files.join(base, "rejects.jsonl")
-    if not wanted or not files.exists(path):
-        return set()
-    found = set()
-    with files.opened(path) as (handle, _):
-        for line in files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, "rejects.jsonl"):
-            try:
-                key = json_shape.loads(line, "rejects.jsonl")["key"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(key, str) and key in wanted:
-                found.add(key)
-    return found

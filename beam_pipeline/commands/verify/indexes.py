@@ -67,15 +67,17 @@ def _listed_file(state: Checked, ref: FileRef, limit: int) -> bytes | None:
     """The file's bytes, with a problem when its size or sha256 is not what metadata.json
     gives; None when it cannot be read."""
     data = state.read(ref.file, limit)
-    if data is None:
-        return None
-    digest = hashlib.sha256(data).hexdigest()
-    if len(data) != ref.bytes or digest != ref.sha256:
+    if data is not None:
+        _check_digest(state, ref, len(data), hashlib.sha256(data).hexdigest())
+    return data
+
+
+def _check_digest(state: Checked, ref: FileRef, size: int, digest: str) -> None:
+    if size != ref.bytes or digest != ref.sha256:
         state.problem(
-            f"{ref.file}: {len(data)} bytes, sha256 {digest}; metadata.json says "
+            f"{ref.file}: {size} bytes, sha256 {digest}; metadata.json says "
             f"{ref.bytes} bytes, sha256 {ref.sha256}"
         )
-    return data
 
 
 def _check_shard_index(
@@ -126,11 +128,7 @@ def _check_key_table(
     except (OSError, files.LineTooLongError) as error:  # a FIFO, a folder, too large
         state.problem(f"{ref.file}: not readable: {error}")
         return
-    if size != ref.bytes or digest.hexdigest() != ref.sha256:
-        state.problem(
-            f"{ref.file}: {size} bytes, sha256 {digest.hexdigest()}; metadata.json says "
-            f"{ref.bytes} bytes, sha256 {ref.sha256}"
-        )
+    _check_digest(state, ref, size, digest.hexdigest())
     if wrong is not None:
         state.problem(wrong)
     elif expected is not None and rows != len(expected):

@@ -21,10 +21,6 @@ from transforms.format.naming import shard_name, shard_version
 from transforms.format.record_index import is_count
 from transforms.record_spec import record_problems
 
-# A stored JPEG mask pixel this close to the threshold could land on either side with a
-# different decoder or quality setting: the mask no longer thresholds cleanly.
-JPEG_MASK_MARGIN = features.JPEG_MASK_MARGIN
-
 
 def check_splits(state: Checked) -> None:
     if state.mask_format not in features.MASK_FORMATS:
@@ -238,8 +234,10 @@ def _check_mask(state: Checked, encoded: bytes, where: str, height: int, width: 
         if unclean:
             state.problem(f"{where}: {unclean} mask pixels are neither 0 nor 255")
         return
-    low = features.MASK_THRESHOLD - JPEG_MASK_MARGIN
-    high = features.MASK_THRESHOLD + JPEG_MASK_MARGIN
+    # A stored JPEG mask pixel this close to the threshold could land on either side with a
+    # different decoder or quality setting: the mask no longer thresholds cleanly.
+    low = features.MASK_THRESHOLD - features.JPEG_MASK_MARGIN
+    high = features.MASK_THRESHOLD + features.JPEG_MASK_MARGIN
     ambiguous = int(np.count_nonzero((mask >= low) & (mask < high)))
     if ambiguous:
         state.problem(
