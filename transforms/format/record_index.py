@@ -25,10 +25,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from transforms.format.naming import index_name, parse_shard_name
-
-# Bytes TFRecord framing adds to each serialized record: uint64 length, its masked CRC-32C,
-# then after the payload the payload's masked CRC-32C.
-FRAME_OVERHEAD = 16
+from transforms.format.tfrecord import FRAME_OVERHEAD
 
 
 class IndexFormatError(ValueError):
