@@ -435,18 +435,11 @@ def write_new(path: str | os.PathLike, data: bytes) -> bool:
     generation of the object exists.
     """
     if not is_remote(path):
-        partial = f"{path}.partial-{uuid.uuid4().hex}"
         try:
-            with open(partial, "xb") as handle:
-                handle.write(data)
-            try:
-                os.link(partial, path)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
+            _write_local(path, lambda handle: handle.write(data), publish=os.link)
+        except FileExistsError:
+            return False
+        return True
     from google.api_core import exceptions
 
     bucket, name = split_gcs(str(path))
@@ -486,13 +479,17 @@ def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> tuple[int,
     return size, digest.hexdigest()
 
 
-def _write_local(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
-    """`write(handle)` into a temporary name beside `path`, then renamed to it."""
+def _write_local(
+    path: str | os.PathLike,
+    write: Callable[[BinaryIO], object],
+    publish: Callable[[str, str | os.PathLike], None] = os.replace,
+) -> None:
+    """`write(handle)` into a temporary name beside `path`, then `publish`ed (renamed) to it."""
     partial = f"{path}.partial-{uuid.uuid4().hex}"
     try:
         with open(partial, "xb") as handle:
             write(handle)
-        os.replace(partial, path)
+        publish(partial, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
