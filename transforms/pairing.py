@@ -161,15 +161,13 @@ class Layout:
 
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
         """(role, key) of a file by its path under its folder; None for any other name."""
-        if role is Role.IMAGE:
-            key = _strip_suffix(relative_path, self.image_suffixes)
-        elif role is Role.MASK:
-            key = _strip_suffix(relative_path, self.mask_suffixes)
-        else:
+        if role is None:
             key = _strip_suffix(relative_path, self.mask_suffixes)
             if key is not None:
                 return Role.MASK, key
-            role, key = Role.IMAGE, _strip_suffix(relative_path, self.image_suffixes)
+            role = Role.IMAGE
+        suffixes = self.image_suffixes if role is Role.IMAGE else self.mask_suffixes
+        key = _strip_suffix(relative_path, suffixes)
         return None if key is None else (role, key)
 
 

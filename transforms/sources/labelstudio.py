@@ -48,7 +48,7 @@ from transforms.limits import (
     annotation_int,
     check_pixels,
 )
-from transforms.pairing import IMAGE_EXTENSIONS
+from transforms.pairing import IMAGE_EXTENSIONS, is_hidden
 from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
 from transforms.sources.labelled_shapes import (
     ToolImage,
@@ -247,12 +247,11 @@ class _ImageIndex:
         for found in files.list_files(root):
             relative = found[len(root) :] if found.startswith(root) else found
             relative = relative.replace(os.sep, "/")
-            parts = relative.split("/")
-            if any(part.startswith(".") for part in parts):
+            if is_hidden(relative):
                 continue  # hidden files and folders are no inputs (pairing.py)
             if relative.lower().endswith(IMAGE_EXTENSIONS):
                 paths.add(relative)
-                by_name[parts[-1]].append(relative)
+                by_name[relative.rsplit("/", 1)[-1]].append(relative)
         for same in by_name.values():
             same.sort()
         return cls(paths, dict(by_name))
