@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import posixpath
 import re
@@ -89,7 +90,6 @@ class _Reader:
         self.limits = limits
         self.ignored: collections.Counter[str] = collections.Counter()
         self.skipped: collections.Counter[str] = collections.Counter()
-        self._index: _ImageIndex | None = None
 
     def stats(self) -> ToolStats:
         return ToolStats(dict(self.ignored), skipped=dict(self.skipped))
@@ -202,7 +202,7 @@ class _Reader:
 
     def _file_name(self, url: str) -> tuple[str, str | None]:
         candidates = image_candidates(url)
-        index = self._images()
+        index = self._index
         if index is None:
             return candidates[-1 if url.startswith("/data/upload/") else 0], None
         path = candidates[0]
@@ -220,11 +220,10 @@ class _Reader:
             return found[0], f"two images match {url!r}: {found[0]} and {found[1]}{more}"
         return (found[0] if found else path), None
 
-    def _images(self) -> _ImageIndex | None:
-        """The image folder's images, listed once (local or gs://); None without a folder."""
-        if self._index is None and self.image_dir is not None:
-            self._index = _ImageIndex.of(self.image_dir)
-        return self._index or None
+    @functools.cached_property
+    def _index(self) -> _ImageIndex | None:
+        """The image folder's images, listed once (local or gs://); None without any."""
+        return None if self.image_dir is None else _ImageIndex.of(self.image_dir) or None
 
 
 @dataclasses.dataclass
