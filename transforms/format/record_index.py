@@ -131,10 +131,8 @@ def index_shard(shard_file: str, records: Sequence[tuple[str, int]]) -> ShardInd
     Call it with what the writer passed to TFRecordWriter.write (the key and len(record));
     the offsets then match the file byte for byte.
     """
-    parsed = parse_shard_name(shard_file)
-    if parsed is None:
-        raise ValueError(f"{shard_file!r} is not a shard name")
-    _, shard_number, _ = parsed
+    index_file = index_name(shard_file)  # ValueError for a name that is no shard's
+    _, shard_number, _ = parse_shard_name(shard_file)
     frames = frame_offsets(length for _, length in records)
     rows = tuple(KeyRow(key, shard_number, number) for number, (key, _) in enumerate(records))
-    return ShardIndex(index_name(shard_file), index_bytes(frames), rows)
+    return ShardIndex(index_file, index_bytes(frames), rows)
