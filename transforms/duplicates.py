@@ -216,20 +216,14 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     return chroma is None or chroma >= MIN_CHROMA_SIMILARITY
 
 
-def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
+def perceptual_hash(
+    image_bytes: bytes, max_pixels: int | None = None, *, mirrored: bool = False
+) -> int:
     """The 64-bit perceptual hash the job gives an image's bytes: the same decode (a kept
     RGB JPEG drafted as codecs/image.validate_image drafts it), thumbnail and DCT, so a tool
     that plants or checks copies (sample-data, the benchmarks) sees the job's distances.
+    `mirrored`: of the horizontal mirror image (benchmarks/duplicates.py weighs it).
     UnhashableImage when the bytes cannot be decoded."""
-    return _job_thumbnail_hash(image_bytes, max_pixels, mirrored=False)
-
-
-def mirrored_hash(image_bytes: bytes) -> int:
-    """The hash of the horizontal mirror image (benchmarks/duplicates.py weighs it)."""
-    return _job_thumbnail_hash(image_bytes, None, mirrored=True)
-
-
-def _job_thumbnail_hash(image_bytes: bytes, max_pixels: int | None, mirrored: bool) -> int:
     try:
         with Image.open(io.BytesIO(image_bytes)) as image:
             width, height = image.size
