@@ -371,10 +371,9 @@ def list_files(path: str | os.PathLike) -> list[str]:
     Errors (no credentials, network) propagate: they must not read as "empty".
     """
     if not is_remote(path):
-        found = []
-        for root, _, names in os.walk(path):
-            found.extend(os.path.join(root, name) for name in names)
-        return sorted(found)
+        return sorted(
+            os.path.join(root, name) for root, _, names in os.walk(path) for name in names
+        )
     bucket, _ = split_gcs(str(path))
     return [f"gs://{bucket}/{blob.name}" for page in _pages(str(path), None) for blob in page]
 
