@@ -34,6 +34,7 @@ from transforms import files
 from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo
 from transforms.format.naming import HASHES_SUFFIX, INDEX_DIR, SIDE_TABLE_RE, hashes_name
+from transforms.format.record_index import is_count
 
 _CHUNK = 1 << 20
 # No row segprep writes in a digest, key or hash table comes near this (a key is a file
@@ -84,7 +85,7 @@ def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
         raise SideTableError(
             f"split {split!r}: hashes file {name!r}, expected {hashes_name(split)!r}"
         )
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+    if not is_count(size):
         raise SideTableError(f"{name}: listed size {size!r} is not a count")
     if not isinstance(digest, str):
         raise SideTableError(f"{name}: listed sha256 {digest!r} is not a string")
@@ -148,9 +149,8 @@ def open_table(
     name = _check_name(ref.file)
     if ref.bytes > cap:
         raise SideTableError(f"{name}: listed as {ref.bytes:,} bytes, more than {cap:,}")
-    table = _open_remote(output_dir, name) if files.is_remote(output_dir) else None
-    if table is None:
-        table = _open_local(output_dir, name)
+    opener = _open_remote if files.is_remote(output_dir) else _open_local
+    table = opener(output_dir, name)
     try:
         if table.size != ref.bytes:
             raise SideTableError(f"{name}: {table.size:,} bytes, metadata.json lists {ref.bytes:,}")
