@@ -244,8 +244,7 @@ class _ImageIndex:
         paths: set[str] = set()
         by_name: dict[str, list[str]] = collections.defaultdict(list)
         for found in files.list_files(root):
-            relative = found[len(root) :] if found.startswith(root) else found
-            relative = relative.replace(os.sep, "/")
+            relative = found.removeprefix(root).replace(os.sep, "/")
             if is_hidden(relative):
                 continue  # hidden files and folders are no inputs (pairing.py)
             if relative.lower().endswith(IMAGE_EXTENSIONS):
