@@ -33,7 +33,7 @@ from typing import Any
 from transforms import files
 from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo
-from transforms.format.naming import HASHES_SUFFIX, INDEX_DIR, SIDE_TABLE_RE, hashes_name
+from transforms.format.naming import INDEX_DIR, SIDE_TABLE_RE, hashes_name
 from transforms.format.record_index import is_count
 
 _CHUNK = 1 << 20
@@ -81,7 +81,7 @@ def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
     if not isinstance(entry, dict):
         raise SideTableError(f"split {split!r}: its hashes entry is not an object")
     name, size, digest = entry.get("file"), entry.get("bytes"), entry.get("sha256")
-    if name != hashes_name(split) or not name.endswith(HASHES_SUFFIX):
+    if name != hashes_name(split):
         raise SideTableError(
             f"split {split!r}: hashes file {name!r}, expected {hashes_name(split)!r}"
         )
