@@ -62,9 +62,7 @@ def is_local(path: str | os.PathLike) -> bool:
 def normalize_dir(path: str | os.PathLike) -> str:
     """An absolute local folder or a gs:// prefix, always ending in one slash: the form every
     folder of a run (inputs, output, staging) is kept in."""
-    if is_remote(path):
-        return str(path).rstrip("/") + "/"
-    return os.path.abspath(path).rstrip("/") + "/"
+    return (str(path) if is_remote(path) else os.path.abspath(path)).rstrip("/") + "/"
 
 
 def join(directory: str | os.PathLike, name: str) -> str:
