@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import duplicate_set  # noqa: E402
 from transforms import duplicates as dups  # noqa: E402
-from transforms.duplicates import hamming, mirrored_hash, perceptual_hash  # noqa: E402
+from transforms.duplicates import hamming, perceptual_hash  # noqa: E402
 
 PHOTO_DIRS = ("skimage/data/", "sklearn/datasets/images/", "mpl-data/sample_data/")
 # Not distinct photos: a stereo twin, synthetic patterns, logos, tiny or text images.
@@ -153,12 +153,13 @@ def quality_table(wheels: Path, size: int, seed: int) -> dict:
             copy = planted(tile, family, rng)
             distances[family].append(hamming(original, perceptual_hash(copy)))
             if family == "flip":
-                mirrored.append(min(distances[family][-1], hamming(original, mirrored_hash(copy))))
+                flipped = hamming(original, perceptual_hash(copy, mirrored=True))
+                mirrored.append(min(distances[family][-1], flipped))
     pair_distances = np.array(
         [hamming(a, b) for a, b in itertools.combinations(hashes, 2)], dtype=np.int64
     )
     # with the mirror hashed too, a pair also matches through one side's mirror image
-    mirrors = [mirrored_hash(data) for data in originals]
+    mirrors = [perceptual_hash(data, mirrored=True) for data in originals]
     mirror_distances = np.array(
         [
             min(hamming(hashes[i], hashes[j]), hamming(hashes[i], mirrors[j]))

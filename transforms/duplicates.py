@@ -32,7 +32,7 @@ import heapq
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,6 @@ THUMB_SIDE = _SIDE  # the RGB thumbnail hashes and signatures are computed from
 _LOW = 8  # its lowest 8x8 frequencies make the 64 bits
 MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
-MODES = ("group", "drop", "off")
 # A candidate's chroma must correlate this well too (verified); below CHROMA_FLOOR (the
 # root mean square of a signature's chroma, in its int8 units) an image counts as grey.
 # benchmarks/duplicates.py chose both on portraits in front of near-identical backdrops.
@@ -59,7 +58,6 @@ class UnhashableImage(ValueError):
     """The image cannot be decoded for hashing (the writer will reject it with its reason)."""
 
 
-@functools.cache
 @functools.cache
 def _dct_matrix(n: int) -> np.ndarray:
     """The orthonormal DCT-II as a matrix: coefficients = M @ x @ M.T. Made once per process
@@ -104,12 +102,10 @@ def thumbnail(image: Image.Image) -> np.ndarray:
     return np.asarray(small, dtype=np.uint8)
 
 
-def fingerprint(
-    key: str, image_bytes: bytes, thumb: np.ndarray, mask: str | None = None
-) -> ImageHash:
+def fingerprint(key: str, image_bytes: bytes, thumb: np.ndarray) -> ImageHash:
     """The image's hashes from its bytes (sha256) and its thumbnail (perceptual hash and
     verification signature)."""
-    return fingerprints([Unhashed(key, digest(image_bytes), thumb, mask)])[0]
+    return fingerprints([Unhashed(key, digest(image_bytes), thumb)])[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,20 +216,14 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     return chroma is None or chroma >= MIN_CHROMA_SIMILARITY
 
 
-def perceptual_hash(image_bytes: bytes, max_pixels: int | None = None) -> int:
+def perceptual_hash(
+    image_bytes: bytes, max_pixels: int | None = None, *, mirrored: bool = False
+) -> int:
     """The 64-bit perceptual hash the job gives an image's bytes: the same decode (a kept
     RGB JPEG drafted as codecs/image.validate_image drafts it), thumbnail and DCT, so a tool
     that plants or checks copies (sample-data, the benchmarks) sees the job's distances.
+    `mirrored`: of the horizontal mirror image (benchmarks/duplicates.py weighs it).
     UnhashableImage when the bytes cannot be decoded."""
-    return _job_thumbnail_hash(image_bytes, max_pixels, mirrored=False)
-
-
-def mirrored_hash(image_bytes: bytes) -> int:
-    """The hash of the horizontal mirror image (benchmarks/duplicates.py weighs it)."""
-    return _job_thumbnail_hash(image_bytes, None, mirrored=True)
-
-
-def _job_thumbnail_hash(image_bytes: bytes, max_pixels: int | None, mirrored: bool) -> int:
     try:
         with Image.open(io.BytesIO(image_bytes)) as image:
             width, height = image.size
@@ -315,23 +305,27 @@ def hash_rows_bytes(hashes: Iterable[ImageHash]) -> bytes:
     )
 
 
-def _lines(data: bytes) -> list[str]:
-    """A JSON-lines file's lines, split on its newlines only: str.splitlines would also
-    split on U+2028, U+2029 and U+0085, which a key may hold unescaped."""
-    return [line.decode("utf-8") for line in data.splitlines()]
+def _parsed_lines(data: bytes, parse: Callable[[str], Any]) -> list:
+    """`parse` of each non-blank line of a JSON-lines file; ValueError naming the first bad
+    line. Split on its newlines only: str.splitlines would also split on U+2028, U+2029 and
+    U+0085, which a key may hold unescaped."""
+    parsed = []
+    lines = [line.decode("utf-8") for line in data.splitlines()]
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append(parse(line))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"line {number}: {error}") from None
+    return parsed
 
 
 def parse_hash_rows(data: bytes) -> list[ImageHash]:
     """The rows of a hashes file; ValueError naming the first bad line."""
-    rows = []
-    for number, line in enumerate(_lines(data), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(ImageHash.from_row(json_shape.loads(line, "hashes file")))
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"line {number}: {error}") from None
-    return rows
+    return _parsed_lines(
+        data, lambda line: ImageHash.from_row(json_shape.loads(line, "hashes file"))
+    )
 
 
 # ---- the band search -------------------------------------------------------------------
@@ -689,31 +683,27 @@ def _largest_distance(hashes: np.ndarray, rows: int = 512) -> int:
 
 def parse_groups(data: bytes) -> list[dict]:
     """The lines of a duplicates.jsonl file; ValueError naming the first bad line."""
-    groups = []
-    for number, line in enumerate(_lines(data), start=1):
-        if not line.strip():
-            continue
-        try:
-            group = json_shape.loads(line, "duplicates.jsonl")
-            keys = group["keys"]
-            if not (isinstance(keys, list) and len(keys) >= 2):
-                raise ValueError("keys is not a list of two or more keys")
-            if not all(isinstance(key, str) for key in keys):
-                raise ValueError("keys are not all strings")
-            if group["kind"] not in ("exact", "near"):
-                raise ValueError(f"kind {group['kind']!r} is not exact or near")
-            for field in ("split", "max_distance", "conflicting_masks"):
-                group[field]  # noqa: B018 - present, even when null
-            split = group["split"]
-            names = split if isinstance(split, list) else [split]
-            if split is not None and not all(isinstance(name, str) for name in names):
-                raise ValueError(f"split {str(split)[:40]} is not a split name or list of them")
-            distance = group["max_distance"]
-            if type(distance) is not int or not 0 <= distance <= 64:
-                raise ValueError(f"max_distance {str(distance)[:40]} is not a distance of 0 to 64")
-            if not isinstance(group["conflicting_masks"], bool):
-                raise ValueError("conflicting_masks is not true or false")
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"line {number}: {error}") from None
-        groups.append(group)
-    return groups
+    return _parsed_lines(data, _group)
+
+
+def _group(line: str) -> dict:
+    group = json_shape.loads(line, "duplicates.jsonl")
+    keys = group["keys"]
+    if not (isinstance(keys, list) and len(keys) >= 2):
+        raise ValueError("keys is not a list of two or more keys")
+    if not all(isinstance(key, str) for key in keys):
+        raise ValueError("keys are not all strings")
+    if group["kind"] not in ("exact", "near"):
+        raise ValueError(f"kind {group['kind']!r} is not exact or near")
+    for field in ("split", "max_distance", "conflicting_masks"):
+        group[field]  # noqa: B018 - present, even when null
+    split = group["split"]
+    names = split if isinstance(split, list) else [split]
+    if split is not None and not all(isinstance(name, str) for name in names):
+        raise ValueError(f"split {str(split)[:40]} is not a split name or list of them")
+    distance = group["max_distance"]
+    if type(distance) is not int or not 0 <= distance <= 64:
+        raise ValueError(f"max_distance {str(distance)[:40]} is not a distance of 0 to 64")
+    if not isinstance(group["conflicting_masks"], bool):
+        raise ValueError("conflicting_masks is not true or false")
+    return group

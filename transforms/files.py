@@ -62,9 +62,7 @@ def is_local(path: str | os.PathLike) -> bool:
 def normalize_dir(path: str | os.PathLike) -> str:
     """An absolute local folder or a gs:// prefix, always ending in one slash: the form every
     folder of a run (inputs, output, staging) is kept in."""
-    if is_remote(path):
-        return str(path).rstrip("/") + "/"
-    return os.path.abspath(path).rstrip("/") + "/"
+    return (str(path) if is_remote(path) else os.path.abspath(path)).rstrip("/") + "/"
 
 
 def join(directory: str | os.PathLike, name: str) -> str:
@@ -400,10 +398,9 @@ def list_files(path: str | os.PathLike) -> list[str]:
     Errors (no credentials, network) propagate: they must not read as "empty".
     """
     if not is_remote(path):
-        found = []
-        for root, _, names in os.walk(path):
-            found.extend(os.path.join(root, name) for name in names)
-        return sorted(found)
+        return sorted(
+            os.path.join(root, name) for root, _, names in os.walk(path) for name in names
+        )
     bucket, _ = split_gcs(str(path))
     return [f"gs://{bucket}/{blob.name}" for page in _pages(str(path), None) for blob in page]
 
@@ -464,18 +461,11 @@ def write_new(path: str | os.PathLike, data: bytes) -> bool:
     generation of the object exists.
     """
     if not is_remote(path):
-        partial = f"{path}.partial-{uuid.uuid4().hex}"
         try:
-            with open(partial, "xb") as handle:
-                handle.write(data)
-            try:
-                os.link(partial, path)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
+            _write_local(path, lambda handle: handle.write(data), publish=os.link)
+        except FileExistsError:
+            return False
+        return True
     from google.api_core import exceptions
 
     bucket, name = split_gcs(str(path))
@@ -515,13 +505,17 @@ def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> tuple[int,
     return size, digest.hexdigest()
 
 
-def _write_local(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
-    """`write(handle)` into a temporary name beside `path`, then renamed to it."""
+def _write_local(
+    path: str | os.PathLike,
+    write: Callable[[BinaryIO], object],
+    publish: Callable[[str, str | os.PathLike], None] = os.replace,
+) -> None:
+    """`write(handle)` into a temporary name beside `path`, then `publish`ed (renamed) to it."""
     partial = f"{path}.partial-{uuid.uuid4().hex}"
     try:
         with open(partial, "xb") as handle:
             write(handle)
-        os.replace(partial, path)
+        publish(partial, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)

@@ -14,6 +14,7 @@ at exactly that path under the image folder.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import fnmatch
@@ -161,15 +162,13 @@ class Layout:
 
     def classify(self, relative_path: str, role: Role | None) -> tuple[Role, str] | None:
         """(role, key) of a file by its path under its folder; None for any other name."""
-        if role is Role.IMAGE:
-            key = _strip_suffix(relative_path, self.image_suffixes)
-        elif role is Role.MASK:
-            key = _strip_suffix(relative_path, self.mask_suffixes)
-        else:
+        if role is None:
             key = _strip_suffix(relative_path, self.mask_suffixes)
             if key is not None:
                 return Role.MASK, key
-            role, key = Role.IMAGE, _strip_suffix(relative_path, self.image_suffixes)
+            role = Role.IMAGE
+        suffixes = self.image_suffixes if role is Role.IMAGE else self.mask_suffixes
+        key = _strip_suffix(relative_path, suffixes)
         return None if key is None else (role, key)
 
 
@@ -182,15 +181,13 @@ class SideFiles:
     def __init__(self, mask_suffix: str | None) -> None:
         self.mask_suffix = mask_suffix or ""
         self.count = 0
-        self.kinds: dict[str, int] = {}
+        self.kinds: collections.Counter[str] = collections.Counter()
 
     def add(self, relative_path: str) -> None:
         self.count += 1
         kind = side_file_kind(relative_path, self.mask_suffix)
-        if kind in self.kinds or len(self.kinds) < self.MAX_KINDS:
-            self.kinds[kind] = self.kinds.get(kind, 0) + 1
-        else:
-            self.kinds["other"] = self.kinds.get("other", 0) + 1
+        known = kind in self.kinds or len(self.kinds) < self.MAX_KINDS
+        self.kinds[kind if known else "other"] += 1
 
     def described(self) -> tuple[tuple[str, int], ...]:
         return tuple(sorted(self.kinds.items(), key=lambda item: (-item[1], item[0])))

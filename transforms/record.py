@@ -7,6 +7,7 @@ Example) live here; each source in `transforms.sources` calls them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 
 import numpy as np
@@ -96,11 +97,8 @@ def make_class_record(
 
 def valid_image(image_bytes: bytes, limits: InputLimits, thumbnail: bool = False) -> ValidImage:
     """The validated image (and its thumbnail, when asked for); raises RejectError."""
-    return guarded(_validated, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels, thumbnail)
-
-
-def _validated(image_bytes: bytes, max_pixels: int, thumbnail: bool) -> ValidImage:
-    return validate_image(image_bytes, max_pixels, thumbnail=thumbnail)
+    validate = functools.partial(validate_image, thumbnail=thumbnail)
+    return guarded(validate, Reason.IMAGE_UNREADABLE, image_bytes, limits.pixels)
 
 
 def aligned(image: ValidImage, image_bytes: bytes, mask_shape: tuple[int, ...]) -> ValidImage:

@@ -63,10 +63,6 @@ class RecordSpec:
                 out[field.name] = getattr(self, field.name)
         return out
 
-    def differences(self, other: RecordSpec) -> list[str]:
-        """'name: output X, this run Y' for each field where `other` differs."""
-        return field_differences(self.stored(), other.stored())
-
 
 def stored_spec(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The stored spec of an output's metadata.json: its `record_spec`, or, for an output

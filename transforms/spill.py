@@ -152,6 +152,12 @@ def read_records(handle: BinaryIO, where: str, size: int, limit: int) -> Iterato
         yield payload
 
 
+def read_record_file(path: str, limit: int) -> Iterator[bytes]:
+    """read_records of the whole local record file `path`."""
+    with open(path, "rb") as handle:
+        yield from read_records(handle, path, os.fstat(handle.fileno()).st_size, limit)
+
+
 _TEMP_NAME = re.compile(r"^segprep-[a-z]+-(?P<pid>\d+)-[a-z0-9_]+$")
 # Written first into every folder temporary_folder makes: "PID START\n", START the kernel's
 # start time of the process. A folder is swept only with this marker (a regular file, read

@@ -110,17 +110,13 @@ def class_mask_settings(
     The class count comes from --num_classes, --class_names or --colormap; any two given
     must agree, so a names file and a colour file can never silently disagree.
     """
+    names = None if class_names is None else tuple(class_names)
+    colours = None if colormap is None else tuple(colour for _, colour in colormap)
     if mask_type != "classes":
         if ignore_index is not None:
             raise SettingError("{ignore_index} needs {mask_type} classes")
-        return ClassMaskSettings(
-            mask_type,
-            num_classes,
-            class_names=None if class_names is None else tuple(class_names),
-            colormap=None if colormap is None else tuple(colour for _, colour in colormap),
-        )
+        return ClassMaskSettings(mask_type, num_classes, class_names=names, colormap=colours)
     colour_names = None if colormap is None else tuple(name for name, _ in colormap)
-    names = None if class_names is None else tuple(class_names)
     if names is not None and colour_names is not None and names != colour_names:
         raise SettingError("{class_names} and {colormap} name different classes (or orders)")
     names = names or colour_names
@@ -135,7 +131,7 @@ def class_mask_settings(
         num_classes,
         DEFAULT_IGNORE_INDEX if ignore_index is None else ignore_index,
         names,
-        None if colormap is None else tuple(colour for _, colour in colormap),
+        colours,
         class_map,
     )
 

@@ -117,15 +117,9 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
     try:
         if element is None:
             return scipy.io.loadmat(io.BytesIO(data), variable_names=[name])[name]
-        raw, compressed = element
-        header = data[:_MAT5_HEADER]
-        if compressed:
-            # room for a complex part, tags, dimensions and name
-            bound, what = 2 * declared + (64 << 10), f"the {declared:,} bytes its header declares"
-            single = _inflate_bounded(raw, name, bound, header, what)
-        else:
-            single = header + raw
-        return scipy.io.loadmat(io.BytesIO(single))[name]
+        # room for a complex part, tags, dimensions and name
+        bound, what = 2 * declared + (64 << 10), f"the {declared:,} bytes its header declares"
+        return scipy.io.loadmat(io.BytesIO(_single(data, element, name, bound, what)))[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
 
@@ -152,15 +146,9 @@ def _struct_field(
     """
     if element is None:  # MAT v4 has no structs; whosmat never reports one there
         raise RejectError(Reason.MASK_VARIABLE, f"variable {name!r} is not a struct")
-    raw, compressed = element
-    header = data[:_MAT5_HEADER]
     bound = limits.mask_array_bytes
     try:
-        if compressed:
-            what = f"the {bound:,} bytes a mask struct may hold"
-            single = _inflate_bounded(raw, name, bound, header, what)
-        else:
-            single = header + raw
+        single = _single(data, element, name, bound, f"the {bound:,} bytes a mask struct may hold")
         # scipy reads nested arrays recursively in C: tens of thousands of levels overflow
         # the stack and kill the process, so the arrays (each starts with its tag, then the
         # array flags' tag) are counted first.
@@ -236,6 +224,14 @@ def _mat5_variables(data: bytes) -> dict[str, tuple[tuple[int, ...], str, tuple[
                 variables[name] = (tuple(shape), matlab_class, (element, kind == _MI_COMPRESSED))
         position += 8 + length
     return variables
+
+
+def _single(data: bytes, element: tuple[bytes, bool], name: str, bound: int, what: str) -> bytes:
+    """A MAT v5 file of the header of `data` and one variable's (raw element, compressed):
+    as stored, or inflated by _inflate_bounded."""
+    raw, compressed = element
+    header = data[:_MAT5_HEADER]
+    return _inflate_bounded(raw, name, bound, header, what) if compressed else header + raw
 
 
 def _inflate_bounded(element: bytes, name: str, bound: int, header: bytes, what: str) -> bytes:

@@ -25,10 +25,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from transforms.format.naming import index_name, parse_shard_name
-
-# Bytes TFRecord framing adds to each serialized record: uint64 length, its masked CRC-32C,
-# then after the payload the payload's masked CRC-32C.
-FRAME_OVERHEAD = 16
+from transforms.format.tfrecord import FRAME_OVERHEAD
 
 
 class IndexFormatError(ValueError):
@@ -134,10 +131,8 @@ def index_shard(shard_file: str, records: Sequence[tuple[str, int]]) -> ShardInd
     Call it with what the writer passed to TFRecordWriter.write (the key and len(record));
     the offsets then match the file byte for byte.
     """
-    parsed = parse_shard_name(shard_file)
-    if parsed is None:
-        raise ValueError(f"{shard_file!r} is not a shard name")
-    _, shard_number, _ = parsed
+    index_file = index_name(shard_file)  # ValueError for a name that is no shard's
+    _, shard_number, _ = parse_shard_name(shard_file)
     frames = frame_offsets(length for _, length in records)
     rows = tuple(KeyRow(key, shard_number, number) for number, (key, _) in enumerate(records))
-    return ShardIndex(index_name(shard_file), index_bytes(frames), rows)
+    return ShardIndex(index_file, index_bytes(frames), rows)

@@ -13,7 +13,7 @@ Before use, here:
   generation is pinned for every later read;
 - its size is the one listed, at most `cap`, and its sha256 the listed one (streamed in
   chunks: memory of one chunk);
-- its lines are read at most `line_cap` bytes each, so a hostile 100 MB line costs one
+- its lines are read at most LINE_CAP bytes each, so a hostile 100 MB line costs one
   bounded read, never a parse.
 
 Any difference is a SideTableError, worded by the caller in one line that names the file
@@ -33,7 +33,8 @@ from typing import Any
 from transforms import files
 from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo
-from transforms.format.naming import HASHES_SUFFIX, INDEX_DIR, SIDE_TABLE_RE, hashes_name
+from transforms.format.naming import INDEX_DIR, SIDE_TABLE_RE, hashes_name
+from transforms.format.record_index import is_count
 
 _CHUNK = 1 << 20
 # No row segprep writes in a digest, key or hash table comes near this (a key is a file
@@ -65,31 +66,26 @@ def is_side_table_name(name: Any) -> bool:
     return True
 
 
-def hash_table_ref(split: SplitInfo) -> FileRef | None:
-    """The split's image-hash table as metadata.json lists it (None: none listed), its name
-    exactly hashes_name(split)."""
-    return hash_table_ref_of(split.name, split.extra.get("hashes"))
-
-
 def hash_table_refs(split: SplitInfo) -> tuple[FileRef, ...]:
     """Every image-hash table of the split, in version order: the first version's (when it
     searched), then each append's that searched (`appended_hashes`)."""
-    first = hash_table_ref(split)
+    first = hash_table_ref_of(split.name, split.extra.get("hashes"))
     return (*((first,) if first else ()), *split.appended_hashes)
 
 
 def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
-    """hash_table_ref of a split's raw `hashes` entry (tools that read metadata leniently)."""
+    """The image-hash table a split's raw `hashes` entry lists (None: none listed), its name
+    exactly hashes_name(split); tools that read metadata leniently pass the entry as read."""
     if entry is None:
         return None
     if not isinstance(entry, dict):
         raise SideTableError(f"split {split!r}: its hashes entry is not an object")
     name, size, digest = entry.get("file"), entry.get("bytes"), entry.get("sha256")
-    if name != hashes_name(split) or not name.endswith(HASHES_SUFFIX):
+    if name != hashes_name(split):
         raise SideTableError(
             f"split {split!r}: hashes file {name!r}, expected {hashes_name(split)!r}"
         )
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+    if not is_count(size):
         raise SideTableError(f"{name}: listed size {size!r} is not a count")
     if not isinstance(digest, str):
         raise SideTableError(f"{name}: listed sha256 {digest!r} is not a string")
@@ -124,18 +120,18 @@ class CheckedTable:
             offset += len(chunk)
             yield chunk
 
-    def lines(self, line_cap: int = LINE_CAP) -> Iterator[bytes]:
-        """Its lines (with their newline), none longer than `line_cap`."""
+    def lines(self) -> Iterator[bytes]:
+        """Its lines (with their newline), none longer than LINE_CAP."""
         carry = b""
         for chunk in self.chunks():
             parts = (carry + chunk).split(b"\n")
             carry = parts.pop()
             for part in parts:
-                if len(part) >= line_cap:
-                    raise SideTableError(f"{self.name}: a line of more than {line_cap:,} bytes")
+                if len(part) >= LINE_CAP:
+                    raise SideTableError(f"{self.name}: a line of more than {LINE_CAP:,} bytes")
                 yield part + b"\n"
-            if len(carry) >= line_cap:
-                raise SideTableError(f"{self.name}: a line of more than {line_cap:,} bytes")
+            if len(carry) >= LINE_CAP:
+                raise SideTableError(f"{self.name}: a line of more than {LINE_CAP:,} bytes")
         if carry:
             raise SideTableError(f"{self.name}: its last line has no newline")
 
@@ -145,7 +141,6 @@ def open_table(
     ref: FileRef,
     *,
     cap: int = TABLE_CAP,
-    line_cap: int = LINE_CAP,
     check_sha256: bool = True,
 ) -> CheckedTable:
     """The side table `ref` of `output_dir`, checked as the module says. check_sha256=False
@@ -154,15 +149,14 @@ def open_table(
     name = _check_name(ref.file)
     if ref.bytes > cap:
         raise SideTableError(f"{name}: listed as {ref.bytes:,} bytes, more than {cap:,}")
-    table = _open_remote(output_dir, name) if files.is_remote(output_dir) else None
-    if table is None:
-        table = _open_local(output_dir, name)
+    opener = _open_remote if files.is_remote(output_dir) else _open_local
+    table = opener(output_dir, name)
     try:
         if table.size != ref.bytes:
             raise SideTableError(f"{name}: {table.size:,} bytes, metadata.json lists {ref.bytes:,}")
         if check_sha256:
             digest = hashlib.sha256()
-            for line in table.lines(line_cap):  # a line over the cap fails here, unparsed
+            for line in table.lines():  # a line over the cap fails here, unparsed
                 digest.update(line)
             if digest.hexdigest() != ref.sha256:
                 raise SideTableError(

@@ -30,7 +30,7 @@ from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.files import open_regular
 from transforms.format.features import DEFAULT_COCO_UNLABELED as DEFAULT_UNLABELED
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, TooLargeError
-from transforms.spill import RecordFiles, read_records
+from transforms.spill import RecordFiles, read_record_file
 
 BACKGROUND_NAME = "background"
 HEAD_BYTES = 64 << 10  # what detection reads of a file
@@ -180,10 +180,8 @@ class AnnotatedDataset:
 
     def staged(self) -> Iterator[tuple[int, str, str]]:
         """(image id, file_name, image_payload) of every image, in order, streamed."""
-        with open(self.records, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            for payload in read_records(handle, self.records, size, STAGED_RECORD_BYTES):
-                yield pickle.loads(payload)
+        for payload in read_record_file(self.records, STAGED_RECORD_BYTES):
+            yield pickle.loads(payload)
 
     @property
     def images(self) -> dict[str, AnnotatedImage]:

@@ -1,7 +1,8 @@
 """The mask-source protocol: where one entry's mask comes from, and how it becomes a record.
 
-A source is one module with one class and one line in `transforms.sources.registry`. The run
-plan picks the source once (by name); each shard writer asks it for every pair's record.
+A source is a class in a module of its own and one line in `transforms.sources.registry` (the
+two kinds of mask file share mask_files.py's class). The run plan picks the source once (by
+name); each shard writer asks it for every pair's record.
 What a source decides is its own: whether the mask is a file whose bytes the writer reads
 (`reads_mask_file`), how those bytes or the entry's staged annotations become a mask, and
 whether the record stores a binary or a class-id mask. The shared steps (image validation,
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from transforms.limits import DEFAULT_LIMITS, InputLimits
 
 if TYPE_CHECKING:
-    from transforms.codecs.class_mask import ClassMaskSettings
     from transforms.record import Record
     from transforms.record_spec import RecordSpec
 
@@ -29,10 +29,6 @@ class SourceSettings:
     fill: int | None = None  # annotation sources: the value of pixels nothing covers
     limits: InputLimits = DEFAULT_LIMITS
     thumbnails: bool = False  # records carry the duplicate search's thumbnail (Record.thumbnail)
-
-    @property
-    def classes(self) -> ClassMaskSettings:
-        return self.spec.classes
 
 
 class MaskSource(Protocol):

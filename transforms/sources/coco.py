@@ -114,15 +114,11 @@ def read_coco(
             orphans.add(total, raw)
             continue
         try:
-            annotation = _annotation(raw, class_of, unnamed, limits)
-        except TooLargeError as error:
-            annotations.add((image_id, total), (raw.get("id"), f"{error}", True))
-            continue
-        except ValueError as error:
-            annotations.add((image_id, total), (raw.get("id"), f"{error}", False))
-            continue
-        # None: nothing to draw, but the annotation still names an image (or is an orphan).
-        annotations.add((image_id, total), (raw.get("id"), annotation, False))
+            # None: nothing to draw, but the annotation still names an image (or is an orphan).
+            annotation, over = _annotation(raw, class_of, unnamed, limits), False
+        except ValueError as error:  # a str: the image's problem; TooLargeError: over a cap
+            annotation, over = f"{error}", isinstance(error, TooLargeError)
+        annotations.add((image_id, total), (raw.get("id"), annotation, over))
     staged = StagedImages(folder.name, limits)
     for image in _join(images, annotations.sorted(), orphans, limits):
         staged.write(image)
@@ -235,15 +231,14 @@ def _join(
                 drawn.append(annotation)
                 points += sum(len(polygon) // 2 for polygon in annotation.polygons)
             pending = next(annotations, None)
-        image = AnnotatedImage(file_name, image_id, height, width, tuple(drawn), problem, over_cap)
+        shapes = tuple(drawn) if problem is None else ()
+        image = AnnotatedImage(file_name, image_id, height, width, shapes, problem, over_cap)
         if problem is None and points > limits.image_points:
             image = too_large(
                 image,
                 f"polygons of {points:,} points, more than the {limits.image_points:,} "
                 "one image may have",
             )
-        elif problem is not None:
-            image = dataclasses.replace(image, annotations=())
         yield image
     while pending is not None:
         orphans.add(pending[0][1], {"id": pending[1][0]})

@@ -43,7 +43,7 @@ from transforms.sources.annotations import (
     StagedImages,
     check_class_names,
 )
-from transforms.spill import RecordFiles, read_records
+from transforms.spill import RecordFiles, read_record_file
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,12 +127,8 @@ def build_dataset(
     names, how = class_ids(labels, stats.labels, request)
     id_of = {name: index for index, name in enumerate(names)}
     staged = StagedImages(folder.name, limits)
-    with open(raw_paths[0], "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        for image_id, payload in enumerate(
-            read_records(handle, raw_paths[0], size, STAGED_RECORD_BYTES)
-        ):
-            staged.write(_annotated_image(pickle.loads(payload), image_id, id_of))
+    for image_id, payload in enumerate(read_record_file(raw_paths[0], STAGED_RECORD_BYTES)):
+        staged.write(_annotated_image(pickle.loads(payload), image_id, id_of))
     records = staged.close()
     os.remove(raw_paths[0])
     description = {

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import posixpath
 import re
@@ -48,7 +49,7 @@ from transforms.limits import (
     annotation_int,
     check_pixels,
 )
-from transforms.pairing import IMAGE_EXTENSIONS
+from transforms.pairing import IMAGE_EXTENSIONS, is_hidden
 from transforms.sources.annotations import AnnotatedDataset, AnnotationTool, ReadRequest
 from transforms.sources.labelled_shapes import (
     ToolImage,
@@ -89,7 +90,6 @@ class _Reader:
         self.limits = limits
         self.ignored: collections.Counter[str] = collections.Counter()
         self.skipped: collections.Counter[str] = collections.Counter()
-        self._index: _ImageIndex | None = None
 
     def stats(self) -> ToolStats:
         return ToolStats(dict(self.ignored), skipped=dict(self.skipped))
@@ -202,7 +202,7 @@ class _Reader:
 
     def _file_name(self, url: str) -> tuple[str, str | None]:
         candidates = image_candidates(url)
-        index = self._images()
+        index = self._index
         if index is None:
             return candidates[-1 if url.startswith("/data/upload/") else 0], None
         path = candidates[0]
@@ -220,11 +220,10 @@ class _Reader:
             return found[0], f"two images match {url!r}: {found[0]} and {found[1]}{more}"
         return (found[0] if found else path), None
 
-    def _images(self) -> _ImageIndex | None:
-        """The image folder's images, listed once (local or gs://); None without a folder."""
-        if self._index is None and self.image_dir is not None:
-            self._index = _ImageIndex.of(self.image_dir)
-        return self._index or None
+    @functools.cached_property
+    def _index(self) -> _ImageIndex | None:
+        """The image folder's images, listed once (local or gs://); None without any."""
+        return None if self.image_dir is None else _ImageIndex.of(self.image_dir) or None
 
 
 @dataclasses.dataclass
@@ -245,14 +244,12 @@ class _ImageIndex:
         paths: set[str] = set()
         by_name: dict[str, list[str]] = collections.defaultdict(list)
         for found in files.list_files(root):
-            relative = found[len(root) :] if found.startswith(root) else found
-            relative = relative.replace(os.sep, "/")
-            parts = relative.split("/")
-            if any(part.startswith(".") for part in parts):
+            relative = found.removeprefix(root).replace(os.sep, "/")
+            if is_hidden(relative):
                 continue  # hidden files and folders are no inputs (pairing.py)
             if relative.lower().endswith(IMAGE_EXTENSIONS):
                 paths.add(relative)
-                by_name[parts[-1]].append(relative)
+                by_name[relative.rsplit("/", 1)[-1]].append(relative)
         for same in by_name.values():
             same.sort()
         return cls(paths, dict(by_name))

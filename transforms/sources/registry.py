@@ -4,15 +4,14 @@ tool is not a source of its own: transforms/sources/tools.py)."""
 from __future__ import annotations
 
 from transforms.sources.base import MaskSource
-from transforms.sources.class_files import ClassMaskFiles
-from transforms.sources.mask_files import BinaryMaskFiles
+from transforms.sources.mask_files import BINARY_FILES, CLASS_FILES
 from transforms.sources.rasterize import AnnotationSource
 
 SOURCES: dict[str, MaskSource] = {
     source.name: source
     for source in (
-        BinaryMaskFiles(),
-        ClassMaskFiles(),
+        BINARY_FILES,
+        CLASS_FILES,
         AnnotationSource(),  # every annotation tool's (transforms/sources/tools.py)
     )
 }
