@@ -160,3 +160,35 @@ def test_sample_data_into_a_file_is_a_usage_error(tmp_path):
     said = one_line_refusal(segprep("sample-data", str(afile), "--count", "5"))
     assert "is a file, not a folder" in said
     assert afile.read_text() == "mine"
+
+
+def test_a_metadata_json_no_reader_would_open_is_not_published(tmp_path):
+    """Two COCO category names of 34 MB each (each under the 64 MB string cap) would make a
+    metadata.json over the 64 MB every reader accepts: the run published it, failed, and
+    left an output nothing could open. Now nothing is published and the line says why."""
+    from tests.helpers.images import rgb_jpeg
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(rgb_jpeg(24, 32, seed=1))
+    long = "c" * (34 << 20)
+    coco = tmp_path / "coco.json"
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 1, "file_name": "a.jpg", "height": 24, "width": 32}],
+                "annotations": [],
+                "categories": [{"id": 1, "name": long}, {"id": 2, "name": "x" + long}],
+            }
+        )
+    )
+    out = tmp_path / "out"
+    done = segprep(
+        "prepare", "--image_dir", str(images), "--coco_annotations", str(coco),
+        "--output_dir", str(out), "--mask_type", "classes", *RUNNER_ARGS,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip().splitlines()[-1]  # after the progress lines
+    assert "more than the 67,108,864 every reader accepts" in line
+    assert "nothing was published" in line
+    assert not (out / "metadata.json").exists()

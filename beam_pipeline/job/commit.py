@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
+import json
 import time
 from typing import Any
 
@@ -36,6 +37,7 @@ from transforms.format.naming import (
     parse_shard_name,
     shard_name,
 )
+from transforms.limits import FILE_LIMITS
 from transforms.rejects import Reason, Reject, rejects_jsonl
 from transforms.splits import split_names
 
@@ -55,6 +57,12 @@ _VERSIONED_PACKAGES = (
 
 class AccountingError(RuntimeError):
     """Accepted + rejected differs from discovered: something was lost or duplicated."""
+
+
+class MetadataTooLargeError(RuntimeError):
+    """metadata.json would be larger than every reader accepts (FILE_LIMITS.metadata_bytes)."""
+
+    _tagged_with_step = True  # one whole line for the user, as RejectLimitError
 
 
 def package_versions() -> dict[str, str]:
@@ -279,6 +287,7 @@ def _publish(
     data = info.to_bytes()
     # Checked as every reader loads it: a commit cannot publish a metadata.json that its own
     # readers would refuse.
+    _check_size(info, data)
     DatasetInfo.from_json(dataset_info.parse_json(data))
     keep: list[str] = []
     if previous is not None:
@@ -291,6 +300,18 @@ def _publish(
     output_protocol.publish(settings.output_dir, settings.run_id, moves, data, keep=keep)
     if settings.release_lock:
         output_protocol.release_lock_of(settings.output_dir, settings.run_id)
+
+
+def _check_size(info: DatasetInfo, data: bytes) -> None:
+    if len(data) <= FILE_LIMITS.metadata_bytes:
+        return
+    sections = info.to_json()
+    largest = max(sections, key=lambda name: len(json.dumps(sections[name], ensure_ascii=False)))
+    raise MetadataTooLargeError(
+        f"metadata.json would be {len(data):,} bytes, more than the "
+        f"{FILE_LIMITS.metadata_bytes:,} every reader accepts (most of it in its {largest!r} "
+        "section, e.g. class names or annotation labels of that length): nothing was published"
+    )
 
 
 def _one_attempt_per_shard(
