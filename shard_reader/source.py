@@ -537,5 +537,5 @@ def fit_example(
         **scaled,
         "image": resizing.pad_into(scaled["image"], fit, size, 0),
         "mask": resizing.pad_into(scaled["mask"], fit, size, pad),
-        "valid": resizing.valid_mask(fit, size),
+        "valid": resizing.pad_into(np.ones((fit.height, fit.width, 1), np.uint8), fit, size, 0),
     }
