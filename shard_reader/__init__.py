@@ -20,16 +20,9 @@ from typing import Any
 
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
-from shard_reader.metadata import (  # noqa: E402 - after the allocator choice, on purpose
-    ClassesInfo,
-    IncompleteOutputError,
-    MetadataError,
-    SplitInfo,
-    class_weights,
-    load_classes,
-    load_metadata,
-    load_split,
-)
+# After the allocator choice, on purpose; the names metadata.__all__ lists.
+from shard_reader import metadata  # noqa: E402
+from shard_reader.metadata import *  # noqa: E402, F403
 
 # Exported name -> the module that defines it, imported on first access (PEP 562).
 _LAZY = {
@@ -39,20 +32,7 @@ _LAZY = {
     "RecordSource": "shard_reader.source",
 }
 
-__all__ = [
-    "DEFAULT_SHUFFLE_BUFFER",
-    "ClassesInfo",
-    "IncompleteOutputError",
-    "MetadataError",
-    "RecordSource",
-    "SplitInfo",
-    "class_weights",
-    "load_classes",
-    "load_metadata",
-    "load_split",
-    "make_dataset",
-    "steps_per_epoch",
-]
+__all__ = [*_LAZY, *metadata.__all__]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ import os
 from collections.abc import Sequence
 
 from transforms import files
-from transforms.files import open_regular, read_bounded_local
+from transforms.files import read_bounded_local
 from transforms.format.naming import METADATA_FILE
 from transforms.limits import FILE_LIMITS
 
@@ -100,8 +100,10 @@ def seal(directory: CacheDirectory) -> None:
     files); later calls, at the end of later passes, do nothing."""
     if not directory.filling or directory.path in _SEALED:
         return
-    files = {name: _sha256(os.path.join(directory.path, name)) for name in _cache_files(directory)}
-    manifest = {"cache_format": CACHE_FORMAT, "digest": directory.digest, "files": files}
+    hashes = {
+        name: files.sha256(os.path.join(directory.path, name)) for name in _cache_files(directory)
+    }
+    manifest = {"cache_format": CACHE_FORMAT, "digest": directory.digest, "files": hashes}
     temporary = os.path.join(directory.path, f".{MANIFEST}.{os.getpid()}")
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, sort_keys=True)
@@ -125,8 +127,12 @@ def _check(directory: CacheDirectory) -> None:
     try:
         manifest = json.loads(read_bounded_local(path, _MANIFEST_BYTES))
     except FileNotFoundError:
-        _refuse_unsealed(directory, remedy)
-        return
+        # Filled files with no manifest: still being sealed by a live filler, else refused.
+        _claim(directory.path)  # CacheBusyError while a live process holds it
+        raise CacheMismatchError(
+            f"cache directory {directory.path} holds cache files but no {MANIFEST} tying them "
+            f"to this dataset (planted, copied, or its filler died before sealing it): {remedy}"
+        ) from None
     except (OSError, ValueError, RecursionError) as error:
         message = f"cache manifest {path} is unreadable ({error}): {remedy}"
         raise CacheMismatchError(message) from None
@@ -143,24 +149,10 @@ def _check(directory: CacheDirectory) -> None:
             f"{sorted(listed) if isinstance(listed, dict) else listed!r}: {remedy}"
         )
     for name in present:
-        if _sha256(os.path.join(directory.path, name)) != listed[name]:
+        if files.sha256(os.path.join(directory.path, name)) != listed[name]:
             raise CacheMismatchError(
                 f"cache file {name} in {directory.path} differs from its manifest: {remedy}"
             )
-
-
-def _refuse_unsealed(directory: CacheDirectory, remedy: str) -> None:
-    """Filled files with no manifest: still being sealed by a live filler, else refused."""
-    _claim(directory.path)  # CacheBusyError while a live process holds it
-    raise CacheMismatchError(
-        f"cache directory {directory.path} holds cache files but no {MANIFEST} tying them "
-        f"to this dataset (planted, copied, or its filler died before sealing it): {remedy}"
-    )
-
-
-def _sha256(path: str) -> str:
-    with open_regular(path) as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _claim(directory: str) -> None:

@@ -209,7 +209,8 @@ def make_dataset(
     pipeline = _pipeline(input_context)
     part = sharding.part_sizes(info.num_examples, pipeline[0])[pipeline[1]]
     size = image_size or info.image_shape
-    pixel_bytes = IMAGE_BYTES_PER_PIXEL + _mask_bytes(info)
+    mask_bytes = 1 if info.classes is None else info.classes.mask_dtype.itemsize
+    pixel_bytes = IMAGE_BYTES_PER_PIXEL + mask_bytes
     # A fitted cache holds other pixels than a stretched one of the same size.
     cache_size = (*size, resize) if image_size is not None and resize != resizing.STRETCH else size
     cache_plan = _plan_cache(
@@ -233,9 +234,7 @@ def make_dataset(
             records = records.shuffle(
                 min(shuffle_buffer, part), seed=shuffle_seed, reshuffle_each_iteration=True
             )
-        dataset = _batch(
-            records, decode, batch_size, drop_remainder, augment, dtype, deterministic, class_ids
-        )
+        examples = records
     else:
         examples = records.map(decode, AUTOTUNE, deterministic=deterministic)
         examples = examples.cache(cache_plan.filename)
@@ -244,9 +243,10 @@ def make_dataset(
         if training and shuffle_buffer > 1:
             buffer = cache_plan.shuffle_buffer(shuffle_buffer, part, size)
             examples = examples.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
-        dataset = _batch(
-            examples, None, batch_size, drop_remainder, augment, dtype, deterministic, class_ids
-        )
+        decode = None  # decoded before the cache
+    dataset = _batch(
+        examples, decode, batch_size, drop_remainder, augment, dtype, deterministic, class_ids
+    )
     if repeat:
         dataset = dataset.repeat()
     else:
@@ -278,19 +278,10 @@ def available_memory() -> tuple[int, str] | None:
     return pages, "available physical pages (sysconf SC_AVPHYS_PAGES)"
 
 
-def _mask_bytes(info: SplitInfo) -> int:
-    """Bytes per pixel of a decoded mask: 1 for 0/1 masks, else the class ids' dtype's."""
-    return 1 if info.classes is None else info.classes.mask_dtype.itemsize
-
-
 @dataclasses.dataclass(frozen=True)
 class _CachePlan:
     pixel_bytes: int  # of one decoded example, image and mask
     directory: cache_dir.CacheDirectory | None = None  # None: in memory
-
-    @property
-    def in_memory(self) -> bool:
-        return self.directory is None
 
     @property
     def filename(self) -> str:
@@ -304,7 +295,7 @@ class _CachePlan:
         nothing and each epoch is a full reshuffle. From a file they are fresh copies, so
         the buffer is bounded in bytes.
         """
-        if self.in_memory:
+        if self.directory is None:
             return part
         if size is None:
             bound = FILE_CACHE_SHUFFLE_UNKNOWN_SIZE
@@ -377,8 +368,7 @@ def _check_regular(info: SplitInfo) -> None:
     one metadata.json lists (a record swapped for another shard's passes every CRC and
     count: the other readers check the size too). A missing shard is left to tf.data
     (NotFoundError when read; a filled cache does not need it)."""
-    sizes = info.shard_bytes or (None,) * len(info.files)
-    for path, size in zip(info.files, sizes, strict=True):
+    for path, size in zip(info.files, info.shard_bytes, strict=True):
         if files.is_remote(path):
             return
         try:
@@ -388,7 +378,7 @@ def _check_regular(info: SplitInfo) -> None:
             continue
         except NotAFileError as error:
             raise NotAFileError(f"{error}: a shard must be the file segprep wrote") from None
-        if size is not None and actual != size:
+        if actual != size:
             raise MetadataError(
                 f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
             )

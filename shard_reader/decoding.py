@@ -201,9 +201,8 @@ def _full_size(mask: _Mask, image_shape: Size | None) -> Pixels:
         image = tf.io.decode_jpeg(image_data, channels=3)
         mask_pixels = mask.decode(mask_data)
         if image_shape is not None:
-            return tf.ensure_shape(image, [*image_shape, 3]), tf.ensure_shape(
-                mask_pixels, [*image_shape, 1]
-            )
+            image = tf.ensure_shape(image, [*image_shape, 3])
+            return image, tf.ensure_shape(mask_pixels, [*image_shape, 1])
         tf.debugging.assert_equal(
             tf.shape(image)[:2], tf.shape(mask_pixels)[:2], message="image and mask sizes differ"
         )

@@ -30,7 +30,6 @@ state resumes it exactly.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -42,27 +41,18 @@ from shard_reader import read_order, remote_cache, resizing, samples
 from shard_reader.source import RecordSource, usable_cores
 
 
-class _NoJaxProfilerNote(logging.Filter):
+def _not_jax_profiler_note(record: logging.LogRecord) -> bool:
     """Grain's import logs `Failed to load jax profiler` when JAX is absent; segprep's Grain
     loader needs no JAX, so that one line is noise on every run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Failed to load jax profiler")
+    return not str(record.msg).startswith("Failed to load jax profiler")
 
 
-@contextlib.contextmanager
-def _quiet_jax_profiler_note():
-    absl_logger = logging.getLogger("absl")  # where absl.logging writes
-    note = _NoJaxProfilerNote()
-    absl_logger.addFilter(note)
-    try:
-        yield
-    finally:
-        absl_logger.removeFilter(note)
-
-
-with _quiet_jax_profiler_note():
+_absl_logger = logging.getLogger("absl")  # where absl.logging writes
+_absl_logger.addFilter(_not_jax_profiler_note)
+try:
     import grain
+finally:
+    _absl_logger.removeFilter(_not_jax_profiler_note)
 
 
 def make_loader(

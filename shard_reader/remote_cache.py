@@ -192,7 +192,6 @@ class ShardCache:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching it: wait
             if self._touch(path):
                 return path
-            actual = None
             for _attempt in range(2):  # a corrupt download is fetched once more
                 actual = self._download(shard, path)
                 if actual is None:
@@ -349,9 +348,8 @@ def _remove_if_unlocked(path: str) -> bool:
             return False
         raise
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     finally:
         os.close(fd)
     return True

@@ -92,10 +92,3 @@ def pad_into(pixels: np.ndarray, fit: Fit, target: Size, value: int) -> np.ndarr
     out = np.full((*target, pixels.shape[2]), value, dtype=pixels.dtype)
     out[fit.top : fit.top + fit.height, fit.left : fit.left + fit.width] = pixels
     return out
-
-
-def valid_mask(fit: Fit, target: Size) -> np.ndarray:
-    """uint8 (target, 1): 1 where the record's pixels are, 0 in the padding."""
-    valid = np.zeros((*target, 1), np.uint8)
-    valid[fit.top : fit.top + fit.height, fit.left : fit.left + fit.width] = 1
-    return valid

@@ -81,10 +81,9 @@ def seeded(seed: int) -> Iterator[None]:
             generator.set_state(torch_state)
 
 
-def check_format(sample_format: str) -> str:
+def check_format(sample_format: str) -> None:
     if sample_format not in SAMPLE_FORMATS:
         raise ValueError(f"sample_format must be one of {SAMPLE_FORMATS}, got {sample_format!r}")
-    return sample_format
 
 
 def apply(transform: Transform, sample: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import bisect
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import threading
 from collections.abc import Sequence
@@ -50,7 +51,7 @@ from transforms.format import example_schema as tf_example
 from transforms.format.dataset_info import INDEX_LINE_BYTES, ClassesInfo, MetadataError
 
 # Re-exported: callers catch shard_reader.source.CorruptRecordError, whatever the format.
-from transforms.format.tfrecord import CorruptRecordError, masked_crc, unframe  # noqa: F401
+from transforms.format.tfrecord import CorruptRecordError, unframe  # noqa: F401
 
 
 def usable_cores() -> int:
@@ -114,10 +115,8 @@ class RecordSource:
         self.record_format = metadata.record_format
         self._format = metadata.adapter
         self._shards = tuple(self._load_shard(shard, verify_index) for shard in info.shards)
-        starts = [0]
-        for shard in self._shards:
-            starts.append(starts[-1] + shard.num_records)
-        self._starts = starts  # global index of each shard's first record, then the total
+        # The global index of each shard's first record, then the total.
+        self._starts = [0, *itertools.accumulate(self.shard_sizes)]
         self._key_tables = info.key_tables
         self._keys: dict[str, int] | None = None
         self._readers: dict[int, record_formats.RandomReader] = {}
@@ -538,5 +537,5 @@ def fit_example(
         **scaled,
         "image": resizing.pad_into(scaled["image"], fit, size, 0),
         "mask": resizing.pad_into(scaled["mask"], fit, size, pad),
-        "valid": resizing.valid_mask(fit, size),
+        "valid": resizing.pad_into(np.ones((fit.height, fit.width, 1), np.uint8), fit, size, 0),
     }

@@ -175,9 +175,9 @@ class _Records(samples.SampleReader, torch.utils.data.Dataset):
         batch = self.source.read_batch(
             indices, image_size=self.image_size, resize=self.resize, valid=self.with_valid
         )
-        pixels = [torch.from_numpy(batch["image"]), torch.from_numpy(batch["mask"])]
-        if self.with_valid:
-            pixels.append(torch.from_numpy(batch["valid"]))
+        pixels = [
+            torch.from_numpy(batch[name]) for name in ("image", "mask", "valid") if name in batch
+        ]
         return (*pixels, batch["key"])
 
 
@@ -386,11 +386,9 @@ class SegmentationLoader:
                     prefetcher.advance(step)
                 if isinstance(batch, _Collated):
                     self._yielded += batch.size
-                    if records.collate_fn is not None:
-                        yield batch.value  # the user's collate: as it made it
-                        continue
-                    *pixels, keys = batch.value
-                    yield (*pixels, keys) if self.with_keys else tuple(pixels)
+                    # The user's collate: as it made it; default_collate's ends with the keys.
+                    keep_keys = records.collate_fn is not None or self.with_keys
+                    yield batch.value if keep_keys else batch.value[:-1]
                     continue
                 if isinstance(batch, Ringed):
                     images, masks = ring.hand_over(batch)
