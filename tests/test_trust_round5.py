@@ -192,3 +192,16 @@ def test_a_metadata_json_no_reader_would_open_is_not_published(tmp_path):
     assert "more than the 67,108,864 every reader accepts" in line
     assert "nothing was published" in line
     assert not (out / "metadata.json").exists()
+
+
+def test_verify_names_a_split_that_is_no_split_name(output_copy):
+    """A split named '../x' in metadata.json: verify reported a ValueError from the hash
+    table's file name and exit 1 without naming the problem; now the problem line."""
+    path = output_copy / "metadata.json"
+    metadata = json.loads(path.read_text())
+    metadata["splits"]["../x"] = metadata["splits"].pop("train")
+    path.write_text(json.dumps(metadata))
+    done = segprep("verify", str(output_copy))
+    assert done.returncode == 1, done.stderr
+    assert "metadata.json: split '../x' is not a split name" in done.stdout
+    assert "ValueError" not in done.stdout + done.stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,6 +35,7 @@ from transforms.format.naming import (
     digest_table_name,
     hashes_version,
     index_name,
+    is_split_name,
     key_table_name,
     parse_shard_name,
     shard_version,
@@ -747,7 +747,7 @@ def is_image_shape(value: Any) -> bool:
 
 def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> SplitInfo:
     where = f"split {name!r}"
-    if not re.fullmatch(r"[a-z]+", name):
+    if not is_split_name(name):
         raise MetadataError(f"{where}: a split name is lowercase letters only")
     if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
         raise MetadataError(f"{where} has no shards list")

@@ -147,8 +147,13 @@ def digest_table_name(split: str, version: int = FIRST_VERSION) -> str:
     return f"{INDEX_DIR}/{split}{_version_part(split, version)}{DIGEST_TABLE_SUFFIX}"
 
 
+def is_split_name(name: object) -> bool:
+    """Lowercase letters only: every file name of a split is made from it."""
+    return isinstance(name, str) and re.fullmatch(r"[a-z]+", name) is not None
+
+
 def _version_part(split: str, version: int) -> str:
-    if not re.fullmatch(r"[a-z]+", split):
+    if not is_split_name(split):
         raise ValueError(f"{split!r} is not a split name")
     if not FIRST_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"version {version} outside {FIRST_VERSION}..{MAX_VERSION}")

@@ -9,6 +9,7 @@ from beam_pipeline.commands.verify.state import Checked
 from beam_pipeline.errors import UsageError, printable
 from transforms import files
 from transforms.format.dataset_info import IncompleteOutputError, MetadataError, read_metadata_json
+from transforms.format.naming import is_split_name
 
 
 def verify_output(directory: str) -> list[str]:
@@ -34,6 +35,10 @@ def check_output(directory: str) -> VerifyReport:
         return report
     if not isinstance(metadata, dict) or not isinstance(metadata.get("splits"), dict):
         report.problems.append("metadata.json has no `splits` table")
+        return report
+    named = [name for name in metadata["splits"] if not is_split_name(name)]
+    if named:  # every file name below is made from it, so nothing else is checked
+        report.problems.append(f"metadata.json: split {named[0]!r} is not a split name")
         return report
     try:
         record_format(metadata)
