@@ -205,3 +205,22 @@ def test_verify_names_a_split_that_is_no_split_name(output_copy):
     assert done.returncode == 1, done.stderr
     assert "metadata.json: split '../x' is not a split name" in done.stdout
     assert "ValueError" not in done.stdout + done.stderr
+
+
+def test_a_sparse_shard_is_named_not_hashed_for_its_size(output_copy):
+    """A shard grown with truncate to 10 GiB (its listed size edited to match) costs no
+    disk, yet verify and index hashed it for as long as its size says (a 1 TiB one for 24
+    minutes). segprep writes every byte of its files: a hole is named at once."""
+    path = output_copy / "metadata.json"
+    metadata = json.loads(path.read_text())
+    shard = metadata["splits"]["train"]["shards"][0]
+    os.truncate(output_copy / shard["file"], 10 << 30)
+    shard["bytes"] = 10 << 30
+    path.write_text(json.dumps(metadata))
+    done = segprep("verify", str(output_copy))
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"{shard['file']}: not readable: it has unwritten bytes (a hole) from byte" in done.stdout
+    )
+    said = one_line_refusal(segprep("index", str(output_copy)))
+    assert "unwritten bytes (a hole)" in said

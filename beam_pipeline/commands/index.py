@@ -164,6 +164,7 @@ def _index_shard(
     if not files.exists(path):
         raise UsageError(f"{shard.file} is missing: run `segprep verify {base}`")
     try:
+        files.check_no_hole(path)
         digest = files.sha256(path)
     except OSError as error:  # a FIFO, a device, a folder: never read
         raise UsageError(f"{shard.file} cannot be read: {error}") from None

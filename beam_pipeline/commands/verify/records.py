@@ -99,6 +99,7 @@ def _check_shard(
         return 0
     try:
         size = files.stat(path).size
+        files.check_no_hole(path)
         digest = files.sha256(path)
     except OSError as error:  # a FIFO, a device, a folder: never read
         state.problem(f"{name}: not readable: {error}")
