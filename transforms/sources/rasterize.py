@@ -1,7 +1,8 @@
 """The one rasteriser of annotated images, whichever tool wrote them, and the mask source that
 uses it in the shard writers.
 
-pycocotools paints each shape (polygons and RLEs, in COCO's pixel convention). Draw order:
+pycocotools turns each shape into an RLE (polygons and RLEs, in COCO's pixel convention),
+whose runs are painted straight into the mask. Draw order:
 a tool that gives one (`AnnotatedImage.ordered`) is painted in it, later on top; otherwise
 (COCO) largest first, by the pixel area of each shape's own rasterisation (ties in file
 order), so a small object on top of a large one stays visible. A crowd region paints the
@@ -55,12 +56,20 @@ def rasterize(
             f"image is {height}x{width} (HxW), its annotations say {image.height}x{image.width}",
         )
     rles = annotation_rles(image)
-    mask = np.full((height, width), fill, dtype=settings.dtype)
+    # Painted in COCO's column order, where each run of an RLE is one slice: the work is
+    # that of the runs, not a decode of the whole image per shape (1,000 triangles on a
+    # 6000x6000 image took minutes).
+    mask = np.full((width, height), fill, dtype=settings.dtype)
+    flat = mask.reshape(-1)
     for index in range(len(rles)) if image.ordered else draw_order(rles):
         annotation = image.annotations[index]
         value = settings.ignore_index if annotation.iscrowd else annotation.class_id
-        np.copyto(mask, value, where=mask_utils.decode(rles[index]).view(bool))
-    return mask
+        counts = rles[index]["counts"]
+        runs = _runs(counts.decode() if isinstance(counts, bytes) else counts)
+        ends = np.cumsum(runs)
+        for start, end in zip((ends - runs)[1::2].tolist(), ends[1::2].tolist(), strict=True):
+            flat[start:end] = value
+    return np.ascontiguousarray(mask.T)
 
 
 def draw_order(rles: list[dict[str, Any]]) -> list[int]:
@@ -127,32 +136,45 @@ def _checked_rle(rle: Mapping[str, Any], height: int, width: int) -> dict[str, A
 
 
 def _compressed_total(counts: str) -> int:
-    """Pixels covered by a compressed RLE string, or -1 if it is not one.
+    """Pixels covered by a compressed RLE string, or -1 if it is not one."""
+    runs = _runs(counts)
+    return -1 if runs is None else int(runs.sum())
+
+
+def _runs(counts: str) -> np.ndarray | None:
+    """The runs of a compressed RLE string (zeros first, then ones, alternating), or None
+    if it is not one.
 
     pycocotools.mask.decode fills a mask whose runs end early with uninitialised memory
     (garbage class pixels, no error), so the runs must add up before it sees them. This
-    follows pycocotools' rleFrString: 5 bits per character from '0', 0x20 = more,
+    follows pycocotools' rleFrString, in numpy: 5 bits per character from '0', 0x20 = more,
     0x10 on the last = negative, runs after the second stored as differences.
     """
-    runs: list[int] = []
-    value = shift = 0
-    for char in counts:
-        code = ord(char) - 48
-        if not 0 <= code < 64:
-            return -1
-        value |= (code & 0x1F) << shift
-        shift += 5
-        if code & 0x20:
-            continue
-        if code & 0x10:
-            value -= 1 << shift
-        if len(runs) > 2:
-            value += runs[-2]
-        if not 0 <= value < 2**32:  # a run is a uint in pycocotools
-            return -1
-        runs.append(value)
-        value = shift = 0
-    return -1 if shift else sum(runs)
+    try:
+        codes = np.frombuffer(counts.encode("ascii"), np.uint8).astype(np.int64) - 48
+    except UnicodeEncodeError:
+        return None
+    if ((codes < 0) | (codes >= 64)).any() or (codes.size and codes[-1] & 0x20):
+        return None
+    ends = np.flatnonzero((codes & 0x20) == 0)
+    if not ends.size:
+        return np.zeros(0, np.int64)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    negative = (codes[ends] & 0x10) != 0
+    # Characters past the 7th of a run add bits past 2**35: such a run is valid only when
+    # they are zero and it is not negative (else it is out of any run's range).
+    position = np.arange(codes.size) - np.repeat(starts, lengths)
+    if (codes[position >= 7] & 0x1F).any() or (negative & (lengths > 7)).any():
+        return None
+    values = np.add.reduceat((codes & 0x1F) << (5 * np.minimum(position, 6)), starts)
+    values -= np.where(negative, np.int64(1) << (5 * np.minimum(lengths, 7)), 0)
+    runs = values.copy()
+    runs[1::2] = np.cumsum(values[1::2])
+    runs[2::2] = np.cumsum(values[2::2])
+    if ((runs < 0) | (runs >= 2**32)).any():  # a run is a uint in pycocotools
+        return None
+    return runs
 
 
 def make_annotated_record(
