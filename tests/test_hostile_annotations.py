@@ -344,6 +344,65 @@ def test_labelme_hostile_files_are_each_their_own_reject(tmp_path):
     assert _stored(tmp_path) == 1
 
 
+# --- shapes whose RLE segprep makes ----------------------------------------------------------
+
+STRIPES = 4100  # 4100 one-row stripes on 4100x4100: an RLE of 16,810,000 counts, over the cap
+
+
+def _stripes_brush() -> list[int]:
+    """A Label Studio brush of STRIPES x STRIPES, every other row set: one run per row."""
+    side = STRIPES
+    bits = f"{side * side * 4:032b}" + f"{7:05b}" + f"{15:04b}" * 4
+    bits += "".join(
+        "1" + "00" + f"{side * 4 - 1:016b}" + f"{255 * (r % 2):08b}" for r in range(side)
+    )
+    bits += "0" * (-len(bits) % 8)
+    return [int(bits[k : k + 8], 2) for k in range(0, len(bits), 8)]
+
+
+def _stripes_export(tmp_path: Path, tool: str) -> Path:
+    side = STRIPES
+    if tool == "cvat":
+        rle = ",".join([str(side)] * side)
+        mask = f'<mask label="cat" rle="{rle}" left="0" top="0" width="{side}" height="{side}"/>'
+        images = [_cvat_image("big.jpg", mask, side, side), _cvat_image("ok.jpg", "")]
+        (tmp_path / "cvat.xml").write_text(_cvat(images))
+        return tmp_path / "cvat.xml"
+    if tool == "labelstudio":
+        brush = {
+            "type": "brushlabels",
+            "original_width": side,
+            "original_height": side,
+            "value": {"format": "rle", "rle": _stripes_brush(), "brushlabels": ["cat"]},
+        }
+        tasks = [_task("big.jpg", [brush]), _task("ok.jpg", [_polygon_result()])]
+        (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+        return tmp_path / "tasks.json"
+    folder = tmp_path / "labelme"
+    folder.mkdir()
+    stripes = np.zeros((side, side), np.uint8)
+    stripes[1::2] = 255
+    buffer = io.BytesIO()
+    Image.fromarray(stripes).convert("1").save(buffer, format="PNG", optimize=True)
+    shape = _mask_shape(base64.b64encode(buffer.getvalue()).decode())
+    (folder / "big.json").write_text(_labelme("big.jpg", [shape], side, side))
+    square = {"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}
+    (folder / "ok.json").write_text(_labelme("ok.jpg", [square]))
+    return folder
+
+
+@pytest.mark.parametrize("tool", ["cvat", "labelstudio", "labelme"])
+def test_a_mask_shape_whose_rle_segprep_makes_over_the_cap_is_its_images_reject(tmp_path, tool):
+    """Horizontal stripes made an RLE of 16,810,000 counts (COCO runs go column by column)
+    that the job then refused as its own staged record: the whole run failed (exit 1)."""
+    _images(tmp_path, "big.jpg", "ok.jpg")
+    done = _prepare(tmp_path, "--annotations", str(_stripes_export(tmp_path, tool)))
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {"big": "mask_too_large"}
+    assert "16,810,000 counts" in rejects["big"]["detail"], rejects["big"]
+    assert _stored(tmp_path) == 1
+
+
 # --- the bounded reader itself -----------------------------------------------------------------
 
 

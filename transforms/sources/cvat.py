@@ -149,8 +149,8 @@ class _Reader:
                     if points > self.limits.image_points:
                         return ToolImage(
                             name,
-                            height,
-                            width,
+                            0,
+                            0,
                             problem=f"polygons of more than {self.limits.image_points:,} points",
                             too_large=True,
                         )
@@ -164,7 +164,7 @@ class _Reader:
                     shape = ToolShape(label, rle=self._mask(child, height, width))
             except TooLargeError as error:
                 problem = f"CVAT <{kind}> {position}: {error}"
-                return ToolImage(name, height, width, problem=problem, too_large=True)
+                return ToolImage(name, 0, 0, problem=problem, too_large=True)
             except (TypeError, ValueError) as error:
                 return ToolImage(name, height, width, problem=f"CVAT <{kind}> {position}: {error}")
             shapes.append((z, position, shape))

@@ -33,7 +33,13 @@ from pycocotools import mask as mask_utils
 
 from transforms import spill
 from transforms.format.features import MAX_CLASS_ID
-from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, check_pixels
+from transforms.limits import (
+    DEFAULT_LIMITS,
+    STAGED_RECORD_BYTES,
+    InputLimits,
+    TooLargeError,
+    check_pixels,
+)
 from transforms.sources.annotations import (
     BACKGROUND_NAME,
     AnnotatedDataset,
@@ -283,11 +289,27 @@ def rle_of_bitmap(
     kept = lengths > 0  # a gap of no rows (a block as tall as the image) splits no run
     values, lengths = values[kept], lengths[kept]
     starts = np.flatnonzero(np.diff(values, prepend=np.int8(-1)))
+    # Checked here, where the RLE is made: the job refuses a staged RLE over the cap, so one
+    # that got this far failed the whole run instead of being its image's reject. Each run
+    # takes at least one character of the compressed string.
+    runs = len(starts) + int(len(starts) > 0 and values[0] == 1)
+    _check_rle_size(runs, limits)
     counts = np.add.reduceat(lengths, starts).tolist() if len(starts) else []
     if counts and values[0] == 1:  # runs start with zeros
         counts.insert(0, 0)
     rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
-    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+    text = rle["counts"].decode("ascii")
+    _check_rle_size(len(text), limits)
+    return {"size": [height, width], "counts": text}
+
+
+def _check_rle_size(counts: int, limits: InputLimits) -> None:
+    """TooLargeError for an RLE of more counts than the job takes (annotations.checked_rle)."""
+    if counts > limits.rle_chars:
+        raise TooLargeError(
+            f"an RLE of {counts:,} counts, more than the {limits.rle_chars:,} one "
+            "annotation may have"
+        )
 
 
 def box_polygon(

@@ -197,7 +197,9 @@ class _Reader:
                         f"{self.limits.brush_rle_bytes:,} one brush may have"
                     )
                 alpha = decode_brush(rle, h, w)
-                shapes.append(ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w)))
+                shapes.append(
+                    ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w, self.limits))
+                )
         return ToolImage(name, height, width, tuple(shapes))
 
     def _file_name(self, url: str) -> tuple[str, str | None]:
