@@ -121,7 +121,7 @@ def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_
     export = tmp_path / "coco.json"
     export.write_text(_coco(["a.jpg", absolute]))
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
-    assert rejects[f"{export}#{absolute}"]["reason"] == "bad_file_name"
+    assert rejects[f"{export}/.#{absolute}"]["reason"] == "bad_file_name"
     assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
 
 
@@ -400,6 +400,53 @@ def test_a_mask_shape_whose_rle_segprep_makes_over_the_cap_is_its_images_reject(
     rejects = _rejects(tmp_path, done)
     assert {key: entry["reason"] for key, entry in rejects.items()} == {"big": "mask_too_large"}
     assert "16,810,000 counts" in rejects["big"]["detail"], rejects["big"]
+    assert _stored(tmp_path) == 1
+
+
+# --- records of one export that share a key that is no image's ---------------------------------
+
+
+def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_reject(tmp_path):
+    """Two such records were two rejects of one key: AccountingError failed the whole run. And
+    a record's key `EXPORT#name` was the key of a listed file named so (labelme's folder as
+    the image folder, holding `#notes.txt`)."""
+    _images(tmp_path, "ok.jpg")
+    (tmp_path / "images" / "#notes.txt").write_text("a listed file named like a record's key")
+    cvat = tmp_path / "cvat.xml"
+    odd = ["", "", "notes.txt", "notes.txt", "/abs/x.jpg", "/abs/x.jpg"]
+    cvat.write_text(_cvat([_cvat_image("ok.jpg", "")] + [_cvat_image(n, "") for n in odd]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(cvat)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        str(tmp_path / "images" / "#notes.txt"): "unrecognized_file",
+        f"{cvat}/.#": "duplicate_key",
+        f"{cvat}/.#notes.txt": "duplicate_key",
+        f"{cvat}/.#/abs/x.jpg": "duplicate_key",
+    }
+    assert (
+        "image 3 (notes.txt), cvat.xml image 4 (notes.txt)"
+        in rejects[f"{cvat}/.#notes.txt"]["detail"]
+    )
+    assert _stored(tmp_path) == 1
+
+    tasks = tmp_path / "tasks.json"
+    no_image = {"id": 5, "data": {"text": "no image"}, "annotations": []}
+    tasks.write_text(json.dumps([no_image, no_image, _task("ok.jpg", [_polygon_result()])]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tasks), "--overwrite"))
+    assert rejects[f"{tasks}/.#task-5"]["reason"] == "duplicate_key"
+    assert len(rejects) == 2 and _stored(tmp_path) == 1
+
+    # labelme files in the image folder, beside the file `#notes.txt`
+    folder = tmp_path / "images"
+    for name in ("a", "b"):
+        (folder / f"{name}.json").write_text(_labelme("notes.txt", []).replace("../images/", ""))
+    square = {"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}
+    (folder / "ok.json").write_text(_labelme("ok.jpg", [square]).replace("../images/", ""))
+    done = _prepare(tmp_path, "--annotations", str(folder), "--overwrite")
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        str(folder / "#notes.txt"): "unrecognized_file",
+        f"{folder}/.#notes.txt": "duplicate_key",
+    }
     assert _stored(tmp_path) == 1
 
 
