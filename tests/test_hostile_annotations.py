@@ -217,6 +217,17 @@ def test_cvat_nested_deeper_than_the_format_is_one_line(tmp_path):
     _usage_error(done, "cvat.xml", "nested deeper than 32 levels")
 
 
+def test_cvat_declaring_an_unknown_encoding_is_one_line(tmp_path):
+    """It ended `failed: LookupError` (exit 1), not the usage error of other malformed XML."""
+    _images(tmp_path, "a.jpg")
+    text = _cvat([_cvat_image("a.jpg", "")]).replace(
+        'version="1.0"', 'version="1.0" encoding="x-nonexistent"'
+    )
+    (tmp_path / "cvat.xml").write_text(text)
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "not valid XML", "x-nonexistent")
+
+
 # --- Label Studio ------------------------------------------------------------------------------
 
 

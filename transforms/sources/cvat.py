@@ -116,6 +116,11 @@ class _Reader:
             raise ValueError(f"{self.origin}: refused: {type(error).__name__}") from None
         except SyntaxError as error:  # ElementTree.ParseError
             raise ValueError(f"{self.origin}: not valid XML ({error})") from None
+        except LookupError as error:
+            if type(error) is not LookupError:  # KeyError, IndexError: not the file's
+                raise
+            # the declared encoding is one Python has no codec for
+            raise ValueError(f"{self.origin}: not valid XML ({error})") from None
 
     def _image(self, element: Any) -> ToolImage:
         name = element.get("name") or ""
