@@ -284,6 +284,28 @@ def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
     assert _stored(tmp_path) == 1
 
 
+def test_label_studio_tasks_with_odd_annotations_or_an_unparsable_url_are_their_rejects(tmp_path):
+    """`"annotations": 5` crashed the run with a TypeError; an image URL urllib cannot parse
+    (`http://[bad/url.jpg`, an invalid IPv6 host) ended it with `error: Invalid IPv6 URL`,
+    naming neither the file nor the task."""
+    _images(tmp_path, "ok.jpg", "five.jpg", "url.jpg")
+    tasks = [
+        _task("ok.jpg", [_polygon_result()]),
+        {"id": 7, "data": {"image": "five.jpg"}, "annotations": 5},
+        _task("http://[bad/url.jpg", [_polygon_result()]),
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json")))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "five": "mask_unreadable",
+        "url": "mask_unreadable",
+    }
+    assert "task 7: annotations is not a list" in rejects["five"]["detail"]
+    assert "http://[bad/url.jpg" in rejects["url"]["detail"], rejects["url"]
+    assert "Invalid IPv6 URL" in rejects["url"]["detail"]
+    assert _stored(tmp_path) == 1
+
+
 # --- labelme -----------------------------------------------------------------------------------
 
 
