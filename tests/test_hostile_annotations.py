@@ -436,6 +436,30 @@ def test_a_mask_shape_whose_rle_segprep_makes_over_the_cap_is_its_images_reject(
     assert _stored(tmp_path) == 1
 
 
+def test_a_stated_full_image_mask_is_encoded_without_an_int64_per_pixel():
+    """`<mask rle="0, 36000000" width="6000" height="6000">`, a few bytes, took the launcher
+    1 GB per shape: an int64 run length per pixel. Measured by tracemalloc (numpy reports
+    its buffers to it), on 4000x4000 to keep the test small."""
+    import tracemalloc
+
+    from pycocotools import mask as mask_utils
+
+    from transforms.sources.labelled_shapes import rle_of_bitmap
+
+    side = 4000
+    bitmap = np.ones((side, side), dtype=bool)
+    bitmap[: side // 2, side // 3 :] = False
+    tracemalloc.start()
+    try:
+        rle = rle_of_bitmap(bitmap, 0, 0, side, side)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * side * side, f"{peak:,} bytes"  # the int64s alone took 8 a pixel
+    expected = mask_utils.encode(np.asfortranarray(bitmap.astype(np.uint8)))
+    assert rle["counts"] == expected["counts"].decode()
+
+
 # --- records of one export that share a key that is no image's ---------------------------------
 
 
