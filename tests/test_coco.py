@@ -194,6 +194,27 @@ def test_draw_order_is_by_rasterised_area_then_file_order():
     assert draw_order([]) == []
 
 
+def test_an_image_of_256_annotations_is_drawn_largest_first(tmp_path):
+    """pycocotools' area of a list of 256 or more RLEs fails under numpy 2 ("Python integer
+    256 out of bounds for uint8"): a valid image was a mask_unreadable reject."""
+    big = {"id": 0, "image_id": 1, "category_id": 1, "segmentation": _rle(_box(0, 0, 30, 40))}
+    triangles = [
+        {"id": 1 + i, "image_id": 1, "category_id": 2, "segmentation": [[1, 1, 3, 1, 2, 3]]}
+        for i in range(259)
+    ]
+    data = {
+        "images": [{"id": 1, "file_name": "a.jpg", "height": H, "width": W}],
+        "annotations": [*triangles, big],  # the big one last: painted first all the same
+        "categories": [{"id": 1, "name": "car"}, {"id": 2, "name": "cat"}],
+    }
+    dataset = read_coco_file(_write(tmp_path, data))
+    mask = rasterize(dataset.images["a.jpg"], H, W, dataset.settings(), 0)
+    assert (mask[:5, :5] == 2).any() and mask[20, 20] == 1 and mask[35, 45] == 0
+    rles = [_rle(_box(0, 0, 1 + i % 7, 1 + i % 5)) for i in range(300)]
+    areas = [(1 + i % 7) * (1 + i % 5) for i in range(300)]
+    assert draw_order(rles) == sorted(range(300), key=lambda i: -areas[i])
+
+
 def test_records_travel_by_pickle(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
     image = dataset.images["a/000001.jpg"]

@@ -121,7 +121,7 @@ def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_
     export = tmp_path / "coco.json"
     export.write_text(_coco(["a.jpg", absolute]))
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
-    assert rejects[f"{export}#{absolute}"]["reason"] == "bad_file_name"
+    assert rejects[f"{export}/.#{absolute}"]["reason"] == "bad_file_name"
     assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
 
 
@@ -217,6 +217,17 @@ def test_cvat_nested_deeper_than_the_format_is_one_line(tmp_path):
     _usage_error(done, "cvat.xml", "nested deeper than 32 levels")
 
 
+def test_cvat_declaring_an_unknown_encoding_is_one_line(tmp_path):
+    """It ended `failed: LookupError` (exit 1), not the usage error of other malformed XML."""
+    _images(tmp_path, "a.jpg")
+    text = _cvat([_cvat_image("a.jpg", "")]).replace(
+        'version="1.0"', 'version="1.0" encoding="x-nonexistent"'
+    )
+    (tmp_path / "cvat.xml").write_text(text)
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "not valid XML", "x-nonexistent")
+
+
 # --- Label Studio ------------------------------------------------------------------------------
 
 
@@ -270,6 +281,28 @@ def test_label_studio_hostile_tasks_are_each_their_own_reject(tmp_path):
     }
     assert "2,500,000 JSON values" in rejects["many"]["detail"]
     assert "1,048,576 one brush may have" in rejects["long"]["detail"]
+    assert _stored(tmp_path) == 1
+
+
+def test_label_studio_tasks_with_odd_annotations_or_an_unparsable_url_are_their_rejects(tmp_path):
+    """`"annotations": 5` crashed the run with a TypeError; an image URL urllib cannot parse
+    (`http://[bad/url.jpg`, an invalid IPv6 host) ended it with `error: Invalid IPv6 URL`,
+    naming neither the file nor the task."""
+    _images(tmp_path, "ok.jpg", "five.jpg", "url.jpg")
+    tasks = [
+        _task("ok.jpg", [_polygon_result()]),
+        {"id": 7, "data": {"image": "five.jpg"}, "annotations": 5},
+        _task("http://[bad/url.jpg", [_polygon_result()]),
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json")))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "five": "mask_unreadable",
+        "url": "mask_unreadable",
+    }
+    assert "task 7: annotations is not a list" in rejects["five"]["detail"]
+    assert "http://[bad/url.jpg" in rejects["url"]["detail"], rejects["url"]
+    assert "Invalid IPv6 URL" in rejects["url"]["detail"]
     assert _stored(tmp_path) == 1
 
 
@@ -341,6 +374,136 @@ def test_labelme_hostile_files_are_each_their_own_reject(tmp_path):
     }
     for name in ("fifo", "deep", "truncated", "odd", "data"):
         assert f"{name}.json" in rejects[name]["detail"], rejects[name]
+    assert _stored(tmp_path) == 1
+
+
+# --- shapes whose RLE segprep makes ----------------------------------------------------------
+
+STRIPES = 4100  # 4100 one-row stripes on 4100x4100: an RLE of 16,810,000 counts, over the cap
+
+
+def _stripes_brush() -> list[int]:
+    """A Label Studio brush of STRIPES x STRIPES, every other row set: one run per row."""
+    side = STRIPES
+    bits = f"{side * side * 4:032b}" + f"{7:05b}" + f"{15:04b}" * 4
+    bits += "".join(
+        "1" + "00" + f"{side * 4 - 1:016b}" + f"{255 * (r % 2):08b}" for r in range(side)
+    )
+    bits += "0" * (-len(bits) % 8)
+    return [int(bits[k : k + 8], 2) for k in range(0, len(bits), 8)]
+
+
+def _stripes_export(tmp_path: Path, tool: str) -> Path:
+    side = STRIPES
+    if tool == "cvat":
+        rle = ",".join([str(side)] * side)
+        mask = f'<mask label="cat" rle="{rle}" left="0" top="0" width="{side}" height="{side}"/>'
+        images = [_cvat_image("big.jpg", mask, side, side), _cvat_image("ok.jpg", "")]
+        (tmp_path / "cvat.xml").write_text(_cvat(images))
+        return tmp_path / "cvat.xml"
+    if tool == "labelstudio":
+        brush = {
+            "type": "brushlabels",
+            "original_width": side,
+            "original_height": side,
+            "value": {"format": "rle", "rle": _stripes_brush(), "brushlabels": ["cat"]},
+        }
+        tasks = [_task("big.jpg", [brush]), _task("ok.jpg", [_polygon_result()])]
+        (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+        return tmp_path / "tasks.json"
+    folder = tmp_path / "labelme"
+    folder.mkdir()
+    stripes = np.zeros((side, side), np.uint8)
+    stripes[1::2] = 255
+    buffer = io.BytesIO()
+    Image.fromarray(stripes).convert("1").save(buffer, format="PNG", optimize=True)
+    shape = _mask_shape(base64.b64encode(buffer.getvalue()).decode())
+    (folder / "big.json").write_text(_labelme("big.jpg", [shape], side, side))
+    square = {"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}
+    (folder / "ok.json").write_text(_labelme("ok.jpg", [square]))
+    return folder
+
+
+@pytest.mark.parametrize("tool", ["cvat", "labelstudio", "labelme"])
+def test_a_mask_shape_whose_rle_segprep_makes_over_the_cap_is_its_images_reject(tmp_path, tool):
+    """Horizontal stripes made an RLE of 16,810,000 counts (COCO runs go column by column)
+    that the job then refused as its own staged record: the whole run failed (exit 1)."""
+    _images(tmp_path, "big.jpg", "ok.jpg")
+    done = _prepare(tmp_path, "--annotations", str(_stripes_export(tmp_path, tool)))
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {"big": "mask_too_large"}
+    assert "16,810,000 counts" in rejects["big"]["detail"], rejects["big"]
+    assert _stored(tmp_path) == 1
+
+
+def test_a_stated_full_image_mask_is_encoded_without_an_int64_per_pixel():
+    """`<mask rle="0, 36000000" width="6000" height="6000">`, a few bytes, took the launcher
+    1 GB per shape: an int64 run length per pixel. Measured by tracemalloc (numpy reports
+    its buffers to it), on 4000x4000 to keep the test small."""
+    import tracemalloc
+
+    from pycocotools import mask as mask_utils
+
+    from transforms.sources.labelled_shapes import rle_of_bitmap
+
+    side = 4000
+    bitmap = np.ones((side, side), dtype=bool)
+    bitmap[: side // 2, side // 3 :] = False
+    tracemalloc.start()
+    try:
+        rle = rle_of_bitmap(bitmap, 0, 0, side, side)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * side * side, f"{peak:,} bytes"  # the int64s alone took 8 a pixel
+    expected = mask_utils.encode(np.asfortranarray(bitmap.astype(np.uint8)))
+    assert rle["counts"] == expected["counts"].decode()
+
+
+# --- records of one export that share a key that is no image's ---------------------------------
+
+
+def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_reject(tmp_path):
+    """Two such records were two rejects of one key: AccountingError failed the whole run. And
+    a record's key `EXPORT#name` was the key of a listed file named so (labelme's folder as
+    the image folder, holding `#notes.txt`)."""
+    _images(tmp_path, "ok.jpg")
+    (tmp_path / "images" / "#notes.txt").write_text("a listed file named like a record's key")
+    cvat = tmp_path / "cvat.xml"
+    odd = ["", "", "notes.txt", "notes.txt", "/abs/x.jpg", "/abs/x.jpg"]
+    cvat.write_text(_cvat([_cvat_image("ok.jpg", "")] + [_cvat_image(n, "") for n in odd]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(cvat)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        str(tmp_path / "images" / "#notes.txt"): "unrecognized_file",
+        f"{cvat}/.#": "duplicate_key",
+        f"{cvat}/.#notes.txt": "duplicate_key",
+        f"{cvat}/.#/abs/x.jpg": "duplicate_key",
+    }
+    assert (
+        "image 3 (notes.txt), cvat.xml image 4 (notes.txt)"
+        in rejects[f"{cvat}/.#notes.txt"]["detail"]
+    )
+    assert _stored(tmp_path) == 1
+
+    tasks = tmp_path / "tasks.json"
+    no_image = {"id": 5, "data": {"text": "no image"}, "annotations": []}
+    tasks.write_text(json.dumps([no_image, no_image, _task("ok.jpg", [_polygon_result()])]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tasks), "--overwrite"))
+    assert rejects[f"{tasks}/.#task-5"]["reason"] == "duplicate_key"
+    assert len(rejects) == 2 and _stored(tmp_path) == 1
+
+    # labelme files in the image folder, beside the file `#notes.txt`
+    folder = tmp_path / "images"
+    for name in ("a", "b"):
+        (folder / f"{name}.json").write_text(_labelme("notes.txt", []).replace("../images/", ""))
+    square = {"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}
+    (folder / "ok.json").write_text(_labelme("ok.jpg", [square]).replace("../images/", ""))
+    done = _prepare(tmp_path, "--annotations", str(folder), "--overwrite")
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        str(folder / "#notes.txt"): "unrecognized_file",
+        f"{folder}/.#notes.txt": "duplicate_key",
+    }
     assert _stored(tmp_path) == 1
 
 

@@ -88,9 +88,11 @@ def test_coco_records_are_keyed_like_images_and_odd_names_rejected():
     key, entry = annotated_entry("/a/coco.json", "/img/", 7, "sub/0001.JPG")
     assert key == "sub/0001" and entry.image_path == "/img/sub/0001.JPG"
     assert entry.size == 0 and entry.regular and "coco.json image 7" in entry.name
-    odd = annotated_entry("/a/coco.json", "/img/", 8, "clip.gif")
+    key, odd_entry = annotated_entry("/a/coco.json", "/img/", 8, "clip.gif")
+    assert key == "/a/coco.json/.#clip.gif"
+    odd = resolve_pair(key, [], [odd_entry], "/a/coco.json")
     assert isinstance(odd, Reject) and odd.reason == Reason.UNRECOGNIZED_FILE
-    assert odd.key == "/a/coco.json#clip.gif" and odd.mask == "/a/coco.json"
+    assert odd.key == key and odd.mask == "/a/coco.json" and odd.image is None
 
 
 def test_a_coco_record_pairs_only_with_the_file_it_names():

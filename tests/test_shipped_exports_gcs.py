@@ -85,3 +85,20 @@ def test_a_missing_export_in_a_bucket_is_one_line_error(gcs, tmp_path, capsys): 
     assert _run(gcs.url("missing/img"), tmp_path / "out", *flags) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such file" in err, err
+
+
+def test_records_of_one_key_that_names_no_image_are_one_reject_from_a_bucket(gcs, tmp_path):  # noqa: F811
+    """The job keys a bucket's records itself: two records of one such key were two rejects
+    of one key there too (AccountingError)."""
+    _images(tmp_path / "img", "a.jpg")
+    unnamed = f'<image id="3" name="" width="{W}" height="{H}"></image>'
+    notes = f'<image id="4" name="notes.txt" width="{W}" height="{H}"></image>'
+    cvat = CVAT.replace("</annotations>", f"{unnamed * 2}{notes * 2}</annotations>")
+    gcs.put("dup/cvat.xml", cvat.encode())
+    assert gcs.upload_tree(tmp_path / "img", "dup/img")
+    export = gcs.url("dup/cvat.xml")
+    flags = ["--annotations", export, "--annotation_format", "cvat", "--max_reject_fraction", "1"]
+    out = tmp_path / "out"
+    assert _run(gcs.url("dup/img"), out, *flags) == 0
+    reasons = {key: entry["reason"] for key, entry in rejects(out).items()}
+    assert reasons[f"{export}/.#"] == reasons[f"{export}/.#notes.txt"] == "duplicate_key"

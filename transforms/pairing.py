@@ -56,6 +56,9 @@ class AnnotatedEntry:
     file_name: str
     image_path: str  # the one image file it names: image folder + file_name
     payload: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    # A record whose file_name names no image: (reason, detail) of its reject, made when its
+    # key is resolved, so two records of one such key are one duplicate_key reject.
+    problem: tuple[Reason, str] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def size(self) -> int:
@@ -270,33 +273,38 @@ def unrecognized(path: str, role: Role | None, layout: Layout | None = None) -> 
 
 def annotated_entry(
     annotations: str, image_dir: str, image_id: int, file_name: str, payload: str | None = None
-) -> tuple[str, AnnotatedEntry] | Reject:
-    """(key, entry) of one image record of an export; a reject for a name that is no image.
+) -> tuple[str, AnnotatedEntry]:
+    """(key, entry) of one image record of an export; its entry carries a reject's reason
+    (`AnnotatedEntry.problem`) for a name that is no image.
 
     The key is the image key of `file_name`, so the record meets the image file it names.
-    A name that gives no key is rejected under `annotations#file_name`: never an entry's key
-    (entry keys are relative paths) nor a listed file's (full paths in the image folder).
+    A name that gives no key is keyed `EXPORT/.#file_name` (`export_key`), never an entry's
+    or a listed file's key, and is resolved with the other keys: two records of one such key
+    (two CVAT images without a name) are one duplicate_key reject, as two images of one key.
     """
     record = f"image record {image_id} of {basename(annotations)}: file_name {file_name!r}"
+    problem = None
     if file_name.startswith("/") or "://" in file_name:
         # an entry key is relative: this one could equal a listed file's (its full path)
-        return Reject(
-            f"{annotations}#{file_name}",
-            Reason.BAD_FILE_NAME,
-            f"{record} is absolute: give it relative to the image folder",
-            None,
-            annotations,
-        )
-    key = image_key(file_name)
+        detail = f"{record} is absolute: give it relative to the image folder"
+        problem = (Reason.BAD_FILE_NAME, detail)
+    key = None if problem else image_key(file_name)
     if key is None:
-        return Reject(
-            f"{annotations}#{file_name}",
-            Reason.UNRECOGNIZED_FILE,
-            f"{record} is not a .jpg, .jpeg or .png name",
-            None,
-            annotations,
-        )
+        detail = f"{record} is not a .jpg, .jpeg or .png name"
+        problem = problem or (Reason.UNRECOGNIZED_FILE, detail)
+        entry = AnnotatedEntry(annotations, image_id, file_name, "", problem=problem)
+        return export_key(annotations, file_name), entry
     return key, AnnotatedEntry(annotations, image_id, file_name, image_dir + file_name, payload)
+
+
+def export_key(annotations: str, file_name: str) -> str:
+    """The key of an export's record whose file_name names no image: `EXPORT/.#file_name`.
+
+    Entry keys are relative paths (never starting with '/' or holding '://'), and a listed
+    file's reject key is its full path: no listed file has this one. Under an export that is
+    a file nothing can be; inside an export folder (labelme's) or an input folder, `.#...`
+    is hidden, and hidden files are never listed."""
+    return f"{annotations.rstrip('/')}/.#{file_name}"
 
 
 def resolve_pair(
@@ -315,6 +323,10 @@ def resolve_pair(
     images, masks = sorted(images), sorted(masks)
     image = images[0].path if images else None
     mask = masks[0].path if masks else None
+    odd_names = [m for m in masks if isinstance(m, AnnotatedEntry) and m.problem is not None]
+    if odd_names and len(masks) == 1:  # no listed file has its key: no image beside it
+        reason, detail = odd_names[0].problem
+        return Reject(key, reason, detail, None, mask)
     if len(images) > 1 or len(masks) > 1:
         many = images if len(images) > 1 else masks
         kind = "images" if len(images) > 1 else "masks"

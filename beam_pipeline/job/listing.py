@@ -82,7 +82,7 @@ class _KeyFiles(beam.DoFn):
 
 class _KeyAnnotatedImages(beam.DoFn):
     """(key, (MASK, AnnotatedEntry carrying its record)) per image record of one staged file; a
-    reject for a file_name that is no image name."""
+    file_name that is no image name is keyed apart and resolved into its reject."""
 
     def __init__(self, annotations: str, image_dir: str) -> None:
         self._annotations = annotations
@@ -96,11 +96,8 @@ class _KeyAnnotatedImages(beam.DoFn):
             line = payload.decode("utf-8")
             record = json.loads(line)
             image_id, name = record["image_id"], record["file_name"]
-            outcome = annotated_entry(self._annotations, self._image_dir, image_id, name, line)
-            if isinstance(outcome, Reject):
-                yield beam.pvalue.TaggedOutput(REJECTS, outcome)
-            else:
-                yield outcome[0], (Role.MASK, outcome[1])
+            key, entry = annotated_entry(self._annotations, self._image_dir, image_id, name, line)
+            yield key, (Role.MASK, entry)
 
 
 def _records(path: str, limit: int):

@@ -23,7 +23,6 @@ from beam_pipeline.launch.options import DEFAULT_MASK_FORMAT
 from transforms import files, spill
 from transforms.format.features import DEFAULT_COCO_UNLABELED as DEFAULT_UNLABELED
 from transforms.pairing import AnnotatedEntry, annotated_entry
-from transforms.rejects import Reject
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
@@ -360,7 +359,7 @@ def _read_flag_file(source: str, path: str) -> bytes:
 
 def annotated_entries(
     dataset: AnnotatedDataset, annotations: str, image_dir: str
-) -> Iterator[tuple[str, AnnotatedEntry] | Reject]:
+) -> Iterator[tuple[str, AnnotatedEntry]]:
     """Every image record of the file with its annotations, keyed for the pairing rule
     (transforms/pairing.py); streamed from the dataset's records."""
     for image_id, file_name, payload in dataset.staged():

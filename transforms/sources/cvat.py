@@ -116,6 +116,11 @@ class _Reader:
             raise ValueError(f"{self.origin}: refused: {type(error).__name__}") from None
         except SyntaxError as error:  # ElementTree.ParseError
             raise ValueError(f"{self.origin}: not valid XML ({error})") from None
+        except LookupError as error:
+            if type(error) is not LookupError:  # KeyError, IndexError: not the file's
+                raise
+            # the declared encoding is one Python has no codec for
+            raise ValueError(f"{self.origin}: not valid XML ({error})") from None
 
     def _image(self, element: Any) -> ToolImage:
         name = element.get("name") or ""
@@ -149,8 +154,8 @@ class _Reader:
                     if points > self.limits.image_points:
                         return ToolImage(
                             name,
-                            height,
-                            width,
+                            0,
+                            0,
                             problem=f"polygons of more than {self.limits.image_points:,} points",
                             too_large=True,
                         )
@@ -164,7 +169,7 @@ class _Reader:
                     shape = ToolShape(label, rle=self._mask(child, height, width))
             except TooLargeError as error:
                 problem = f"CVAT <{kind}> {position}: {error}"
-                return ToolImage(name, height, width, problem=problem, too_large=True)
+                return ToolImage(name, 0, 0, problem=problem, too_large=True)
             except (TypeError, ValueError) as error:
                 return ToolImage(name, height, width, problem=f"CVAT <{kind}> {position}: {error}")
             shapes.append((z, position, shape))

@@ -33,7 +33,13 @@ from pycocotools import mask as mask_utils
 
 from transforms import spill
 from transforms.format.features import MAX_CLASS_ID
-from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, check_pixels
+from transforms.limits import (
+    DEFAULT_LIMITS,
+    STAGED_RECORD_BYTES,
+    InputLimits,
+    TooLargeError,
+    check_pixels,
+)
 from transforms.sources.annotations import (
     BACKGROUND_NAME,
     AnnotatedDataset,
@@ -264,30 +270,72 @@ def rle_of_bitmap(
     y0, x0 = max(top, 0), max(left, 0)
     y1 = min(top + bitmap.shape[0], height)
     x1 = min(left + bitmap.shape[1], width)
-    block = np.zeros((0, 0), dtype=np.uint8)
-    if y1 > y0 and x1 > x0:
-        block = (bitmap[y0 - top : y1 - top, x0 - left : x1 - left] != 0).astype(np.uint8)
-    # COCO RLE runs over the image column by column, starting with zeros. In that order the
-    # image is: zeros, then each column of the block followed by the zeros below and above
-    # it, then zeros to the end; one value per block pixel with length 1, one 0 per gap.
-    rows, columns = block.shape
-    values = np.zeros((columns, rows + 1), dtype=np.uint8)
-    values[:, :rows] = block.T
-    lengths = np.ones((columns, rows + 1), dtype=np.int64)
-    lengths[:, rows] = height - rows
-    values, lengths = values.reshape(-1)[:-1], lengths.reshape(-1)[:-1]
-    before = x0 * height + y0 if columns else 0
-    after = height * width - before - int(lengths.sum())
-    values = np.concatenate([[0], values, [0]]).astype(np.int8)
-    lengths = np.concatenate([[before], lengths, [after]])
-    kept = lengths > 0  # a gap of no rows (a block as tall as the image) splits no run
-    values, lengths = values[kept], lengths[kept]
-    starts = np.flatnonzero(np.diff(values, prepend=np.int8(-1)))
-    counts = np.add.reduceat(lengths, starts).tolist() if len(starts) else []
-    if counts and values[0] == 1:  # runs start with zeros
-        counts.insert(0, 0)
+    rows, columns = max(y1 - y0, 0), max(x1 - x0, 0)
+    if not rows or not columns:
+        counts = [height * width]
+    else:
+        block = bitmap[y0 - top : y1 - top, x0 - left : x1 - left]
+        counts = _block_counts(block, y0, x0, height, width, limits).tolist()
     rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
-    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+    text = rle["counts"].decode("ascii")
+    _check_rle_size(len(text), limits)
+    return {"size": [height, width], "counts": text}
+
+
+def _block_counts(
+    block: np.ndarray, y0: int, x0: int, height: int, width: int, limits: InputLimits
+) -> np.ndarray:
+    """COCO RLE counts of a `height` x `width` image of zeros holding `block` (nonzero: set)
+    at (y0, x0), found from where the values change.
+
+    COCO RLE runs over the image column by column, starting with zeros. In that order the
+    image is: zeros, then each column of the block followed by the zeros below and above it
+    (its gap), then zeros to the end. The block's columns are laid out one after another,
+    a byte a pixel, with one zero standing in for each gap; only the positions where the
+    value changes are mapped back to the image. Never an int64 per pixel: a mask stated
+    6000x6000 took the launcher 1 GB that way."""
+    rows, columns = block.shape
+    step = rows + 1 if rows < height else rows  # a block as tall as the image has no gap
+    stream = np.zeros((columns, step), dtype=np.uint8)
+    np.not_equal(block.T, 0, out=stream[:, :rows].view(bool))
+    stream = stream.reshape(-1)[: columns * step - (step - rows)]
+    changed = stream[1:] != stream[:-1]
+    # Checked here, where the RLE is made, before an int64 per run: the job refuses a staged
+    # RLE over the cap, so one that got this far failed the whole run instead of being its
+    # image's reject. Each run takes at least one character of the compressed string.
+    _check_rle_size(int(np.count_nonzero(changed)) + 1 + int(stream[0]), limits)
+    changes = np.flatnonzero(changed)
+    del changed
+    changes += 1
+    before = x0 * height + y0
+
+    def placed(index: np.ndarray | int) -> np.ndarray | int:
+        return before + (index // step) * height + index % step
+
+    edges = [np.zeros(1, np.int64)]
+    if stream[0]:
+        edges.append(np.array([before], np.int64))
+    whole, part = np.divmod(changes, step)
+    del changes
+    whole *= height
+    whole += part
+    del part
+    whole += before
+    edges.append(whole)
+    if stream[-1]:
+        edges.append(np.array([placed(len(stream) - 1) + 1], np.int64))
+    edges.append(np.array([height * width], np.int64))
+    counts = np.diff(np.concatenate(edges))
+    return counts[:-1] if len(counts) > 1 and counts[-1] == 0 else counts
+
+
+def _check_rle_size(counts: int, limits: InputLimits) -> None:
+    """TooLargeError for an RLE of more counts than the job takes (annotations.checked_rle)."""
+    if counts > limits.rle_chars:
+        raise TooLargeError(
+            f"an RLE of {counts:,} counts, more than the {limits.rle_chars:,} one "
+            "annotation may have"
+        )
 
 
 def box_polygon(

@@ -110,7 +110,7 @@ class _Reader:
 
     def _oversized(self, position: int, task: Oversized) -> ToolImage:
         url = task.fields.get("data.image")
-        name = self._file_name(url)[0] if isinstance(url, str) else None
+        name = self._name_or_problem(url)[0] if isinstance(url, str) else None
         return ToolImage(
             name or f"task-{task.fields.get('id', position)}",
             0,
@@ -125,10 +125,14 @@ class _Reader:
         url = _image_url(task["data"])
         if url is None:
             return ToolImage(f"task-{task.get('id', position)}", 0, 0, problem="no data.image")
-        name, problem = self._file_name(url)
+        name, problem = self._name_or_problem(url)
         if problem is not None:
             return ToolImage(name, 0, 0, problem=problem)
-        annotations = [a for a in task.get("annotations") or [] if isinstance(a, dict)]
+        annotations = task.get("annotations") or []
+        if not isinstance(annotations, list):
+            problem = f"task {task.get('id', position)!r}: annotations is not a list"
+            return ToolImage(name, 0, 0, problem=f"{problem} but {type(annotations).__name__}")
+        annotations = [a for a in annotations if isinstance(a, dict)]
         chosen = None
         for annotation in annotations:
             if annotation.get("was_cancelled"):
@@ -197,8 +201,19 @@ class _Reader:
                         f"{self.limits.brush_rle_bytes:,} one brush may have"
                     )
                 alpha = decode_brush(rle, h, w)
-                shapes.append(ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w)))
+                shapes.append(
+                    ToolShape(label, rle=rle_of_bitmap(alpha > 0, 0, 0, h, w, self.limits))
+                )
         return ToolImage(name, height, width, tuple(shapes))
+
+    def _name_or_problem(self, url: str) -> tuple[str, str | None]:
+        """`_file_name`, or for a URL that does not parse ("http://[bad/a.jpg": an invalid
+        IPv6 host) its last part and the problem: that task's reject, not the run's end."""
+        try:
+            return self._file_name(url)
+        except ValueError as error:
+            last = url.split("?", 1)[0].replace("\\", "/").rsplit("/", 1)[-1]
+            return last or "task-image", f"data.image {url[:200]!r} is not a URL: {error}"
 
     def _file_name(self, url: str) -> tuple[str, str | None]:
         candidates = image_candidates(url)

@@ -74,7 +74,9 @@ def rasterize(
 
 def draw_order(rles: list[dict[str, Any]]) -> list[int]:
     """Indices in painting order: largest rasterised area first, file order among equals."""
-    areas = [int(area) for area in mask_utils.area(rles)] if rles else []
+    # One RLE a call: pycocotools 2.0.11's area of a list of 256 or more fails under numpy 2
+    # ("Python integer 256 out of bounds for uint8"); each call is the same C count.
+    areas = [int(mask_utils.area(rle)) for rle in rles]
     return sorted(range(len(rles)), key=lambda index: -areas[index])
 
 
