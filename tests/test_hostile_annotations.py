@@ -121,7 +121,7 @@ def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_
     export = tmp_path / "coco.json"
     export.write_text(_coco(["a.jpg", absolute]))
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
-    assert rejects[f"{export}/.#{absolute}"]["reason"] == "bad_file_name"
+    assert rejects[f"{export}#{absolute}"]["reason"] == "bad_file_name"
     assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
 
 
@@ -475,13 +475,13 @@ def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(cvat)))
     assert {key: entry["reason"] for key, entry in rejects.items()} == {
         str(tmp_path / "images" / "#notes.txt"): "unrecognized_file",
-        f"{cvat}/.#": "duplicate_key",
-        f"{cvat}/.#notes.txt": "duplicate_key",
-        f"{cvat}/.#/abs/x.jpg": "duplicate_key",
+        f"{cvat}#": "duplicate_key",
+        f"{cvat}#notes.txt": "duplicate_key",
+        f"{cvat}#/abs/x.jpg": "duplicate_key",
     }
     assert (
         "image 3 (notes.txt), cvat.xml image 4 (notes.txt)"
-        in rejects[f"{cvat}/.#notes.txt"]["detail"]
+        in rejects[f"{cvat}#notes.txt"]["detail"]
     )
     assert _stored(tmp_path) == 1
 
@@ -489,7 +489,7 @@ def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_
     no_image = {"id": 5, "data": {"text": "no image"}, "annotations": []}
     tasks.write_text(json.dumps([no_image, no_image, _task("ok.jpg", [_polygon_result()])]))
     rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tasks), "--overwrite"))
-    assert rejects[f"{tasks}/.#task-5"]["reason"] == "duplicate_key"
+    assert rejects[f"{tasks}#task-5"]["reason"] == "duplicate_key"
     assert len(rejects) == 2 and _stored(tmp_path) == 1
 
     # labelme files in the image folder, beside the file `#notes.txt`
@@ -502,7 +502,7 @@ def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_
     rejects = _rejects(tmp_path, done)
     assert {key: entry["reason"] for key, entry in rejects.items()} == {
         str(folder / "#notes.txt"): "unrecognized_file",
-        f"{folder}/.#notes.txt": "duplicate_key",
+        f"{folder}#notes.txt": "duplicate_key",
     }
     assert _stored(tmp_path) == 1
 

@@ -89,7 +89,7 @@ def test_coco_records_are_keyed_like_images_and_odd_names_rejected():
     assert key == "sub/0001" and entry.image_path == "/img/sub/0001.JPG"
     assert entry.size == 0 and entry.regular and "coco.json image 7" in entry.name
     key, odd_entry = annotated_entry("/a/coco.json", "/img/", 8, "clip.gif")
-    assert key == "/a/coco.json/.#clip.gif"
+    assert key == "/a/coco.json#clip.gif"
     odd = resolve_pair(key, [], [odd_entry], "/a/coco.json")
     assert isinstance(odd, Reject) and odd.reason == Reason.UNRECOGNIZED_FILE
     assert odd.key == key and odd.mask == "/a/coco.json" and odd.image is None

@@ -101,4 +101,4 @@ def test_records_of_one_key_that_names_no_image_are_one_reject_from_a_bucket(gcs
     out = tmp_path / "out"
     assert _run(gcs.url("dup/img"), out, *flags) == 0
     reasons = {key: entry["reason"] for key, entry in rejects(out).items()}
-    assert reasons[f"{export}/.#"] == reasons[f"{export}/.#notes.txt"] == "duplicate_key"
+    assert reasons[f"{export}#"] == reasons[f"{export}#notes.txt"] == "duplicate_key"

@@ -278,9 +278,9 @@ def annotated_entry(
     (`AnnotatedEntry.problem`) for a name that is no image.
 
     The key is the image key of `file_name`, so the record meets the image file it names.
-    A name that gives no key is keyed `EXPORT/.#file_name` (`export_key`), never an entry's
-    or a listed file's key, and is resolved with the other keys: two records of one such key
-    (two CVAT images without a name) are one duplicate_key reject, as two images of one key.
+    A name that gives no key is keyed `EXPORT#file_name` (`export_key`), never an entry's
+    key, and is resolved with the other keys: two records of one such key (two CVAT images
+    without a name) are one duplicate_key reject, as two images of one key.
     """
     record = f"image record {image_id} of {basename(annotations)}: file_name {file_name!r}"
     problem = None
@@ -298,13 +298,13 @@ def annotated_entry(
 
 
 def export_key(annotations: str, file_name: str) -> str:
-    """The key of an export's record whose file_name names no image: `EXPORT/.#file_name`.
+    """The key of an export's record whose file_name names no image: `EXPORT#file_name`.
 
-    Entry keys are relative paths (never starting with '/' or holding '://'), and a listed
-    file's reject key is its full path: no listed file has this one. Under an export that is
-    a file nothing can be; inside an export folder (labelme's) or an input folder, `.#...`
-    is hidden, and hidden files are never listed."""
-    return f"{annotations.rstrip('/')}/.#{file_name}"
+    Entry keys are relative paths (never starting with '/' or holding '://'); a listed
+    file's reject key is its full path, which this is not for an export folder (labelme's,
+    written without its slash: a file `#notes.txt` in it keeps its own key). Left: a file
+    named `EXPORT_NAME#file_name` beside an export file in the image folder."""
+    return f"{annotations.rstrip('/')}#{file_name}"
 
 
 def resolve_pair(
