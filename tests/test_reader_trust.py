@@ -338,3 +338,16 @@ def test_make_dataset_refuses_a_shard_whose_size_is_not_the_listed_one(copy, out
             writer.write(record)
     with pytest.raises(MetadataError, match="bytes, metadata.json says"):
         shard_reader.make_dataset(copy, "train", 2)
+
+
+def test_make_dataset_refuses_a_forged_frame_length_before_tf_data_allocates_it(copy):
+    """TFRecordDataset allocates a frame's stated length: 2^40 with its CRC recomputed was a
+    segfault; the frame headers are walked first (the other readers check the index)."""
+    from transforms.format.tfrecord import CorruptRecordError, masked_crc
+
+    metadata = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    with open(copy / metadata["shards"][0]["file"], "r+b") as shard:
+        header = (1 << 40).to_bytes(8, "little")
+        shard.write(header + masked_crc(header).to_bytes(4, "little"))
+    with pytest.raises(CorruptRecordError, match="byte record at byte 0 runs past the end"):
+        shard_reader.make_dataset(copy, "train", 2)
