@@ -36,6 +36,7 @@ from transforms import files
 from transforms.files import NotAFileError, open_regular
 from transforms.format import record_formats
 from transforms.format.dataset_info import MetadataError
+from transforms.format.tfrecord import check_lengths
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -366,14 +367,16 @@ def _check_regular(info: SplitInfo) -> None:
     """Refuse a local shard that is a FIFO, device or folder before tf.data opens it: its
     reader would block on a FIFO or read a device without end; and one whose size is not the
     one metadata.json lists (a record swapped for another shard's passes every CRC and
-    count: the other readers check the size too). A missing shard is left to tf.data
-    (NotFoundError when read; a filled cache does not need it)."""
+    count: the other readers check the size too), or whose frame lengths run past its end.
+    A missing shard is left to tf.data (NotFoundError when read; a filled cache does not
+    need it)."""
     for path, size in zip(info.files, info.shard_bytes, strict=True):
         if files.is_remote(path):
             return
         try:
             with open_regular(path) as handle:
                 actual = os.fstat(handle.fileno()).st_size
+                check_lengths(handle.fileno(), actual, path)  # tf.data allocates each length
         except FileNotFoundError:
             continue
         except NotAFileError as error:

@@ -102,7 +102,7 @@ class RecordSource:
             self.cache = remote_cache.ShardCache.create(cache_dir, cache_limit_bytes)
         self.data_dir = str(data_dir)
         self.split = split
-        metadata = dataset_info.load(data_dir, version)
+        metadata = dataset_info.load(data_dir, version, no_links=True)
         info = metadata.split(split)
         if not info.has_index:
             raise IndexMissingError(
@@ -182,7 +182,8 @@ class RecordSource:
     def _decode(self, index: int, out: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
         serialized = self.read_serialized(index)
         where = f"{self.split} record {index}"
-        return decode_example(serialized, self.mask_format, where, out, self.classes)
+        shape = self.image_shape
+        return decode_example(serialized, self.mask_format, where, out, self.classes, shape)
 
     def read_into(self, index: int, image: np.ndarray, mask: np.ndarray) -> str:
         """Decode record `index` into `image` (HxWx3) and `mask` (HxWx1); its key.
@@ -430,12 +431,15 @@ def decode_example(
     where: str = "record",
     out: tuple[np.ndarray, np.ndarray] | None = None,
     classes: ClassesInfo | None = None,
+    shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """{"image": uint8 HxWx3, "mask": HxWx1, "key": str} of one record.
 
     The mask is uint8 0/1, or with `classes` the stored class ids in `classes.mask_dtype`.
     With `out` (image, mask) arrays, the pixels are decoded into them (same height and
-    width as the record, else CorruptRecordError) and returned as those arrays.
+    width as the record, else CorruptRecordError) and returned as those arrays. The image
+    must have `shape` (metadata image_shape) when given; the sizes are checked in the
+    headers before anything is decoded (`header_size`).
     """
     try:
         feature = tf_example.Example.FromString(serialized).features.feature
@@ -446,13 +450,12 @@ def decode_example(
         raise CorruptRecordError(f"{where}: not a segprep example: {error}") from None
     where = f"{where} (key {key})"
     try:
+        size = header_size(image_bytes, where, shape if out is None else out[0].shape[:2])
+        header_size(mask_bytes, f"{where} mask", size)
         # fastdct: TensorFlow's default DCT (INTEGER_FAST), so pixels match tf.data's.
         if out is None:
             image = simplejpeg.decode_jpeg(image_bytes, colorspace="RGB", fastdct=True)
         else:
-            height, width, *_ = simplejpeg.decode_jpeg_header(image_bytes)
-            if (height, width) != out[0].shape[:2]:
-                raise CorruptRecordError(f"{where}: {height}x{width}, expected {out[0].shape[:2]}")
             image = simplejpeg.decode_jpeg(
                 image_bytes, colorspace="RGB", fastdct=True, buffer=out[0]
             )
@@ -483,6 +486,23 @@ def decode_example(
         mask = out[1]
         np.greater_equal(gray, features.MASK_THRESHOLD, out=mask.view(np.bool_))
     return {"image": image, "mask": mask, "key": key}
+
+
+def header_size(data: bytes, where: str, expected: Sequence[int] | None) -> tuple[int, int]:
+    """(height, width) in a JPEG's or PNG's header, `expected` when given, else at most the
+    pixels segprep writes: a forged header is refused before its pixels are allocated."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR" and len(data) >= 24:
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    else:
+        height, width, *_ = simplejpeg.decode_jpeg_header(data)
+    if expected is not None and (height, width) != tuple(expected):
+        raise CorruptRecordError(f"{where}: {height}x{width}, expected {tuple(expected)}")
+    if height * width > dataset_info.LIMITS.image_pixels:
+        raise CorruptRecordError(
+            f"{where}: {height}x{width}, more than the {dataset_info.LIMITS.image_pixels:,} "
+            "pixels segprep writes"
+        )
+    return height, width
 
 
 def _class_ids(data: bytes, classes: ClassesInfo) -> np.ndarray:

@@ -338,3 +338,66 @@ def test_make_dataset_refuses_a_shard_whose_size_is_not_the_listed_one(copy, out
             writer.write(record)
     with pytest.raises(MetadataError, match="bytes, metadata.json says"):
         shard_reader.make_dataset(copy, "train", 2)
+
+
+def test_make_dataset_refuses_a_forged_frame_length_before_tf_data_allocates_it(copy):
+    """TFRecordDataset allocates a frame's stated length: 2^40 with its CRC recomputed was a
+    segfault; the frame headers are walked first (the other readers check the index)."""
+    from transforms.format.tfrecord import CorruptRecordError, masked_crc
+
+    metadata = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    with open(copy / metadata["shards"][0]["file"], "r+b") as shard:
+        header = (1 << 40).to_bytes(8, "little")
+        shard.write(header + masked_crc(header).to_bytes(4, "little"))
+    with pytest.raises(CorruptRecordError, match="byte record at byte 0 runs past the end"):
+        shard_reader.make_dataset(copy, "train", 2)
+
+
+def forged_example(source: RecordSource, height: int, width: int, what: str) -> bytes:
+    """Record 0 of `source` with its image's (or mask's) header claiming height x width."""
+    from transforms.format import example_schema
+
+    example = example_schema.Example.FromString(source.read_serialized(0))
+    stored = example.features.feature[what].bytes_list.value
+    data = bytearray(stored[0])
+    if data.startswith(b"\x89PNG"):  # IHDR: width, height at 16 and 20
+        data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    else:  # SOF0: height, width at 5 and 7 past its marker
+        sof = data.index(b"\xff\xc0")
+        data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    stored[0] = bytes(data)
+    return example.SerializeToString()
+
+
+@pytest.mark.parametrize("what", ["image", "mask"])
+def test_a_forged_image_header_is_refused_before_decoding(copy, monkeypatch, what):
+    """A record whose JPEG (or PNG mask) header claims 7000x7000 made RecordSource, inspect
+    and report allocate its pixels (60000x60000: MemoryError); the header is checked first,
+    against image_shape, else the pixel limit (inspect's decode_example)."""
+    from shard_reader.source import CorruptRecordError, decode_example
+
+    source = RecordSource(copy, "train")
+    forged = forged_example(source, 7000, 7000, what)
+    monkeypatch.setattr(source, "read_serialized", lambda index: forged)
+    with pytest.raises(CorruptRecordError, match=r"7000x7000, expected \(40, 32\)"):
+        source[0]
+    if what == "image":
+        with pytest.raises(CorruptRecordError, match="7000x7000, more than the 40,000,000"):
+            decode_example(forged, "png")
+
+
+@pytest.mark.parametrize("which", ["metadata", "shard", "index", "key table", "index folder"])
+def test_a_link_at_a_name_the_output_lists_is_refused_by_every_reader(copy, tmp_path, which):
+    """Moved out and linked back, a file reads the same, but segprep never writes a link:
+    the readers read through one (outside the output); verify and index refused it."""
+    train = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    name = {
+        "metadata": METADATA_FILE,
+        "shard": train["shards"][0]["file"],
+        "index": train["shards"][0]["index"]["file"],
+        "key table": train["key_table"]["file"],
+        "index folder": "index",
+    }[which]
+    shutil.move(copy / name, tmp_path / "elsewhere")
+    (copy / name).symlink_to(tmp_path / "elsewhere")
+    every_reader_refuses(copy, f"{name}: a link, not a regular file segprep wrote")

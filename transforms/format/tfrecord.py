@@ -100,6 +100,25 @@ def read_frames(
         offset += length + FRAME_OVERHEAD
 
 
+def check_lengths(fd: int, size: int, where: str) -> None:
+    """Walk the frame headers of a local shard of `size` bytes, 12 bytes read per record: a
+    length whose CRC fails or that runs past the end is refused before a reader that trusts
+    it reads the frame (TensorFlow's TFRecordDataset allocates the stated length)."""
+    offset = 0
+    while offset < size:
+        header = os.pread(fd, 12, offset)
+        if len(header) < 12:
+            raise CorruptRecordError(f"{where}: truncated frame header at byte {offset}")
+        length, length_crc = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != length_crc:
+            raise CorruptRecordError(f"{where}: length CRC mismatch at byte {offset}")
+        if offset + length + FRAME_OVERHEAD > size:
+            raise CorruptRecordError(
+                f"{where}: a {length}-byte record at byte {offset} runs past the end"
+            )
+        offset += length + FRAME_OVERHEAD
+
+
 # copy_file_range refused by the filesystem (some NFS, FUSE, 9p) or the kernel: read and write
 _NO_KERNEL_COPY = (errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENOTSUP)
 
