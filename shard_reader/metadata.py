@@ -54,7 +54,7 @@ def load_split(data_dir: str | os.PathLike, split: str, version: int | None = No
     do not add up is refused rather than trusted. `version`: the split as that version of a
     dataset that grew (`prepare --append`) was published; None: the latest.
     """
-    metadata = dataset_info.load(data_dir, version, no_links=True)
+    metadata = dataset_info.load(data_dir, version)
     info = metadata.split(split)
     if info.num_examples == 0:
         raise ValueError(f"split {split!r} of {data_dir} has no examples")

@@ -102,7 +102,7 @@ class RecordSource:
             self.cache = remote_cache.ShardCache.create(cache_dir, cache_limit_bytes)
         self.data_dir = str(data_dir)
         self.split = split
-        metadata = dataset_info.load(data_dir, version, no_links=True)
+        metadata = dataset_info.load(data_dir, version)
         info = metadata.split(split)
         if not info.has_index:
             raise IndexMissingError(

@@ -83,13 +83,3 @@ def test_reader_metadata_load_refuses_what_is_not_a_file(output_copy, kind):
     _plant(output_copy / METADATA_FILE, kind)
     with pytest.raises(dataset_info.MetadataError, match="not a regular file"):
         dataset_info.load(str(output_copy))
-
-
-@pytest.mark.parametrize("which", ["metadata", "shard"])
-def test_inspect_and_report_refuse_a_link_to_a_copy(output_copy, tmp_path, which):
-    name = _target(output_copy, which)
-    os.replace(output_copy / name, tmp_path / "elsewhere")
-    (output_copy / name).symlink_to(tmp_path / "elsewhere")
-    for command in ("inspect", "report"):
-        done = _run(command, str(output_copy), "--out", str(tmp_path / "sheet"), cwd=tmp_path)
-        _one_line_error(done, name, "a link, not a regular file segprep wrote")

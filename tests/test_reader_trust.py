@@ -384,20 +384,3 @@ def test_a_forged_image_header_is_refused_before_decoding(copy, monkeypatch, wha
     if what == "image":
         with pytest.raises(CorruptRecordError, match="7000x7000, more than the 40,000,000"):
             decode_example(forged, "png")
-
-
-@pytest.mark.parametrize("which", ["metadata", "shard", "index", "key table", "index folder"])
-def test_a_link_at_a_name_the_output_lists_is_refused_by_every_reader(copy, tmp_path, which):
-    """Moved out and linked back, a file reads the same, but segprep never writes a link:
-    the readers read through one (outside the output); verify and index refused it."""
-    train = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
-    name = {
-        "metadata": METADATA_FILE,
-        "shard": train["shards"][0]["file"],
-        "index": train["shards"][0]["index"]["file"],
-        "key table": train["key_table"]["file"],
-        "index folder": "index",
-    }[which]
-    shutil.move(copy / name, tmp_path / "elsewhere")
-    (copy / name).symlink_to(tmp_path / "elsewhere")
-    every_reader_refuses(copy, f"{name}: a link, not a regular file segprep wrote")

@@ -29,7 +29,6 @@ from transforms.format.naming import (
     FIRST_VERSION,
     MAX_VERSION,
     METADATA_FILE,
-    REJECTS_FILE,
     SEGPREP_DIR,
     TFDS_FILES,
     UNLABELED_FILE,
@@ -884,42 +883,10 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     return parse_json(data, path)
 
 
-def refuse_links(data_dir: str | os.PathLike, names: Iterable[str]) -> None:
-    """MetadataError when one of `names` in a local output, or a folder on its way (index/),
-    is a link: segprep writes none, so a reader would read what it did not write, maybe
-    outside the output (verify and index refuse them too)."""
-    if files.is_remote(data_dir):
-        return
-    paths = set()
-    for name in names:
-        parts = name.split("/")
-        paths.update("/".join(parts[: end + 1]) for end in range(len(parts)))
-    for name in sorted(paths):
-        if os.path.islink(os.path.join(data_dir, name)):
-            raise MetadataError(
-                f"{os.path.join(data_dir, name)}: a link, not a regular file segprep wrote"
-            )
-
-
-def load_listed(data_dir: str | os.PathLike) -> tuple[dict[str, Any], DatasetInfo]:
-    """metadata.json parsed and checked, with no link at it or at a file it lists."""
-    refuse_links(data_dir, [METADATA_FILE])
-    raw = read_metadata_json(data_dir)
-    info = DatasetInfo.from_json(raw)
-    refuse_links(data_dir, [REJECTS_FILE, *info.listed_files()])
-    return raw, info
-
-
-def load(
-    data_dir: str | os.PathLike, version: int | None = None, *, no_links: bool = False
-) -> DatasetInfo:
+def load(data_dir: str | os.PathLike, version: int | None = None) -> DatasetInfo:
     """The checked metadata of a segprep output directory (local path or gs://), as of
-    `version` (None: the latest; DatasetInfo.at_version); `no_links` (the readers): with no
-    link at metadata.json or a file it lists (load_listed)."""
-    if no_links:
-        info = load_listed(data_dir)[1]
-    else:
-        info = DatasetInfo.from_json(read_metadata_json(data_dir))
+    `version` (None: the latest; DatasetInfo.at_version)."""
+    info = DatasetInfo.from_json(read_metadata_json(data_dir))
     try:
         return info.at_version(version)
     except ValueError as error:

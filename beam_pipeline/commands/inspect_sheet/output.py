@@ -20,11 +20,11 @@ def require_dir(directory: str) -> None:
 def load_metadata(directory: str) -> dict:
     """metadata.json as checked by DatasetInfo (every file name one segprep writes, inside
     the output: an edited `../other/...` shard is refused, never read)."""
-    from transforms.format.dataset_info import load_listed
+    from transforms.format.dataset_info import DatasetInfo, read_metadata_json
 
     require_dir(directory)
     try:
-        return load_listed(directory)[1].to_json()
+        return DatasetInfo.from_json(read_metadata_json(directory)).to_json()
     except IncompleteOutputError as error:
         raise UsageError(str(error)) from None
     except MetadataError as error:

@@ -23,7 +23,7 @@ import numpy as np
 from beam_pipeline.commands.report import thumbnails
 from transforms import files
 from transforms.format import dataset_info, record_formats
-from transforms.format.dataset_info import ClassesInfo
+from transforms.format.dataset_info import ClassesInfo, DatasetInfo
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.naming import DUPLICATES_FILE, METADATA_FILE, REJECTS_FILE, RUNS_DIR
 from transforms.limits import FILE_LIMITS
@@ -175,8 +175,8 @@ def gather(output_dir: str, version: int | None = None) -> Report:
 
 def _finished(base: str, version: int | None = None) -> Report:
     try:
-        raw, info = dataset_info.load_listed(base)
-        info = info.at_version(version)
+        raw = dataset_info.read_metadata_json(base)
+        info = DatasetInfo.from_json(raw).at_version(version)
     except (dataset_info.MetadataError, dataset_info.IncompleteOutputError, ValueError) as error:
         raise ReportError(str(error)) from None
     classes = info.classes
