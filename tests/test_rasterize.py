@@ -91,6 +91,8 @@ def test_runs_are_pycocotools_runs():
         ("1P", None),  # ends inside a run
         ("1é", None),
         ("12", [1, 2]),
+        ("150oooooooO", [1, 5, 0, 4]),  # a negative difference of 8 characters, exact
+        ("1" + "P" * 12 + "0", None),  # 13 characters: past pycocotools' 64-bit value
     ],
 )
 def test_runs_of_odd_strings(counts, runs):

@@ -154,13 +154,15 @@ def unreachable(path: str) -> str | None:
     client's retries keep a closed port or a dead network silent for two minutes."""
     import requests
     from google.api_core import exceptions
-    from google.auth.exceptions import TransportError
+    from google.auth.exceptions import GoogleAuthError
 
     try:
         gcs_client().lookup_bucket(split_gcs(path)[0], timeout=CREDENTIALS_DEADLINE, retry=None)
     except exceptions.GoogleAPICallError:
         return None
-    except (requests.exceptions.RequestException, TransportError) as error:
+    # GoogleAuthError: a token that cannot be refreshed (a metadata server gone with the
+    # network) is as unreachable; this runs in failure paths, where it must not raise.
+    except (requests.exceptions.RequestException, GoogleAuthError) as error:
         where = emulator_host() or "storage.googleapis.com"
         setting = " (STORAGE_EMULATOR_HOST)" if emulator_host() else ""
         return (
