@@ -97,12 +97,19 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """`text` shortened with an ellipsis until it fits in `width` pixels."""
+    """`text` shortened with an ellipsis until it fits in `width` pixels: the longest prefix
+    that fits, found by halving (a caption of 300 class names, measured once a character
+    shorter each time, took 25 s a tile)."""
     if draw.textlength(text, font=font) <= width:
         return text
-    while text and draw.textlength(text + "...", font=font) > width:
-        text = text[:-1]
-    return text + "..."
+    fits, over = 0, len(text)  # text[:fits] + "..." fits (or fits is 0); text[:over] does not
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        if draw.textlength(text[:middle] + "...", font=font) <= width:
+            fits = middle
+        else:
+            over = middle
+    return text[:fits] + "..."
 
 
 def _tile_size(entries: Sequence[Entry]) -> tuple[int, int]:
