@@ -76,16 +76,7 @@ def read_frames(
     """
     offset = 0
     while offset < size:
-        header = handle.read(12)
-        if len(header) < 12:
-            raise CorruptRecordError(f"{where}: truncated frame header at byte {offset}")
-        length, length_crc = _HEADER.unpack(header)
-        if masked_crc(header[:8]) != length_crc:
-            raise CorruptRecordError(f"{where}: length CRC mismatch at byte {offset}")
-        if offset + length + FRAME_OVERHEAD > size:
-            raise CorruptRecordError(
-                f"{where}: a {length}-byte record at byte {offset} runs past the end"
-            )
+        length = _length(handle.read(12), offset, size, where)
         if max_length is not None and length > max_length:
             raise CorruptRecordError(
                 f"{where}: a {length}-byte record at byte {offset}, more than {max_length}"
@@ -106,17 +97,22 @@ def check_lengths(fd: int, size: int, where: str) -> None:
     it reads the frame (TensorFlow's TFRecordDataset allocates the stated length)."""
     offset = 0
     while offset < size:
-        header = os.pread(fd, 12, offset)
-        if len(header) < 12:
-            raise CorruptRecordError(f"{where}: truncated frame header at byte {offset}")
-        length, length_crc = _HEADER.unpack(header)
-        if masked_crc(header[:8]) != length_crc:
-            raise CorruptRecordError(f"{where}: length CRC mismatch at byte {offset}")
-        if offset + length + FRAME_OVERHEAD > size:
-            raise CorruptRecordError(
-                f"{where}: a {length}-byte record at byte {offset} runs past the end"
-            )
-        offset += length + FRAME_OVERHEAD
+        offset += _length(os.pread(fd, 12, offset), offset, size, where) + FRAME_OVERHEAD
+
+
+def _length(header: bytes, offset: int, size: int, where: str) -> int:
+    """The payload length of the frame at `offset` whose 12-byte header is `header`, checked
+    by its CRC and against the end of a file of `size` bytes."""
+    if len(header) < 12:
+        raise CorruptRecordError(f"{where}: truncated frame header at byte {offset}")
+    length, length_crc = _HEADER.unpack(header)
+    if masked_crc(header[:8]) != length_crc:
+        raise CorruptRecordError(f"{where}: length CRC mismatch at byte {offset}")
+    if offset + length + FRAME_OVERHEAD > size:
+        raise CorruptRecordError(
+            f"{where}: a {length}-byte record at byte {offset} runs past the end"
+        )
+    return length
 
 
 # copy_file_range refused by the filesystem (some NFS, FUSE, 9p) or the kernel: read and write
