@@ -491,7 +491,7 @@ def decode_example(
 def header_size(data: bytes, where: str, expected: Sequence[int] | None) -> tuple[int, int]:
     """(height, width) in a JPEG's or PNG's header, `expected` when given, else at most the
     pixels segprep writes: a forged header is refused before its pixels are allocated."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR" and len(data) >= 24:
+    if data.startswith(features.PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) >= 24:
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     else:
         height, width, *_ = simplejpeg.decode_jpeg_header(data)

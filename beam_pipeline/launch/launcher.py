@@ -76,7 +76,8 @@ def execute(plan: RunPlan) -> PrepareResult:
 def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
     """After a failure: drop the run's staged files unless a commit cut short still needs
     them, and say on the error what the folder holds now (the CLI's last line)."""
-    if files.storage_gone(plan.output_dir):
+    gone = files.storage_gone(plan.output_dir)
+    if gone:
         outcome = (
             f"Cloud Storage stopped answering, so what {plan.output_dir} holds is unknown: "
             f"once it answers, `segprep verify --repair {plan.output_dir}` completes or undoes "
@@ -84,7 +85,7 @@ def _fail_truthfully(plan: RunPlan, error: BaseException) -> None:
         )
     else:
         outcome = output_protocol.outcome_of(plan.output_dir, plan.run_id)
-    if not outcome.startswith(("the commit was cut short", "Cloud Storage stopped")):
+    if not gone and not outcome.startswith("the commit was cut short"):
         output_protocol.discard_staged(plan.output_dir, plan.run_id)
     with contextlib.suppress(AttributeError, TypeError):
         error.segprep_outcome = outcome  # type: ignore[attr-defined]

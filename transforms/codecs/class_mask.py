@@ -27,6 +27,7 @@ from transforms.format.features import (
     DEFAULT_MASK_TYPE,
     MASK_TYPES,
     MAX_CLASS_ID,
+    PNG_SIGNATURE,
     class_png_bit_depth,
 )
 from transforms.json_shape import check_shape
@@ -424,7 +425,6 @@ _MODES: dict[str, Callable[[Image.Image, ClassMaskSettings], np.ndarray]] = {
     "RGBA": _with_alpha,
 }
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_GREY, _PNG_RGB, _PNG_GREY_ALPHA, _PNG_RGBA = 0, 2, 4, 6
 
 
@@ -434,7 +434,7 @@ def _undo_png_scaling(array: np.ndarray, data: bytes) -> np.ndarray:
     The IHDR chunk (always first, fixed offsets) gives the stored bit depth: scaled grey
     is divided back exactly, and 16-bit colour, which cannot be recovered, is refused.
     """
-    if not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
+    if not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
         return array
     bit_depth, colour_type = data[24], data[25]
     if colour_type == _PNG_GREY and bit_depth in (2, 4):

@@ -23,6 +23,8 @@ MASK_FORMATS = ("jpeg", "png")
 # every format it knows, and some (ICO, ICNS) decode a whole embedded image while opening,
 # before any size can be checked.
 PILLOW_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
+# The first 8 bytes of every PNG (its IHDR chunk follows at byte 12).
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # What a mask holds: "binary" 0/255 (the portrait blog's), or "classes", class ids 0..N-1
 # plus one ignore index (transforms/codecs/class_mask.py). Declared here, import-free, for the CLI.
 MASK_TYPES = ("binary", "classes")

@@ -14,9 +14,9 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from transforms.format.features import PNG_SIGNATURE
 from transforms.limits import DEFAULT_LIMITS
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # simplejpeg's output colourspace that keeps the JPEG's channel count (else RGB)
 _JPEG_OUTPUT = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}
 

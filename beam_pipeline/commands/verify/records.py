@@ -179,7 +179,7 @@ def _check_class_mask(
     The bit depth comes from the PNG header: decoding a 16-bit PNG as 8 bits (or the
     reverse) silently rescales every id, which is the very damage to look for.
     """
-    if len(data) < 26 or not data.startswith(pixels.PNG_SIGNATURE) or data[12:16] != b"IHDR":
+    if len(data) < 26 or not data.startswith(features.PNG_SIGNATURE) or data[12:16] != b"IHDR":
         state.problem(f"{where}: class mask is not a PNG")
         return False
     depth, colour_type = data[24], data[25]
