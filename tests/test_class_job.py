@@ -384,7 +384,7 @@ def test_a_coco_template_carries_its_staged_records(gcs, tmp_path):  # noqa: F81
     data = gcs.read(staged.removeprefix(gcs.url()))
     records = list(read_records(io.BytesIO(data), staged, len(data), 1 << 20))
     assert sorted(json.loads(record)["file_name"] for record in records) == sorted(
-        image.file_name for image in result.plan.masks.dataset.images.values()
+        name for _, name, _ in result.plan.masks.dataset.staged()
     )
     assert gcs.names("tpl/out/") == [staged.removeprefix(gcs.url())]  # nothing else written
     pipeline = gcs.read(

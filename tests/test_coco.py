@@ -18,7 +18,7 @@ from pycocotools.coco import COCO
 from transforms.codecs.class_mask import ClassMaskSettings
 from transforms.rejects import Reason, RejectError
 from transforms.sources.annotations import image_from_payload, image_payload
-from transforms.sources.coco import read_coco, read_coco_file
+from transforms.sources.coco import read_coco
 from transforms.sources.rasterize import draw_order, rasterize
 
 # pycocotools' own decode trips a numpy 2 deprecation (filtered in transforms.sources.rasterize, but
@@ -120,6 +120,16 @@ def _write(tmp_path, data, name="instances.json") -> str:
     return str(path)
 
 
+def read_coco_file(path: str, **settings):
+    """`read_coco` of a local file."""
+    return read_coco(lambda: open(path, "rb"), path, **settings)
+
+
+def _images(dataset) -> dict:
+    """Every staged image by file_name, all in memory."""
+    return {name: image_from_payload(payload) for _, name, payload in dataset.staged()}
+
+
 def _reference(path: str, image_id: int, class_of: dict, fill: int, ignore: int) -> np.ndarray:
     """pycocotools' own masks (COCO.annToMask), painted in the documented order."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -142,8 +152,8 @@ def test_rasterisation_equals_ann_to_mask_composition(tmp_path, unlabeled):
     dataset = read_coco_file(path, unlabeled=unlabeled)
     settings = dataset.settings()
     fill = dataset.fill_value(settings.ignore_index)
-    class_of = {c.coco_id: c.class_id for c in dataset.categories}
-    for image in dataset.images.values():
+    class_of = {c["coco_id"]: c["class_id"] for c in dataset.metadata()["categories"]}
+    for image in _images(dataset).values():
         mask = rasterize(image, H, W, settings, fill)
         expected = _reference(path, image.image_id, class_of, fill, settings.ignore_index)
         np.testing.assert_array_equal(mask, expected)
@@ -152,7 +162,7 @@ def test_rasterisation_equals_ann_to_mask_composition(tmp_path, unlabeled):
 
 def test_category_ids_map_to_contiguous_class_ids(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
-    assert [(c.coco_id, c.class_id, c.name) for c in dataset.categories] == [
+    assert [(c["coco_id"], c["class_id"], c["name"]) for c in dataset.metadata()["categories"]] == [
         (3, 1, "car"),
         (7, 2, "train"),
         (90, 3, "toothbrush"),
@@ -170,21 +180,21 @@ def test_category_ids_map_to_contiguous_class_ids(tmp_path):
     assert (metadata["num_annotations"], metadata["orphan_annotations"]) == (9, 0)
     ignoring = read_coco_file(_write(tmp_path, _annotations_file()), unlabeled="ignore")
     assert ignoring.class_names == ("car", "train", "toothbrush")
-    assert [c.class_id for c in ignoring.categories] == [0, 1, 2]
+    assert [c["class_id"] for c in ignoring.metadata()["categories"]] == [0, 1, 2]
 
 
 def test_small_objects_are_drawn_over_large_ones_whatever_the_file_order(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
     settings = dataset.settings()
-    mask = rasterize(dataset.images["a/000001.jpg"], H, W, settings, 0)
+    mask = rasterize(_images(dataset)["a/000001.jpg"], H, W, settings, 0)
     assert mask[13, 25] == 2  # the triangle (train), listed before the big car polygon
     assert mask[24, 10] == 255  # the crowd over the big polygon is ignore
     assert mask[25, 30] == 1  # the big polygon elsewhere
-    second = rasterize(dataset.images["000002.jpg"], H, W, settings, 0)
+    second = rasterize(_images(dataset)["000002.jpg"], H, W, settings, 0)
     assert second[7, 7] == 1  # a small car inside a large crowd keeps its class
     assert second[20, 20] == 255  # the rest of the crowd is ignore
     assert second[33, 5] == 1  # equal areas: file order, the later annotation on top
-    empty = rasterize(dataset.images["000003.jpg"], H, W, settings, 0)
+    empty = rasterize(_images(dataset)["000003.jpg"], H, W, settings, 0)
     assert not empty.any()
 
 
@@ -208,7 +218,7 @@ def test_an_image_of_256_annotations_is_drawn_largest_first(tmp_path):
         "categories": [{"id": 1, "name": "car"}, {"id": 2, "name": "cat"}],
     }
     dataset = read_coco_file(_write(tmp_path, data))
-    mask = rasterize(dataset.images["a.jpg"], H, W, dataset.settings(), 0)
+    mask = rasterize(_images(dataset)["a.jpg"], H, W, dataset.settings(), 0)
     assert (mask[:5, :5] == 2).any() and mask[20, 20] == 1 and mask[35, 45] == 0
     rles = [_rle(_box(0, 0, 1 + i % 7, 1 + i % 5)) for i in range(300)]
     areas = [(1 + i % 7) * (1 + i % 5) for i in range(300)]
@@ -217,7 +227,7 @@ def test_an_image_of_256_annotations_is_drawn_largest_first(tmp_path):
 
 def test_records_travel_by_pickle(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
-    image = dataset.images["a/000001.jpg"]
+    image = _images(dataset)["a/000001.jpg"]
     settings = dataset.settings()
     copy = pickle.loads(pickle.dumps(image))
     np.testing.assert_array_equal(
@@ -230,7 +240,7 @@ def test_records_travel_as_json_lines_unchanged(tmp_path, name):
     """The staged line parses back to a record that rasterises to the same mask: polygons
     (float64 through shortest repr), compressed and uncompressed RLE, crowds, no annotations."""
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
-    image = dataset.images[name]
+    image = _images(dataset)[name]
     line = image_payload(image)
     assert "\n" not in line and line.isascii()
     copy = image_from_payload(line)
@@ -251,7 +261,7 @@ def test_records_travel_as_json_lines_unchanged(tmp_path, name):
 def test_a_problem_travels_with_its_record(tmp_path):
     data = _annotations_file()
     data["annotations"].append({"id": 99, "image_id": 2, "category_id": 5, "segmentation": []})
-    image = read_coco_file(_write(tmp_path, data)).images["000002.jpg"]
+    image = _images(read_coco_file(_write(tmp_path, data)))["000002.jpg"]
     with pytest.raises(RejectError, match="annotation 99"):
         rasterize(
             image_from_payload(image_payload(image)), H, W, ClassMaskSettings("classes", 4), 0
@@ -267,7 +277,7 @@ def test_a_line_it_did_not_write_is_a_value_error(line):
 def test_the_real_image_size_decides_and_must_agree(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
     with pytest.raises(RejectError) as caught:
-        rasterize(dataset.images["000002.jpg"], H + 1, W, dataset.settings(), 0)
+        rasterize(_images(dataset)["000002.jpg"], H + 1, W, dataset.settings(), 0)
     assert caught.value.reason == Reason.SIZE_MISMATCH
 
 
@@ -277,7 +287,7 @@ def test_sixteen_bit_class_ids(tmp_path):
     data["annotations"][0]["category_id"] = 1299
     dataset = read_coco_file(_write(tmp_path, data))
     settings = dataset.settings(ignore_index=65535)
-    mask = rasterize(dataset.images["a/000001.jpg"], H, W, settings, 0)
+    mask = rasterize(_images(dataset)["a/000001.jpg"], H, W, settings, 0)
     assert mask.dtype == np.uint16 and mask[13, 25] == 303 and mask[24, 10] == 65535
 
 
@@ -289,7 +299,7 @@ def _one_annotation(tmp_path, **annotation):
     data["annotations"] = [{"id": 99, "image_id": 3, "category_id": 3, **annotation}]
     dataset = read_coco_file(_write(tmp_path, data))
     with pytest.raises(RejectError) as caught:
-        rasterize(dataset.images["000003.jpg"], H, W, dataset.settings(), 0)
+        rasterize(_images(dataset)["000003.jpg"], H, W, dataset.settings(), 0)
     return caught.value
 
 
@@ -346,7 +356,7 @@ def test_empty_and_degenerate_segmentations_draw_nothing(tmp_path):
         },
     ]
     dataset = read_coco_file(_write(tmp_path, data))
-    image = dataset.images["000003.jpg"]
+    image = _images(dataset)["000003.jpg"]
     assert [a.annotation_id for a in image.annotations] == [3]
     assert len(image.annotations[0].polygons) == 1
     mask = rasterize(image, H, W, dataset.settings(), 0)
@@ -361,7 +371,7 @@ def test_orphan_annotations_are_counted(tmp_path):
         "not an annotation",
     ]
     dataset = read_coco_file(_write(tmp_path, data))
-    assert (dataset.orphan_annotations, dataset.orphan_example) == (3, 500)
+    assert dataset.orphan_annotations == 3
     assert dataset.num_annotations == 12
     assert dataset.metadata()["orphan_example_id"] == 500
 
@@ -427,7 +437,7 @@ def test_unknown_unlabeled_mode_is_an_error(tmp_path):
 def test_read_coco_takes_any_opener(tmp_path):
     payload = json.dumps(_annotations_file()).encode()
     dataset = read_coco(lambda: io.BytesIO(payload), "memory")
-    assert sorted(dataset.images) == ["000002.jpg", "000003.jpg", "a/000001.jpg"]
+    assert sorted(_images(dataset)) == ["000002.jpg", "000003.jpg", "a/000001.jpg"]
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -463,7 +473,7 @@ def peak():
 
 before = peak()
 if sys.argv[2] == "read_coco":
-    dataset = coco.read_coco_file(sys.argv[1])
+    dataset = coco.read_coco(lambda: open(sys.argv[1], "rb"), sys.argv[1])
     assert dataset.num_annotations == 12000
 else:
     with open(sys.argv[1], "rb") as f:

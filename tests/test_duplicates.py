@@ -513,7 +513,7 @@ def test_signature_confirms_copies_and_parts_distinct_images():
     flatter = ImageEnhance.Contrast(photo).enhance(1.15)
 
     def signature(image):
-        return dups.colour_signature(dups.thumbnail(image))
+        return dups._colour_signatures(dups.thumbnail(image)[None])[0]
 
     original = signature(photo)
     assert len(original) == 192
@@ -1194,7 +1194,7 @@ def test_keys_the_fractions_leave_out_are_never_read_nor_grouped(tmp_path):
 
 def test_hashes_made_in_a_batch_are_each_images_own(tmp_path):
     """The writers hash a few hundred thumbnails per call (dups.fingerprints); every image
-    gets exactly the bits that the per-image functions give it: photos, random pixels, flat
+    gets exactly the bits that hashing it alone gives it: photos, random pixels, flat
     and posterised thumbnails, in batches of one and of many."""
     photos = _distinct_dataset(tmp_path / "data", count=6)
     rng = np.random.default_rng(3)
@@ -1207,8 +1207,8 @@ def test_hashes_made_in_a_batch_are_each_images_own(tmp_path):
     assert [dups.fingerprints([image])[0] for image in images[:20]] == batched[:20]
     for thumb, hashes in zip(thumbs, batched, strict=True):
         grey = np.asarray(Image.fromarray(thumb).convert("L"), dtype=np.float64)
-        assert hashes.phash == dups.phash_of_grey(grey)
-        assert hashes.signature == dups.colour_signature(thumb)
+        assert hashes.phash == dups._phashes(grey[None])[0]
+        assert hashes.signature == dups._colour_signatures(thumb[None])[0]
 
 
 def test_band_buckets_gathered_per_band_are_each_images_bands():

@@ -11,11 +11,16 @@ from transforms.codecs.mask import (
     _largest_error,
     _thresholds_back,
     binarize,
-    decode_mask_threshold,
     encode_mask,
     load_mask,
 )
+from transforms.format.features import MASK_THRESHOLD
 from transforms.rejects import Reason, RejectError
+
+
+def decode_mask_threshold(encoded: bytes) -> np.ndarray:
+    """Boolean foreground of a stored mask, as a reader sees it."""
+    return np.asarray(Image.open(io.BytesIO(encoded)).convert("L")) >= MASK_THRESHOLD
 
 
 def test_mat_v5_mask_loads_as_2d():

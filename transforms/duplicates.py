@@ -70,14 +70,10 @@ def _dct_matrix(n: int) -> np.ndarray:
     return matrix
 
 
-def phash_of_grey(grey: np.ndarray) -> int:
-    """64-bit hash of a 32x32 grey array: bit i set when low coefficient i is above the
-    median of the 63 non-DC ones (row-major over the 8x8 block, DC bit always 0)."""
-    return _phashes(np.asarray(grey, dtype=np.float64)[None])[0]
-
-
 def _phashes(grey: np.ndarray) -> list[int]:
-    """phash_of_grey of each of a (count, 32, 32) float64 stack, in a few numpy calls."""
+    """The 64-bit hash of each of a (count, 32, 32) float64 grey stack, in a few numpy calls:
+    bit i set when low coefficient i is above the median of the 63 non-DC ones (row-major
+    over the 8x8 block, DC bit always 0)."""
     count = len(grey)
     matrix = _dct_matrix(_SIDE)[:_LOW]  # only the low 8x8 coefficients are kept
     low = (matrix @ grey @ matrix.T).reshape(count, _LOW * _LOW)
@@ -137,19 +133,14 @@ def fingerprints(images: Sequence[Unhashed]) -> list[ImageHash]:
     ]
 
 
-def colour_signature(thumb: np.ndarray) -> bytes:
-    """SIGNATURE_SIDE^2 x 3 signed bytes: the thumbnail's colours box-filtered, minus their
-    one mean over every pixel and channel, scaled to +-127. One mean for all channels, not
-    one per channel, so the background's and the clothes' colours count; brightness (a
-    factor) and contrast (a blend with the mean grey) change only that mean and the scale,
-    which the correlation ignores. A flat image is all zeros, correlated with nothing but
-    itself."""
-    return _colour_signatures(thumb[None])[0]
-
-
 def _colour_signatures(thumbs: np.ndarray) -> list[bytes]:
-    """colour_signature of each of a stack of thumbnails. The box sums are of integers, so
-    exact in any order: each signature is the one its thumbnail gets alone."""
+    """The colour signature of each of a stack of thumbnails: SIGNATURE_SIDE^2 x 3 signed
+    bytes, the thumbnail's colours box-filtered, minus their one mean over every pixel and
+    channel, scaled to +-127. One mean for all channels, not one per channel, so the
+    background's and the clothes' colours count; brightness (a factor) and contrast (a blend
+    with the mean grey) change only that mean and the scale, which the correlation ignores.
+    A flat image is all zeros, correlated with nothing but itself. The box sums are of
+    integers, so exact in any order: each signature is the one its thumbnail gets alone."""
     block = THUMB_SIDE // SIGNATURE_SIDE
     count = len(thumbs)
     shape = (count * SIGNATURE_SIDE, block, SIGNATURE_SIDE, block, 3)

@@ -504,11 +504,3 @@ def encode_class_mask(ids: np.ndarray, settings: ClassMaskSettings) -> bytes:
     out = io.BytesIO()
     Image.fromarray(ids).save(out, format="PNG", optimize=False, compress_level=PNG_COMPRESS_LEVEL)
     return out.getvalue()
-
-
-def decode_class_mask(encoded: bytes) -> np.ndarray:
-    """Stored class ids [H, W] (uint8 or uint16), as verify and the tests read them."""
-    image = Image.open(io.BytesIO(encoded), formats=("PNG",))
-    if image.format != "PNG" or image.mode not in ("L", "I;16"):
-        raise ValueError(f"not a stored class-id mask: {image.format} {image.mode}")
-    return np.asarray(image)

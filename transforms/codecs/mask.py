@@ -483,8 +483,3 @@ def _error_bound(table: tuple[int, ...]) -> float:
     if len(table) != 64 or min(table) < 1:
         return float("inf")
     return sum(step / 2 + 1 for step in table) / 4 + 1
-
-
-def decode_mask_threshold(encoded: bytes) -> np.ndarray:
-    """Boolean foreground of a stored mask, as a reader sees it."""
-    return np.asarray(Image.open(io.BytesIO(encoded)).convert("L")) >= MASK_THRESHOLD

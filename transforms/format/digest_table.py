@@ -141,13 +141,3 @@ class SortedTable:
                 return None
             position, buffer = position + end + 1, buffer[end + 1 :]
         return None
-
-
-def local_table(path: str) -> SortedTable:
-    """A SortedTable over a local file (each probe one pread; the descriptor stays open for
-    the table's life)."""
-    import os
-
-    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-    size = os.fstat(descriptor).st_size
-    return SortedTable(lambda offset, length: os.pread(descriptor, length, offset), size)

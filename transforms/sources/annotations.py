@@ -183,11 +183,6 @@ class AnnotatedDataset:
         for payload in read_record_file(self.records, STAGED_RECORD_BYTES):
             yield pickle.loads(payload)
 
-    @property
-    def images(self) -> dict[str, AnnotatedImage]:
-        """Every image by file_name, all in memory: for small files and tests only."""
-        return {name: image_from_payload(payload) for _, name, payload in self.staged()}
-
     def fill_value(self, ignore_index: int) -> int:
         """The value of pixels no shape covers."""
         if self.unlabeled != "background":

@@ -63,14 +63,6 @@ class CocoCategory:
     supercategory: str | None
 
 
-@dataclasses.dataclass(frozen=True)
-class CocoDataset(AnnotatedDataset):
-    """An AnnotatedDataset that also keeps how COCO's category ids became class ids."""
-
-    categories: tuple[CocoCategory, ...] = ()  # by class id
-    orphan_example: int | None = None  # the id of the first orphan annotation, to look it up
-
-
 def read_coco(
     open_file: Callable[[], IO[bytes]],
     source: str,
@@ -78,7 +70,7 @@ def read_coco(
     unlabeled: str = DEFAULT_COCO_UNLABELED,
     class_names: tuple[str, ...] | None = None,
     limits: InputLimits = DEFAULT_LIMITS,
-) -> CocoDataset:
+) -> AnnotatedDataset:
     """Stream a COCO JSON (a shape check, then three passes: categories, images, annotations)
     into staged images in a temporary folder, with memory flat in the file's size.
 
@@ -130,7 +122,7 @@ def read_coco(
     if names is None:
         names = tuple(category.name for category in categories)
         names = (BACKGROUND_NAME, *names) if unlabeled == "background" else names
-    return CocoDataset(
+    return AnnotatedDataset(
         "coco",
         tuple(names),
         unlabeled,
@@ -140,12 +132,10 @@ def read_coco(
         _description(categories, unlabeled, class_names is not None, total, orphans),
         records,
         folder,
-        categories,
-        orphans.example,
     )
 
 
-def _read(path: str, request: ReadRequest) -> CocoDataset:
+def _read(path: str, request: ReadRequest) -> AnnotatedDataset:
     return read_coco(
         lambda: open_regular(path),
         request.origin,
@@ -243,11 +233,6 @@ def _join(
     while pending is not None:
         orphans.add(pending[0][1], {"id": pending[1][0]})
         pending = next(annotations, None)
-
-
-def read_coco_file(path: str, *, unlabeled: str = DEFAULT_COCO_UNLABELED) -> CocoDataset:
-    """`read_coco` of a local file."""
-    return read_coco(lambda: open(path, "rb"), path, unlabeled=unlabeled)
 
 
 def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Iterator[Any]:
