@@ -20,6 +20,7 @@ from beam_pipeline.job.write_shards import WriteShards
 from beam_pipeline.runtime import output_protocol
 from tests.helpers.images import blob_mask, rgb_jpeg
 from tests.helpers.runs import RUNNER_ARGS
+from tests.helpers.shard_plan import shard_specs
 from transforms.files import normalize_dir
 from transforms.format import digest_table
 from transforms.format.naming import SPLITS
@@ -33,7 +34,6 @@ from transforms.splits import (
     plan_num_shards,
     seed_keys,
     shard_hash,
-    shard_specs,
 )
 
 

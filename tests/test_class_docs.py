@@ -18,6 +18,7 @@ from PIL import Image
 
 from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
+from beam_pipeline.commands.inspect_sheet.drawing import _tile_box
 from beam_pipeline.commands.sample_data import write_sample_data
 from tests.helpers.class_outputs import (
     check_output,
@@ -28,6 +29,7 @@ from tests.helpers.class_outputs import (
     write_coco_set,
 )
 from tests.helpers.images import encode, rgb_jpeg
+from tests.helpers.runs import expected_rejects
 from transforms.class_stats import ClassStats
 from transforms.codecs.class_mask import class_mask_settings, parse_class_names, parse_colormap
 from transforms.format.dataset_info import ClassesInfo
@@ -109,7 +111,7 @@ def _voc(root: Path) -> tuple[dict, dict]:
         for path in (root / "VOCdevkit/VOC2012/SegmentationClass").iterdir()
         if path.stem not in made.broken
     }
-    return expected, {key: reason.value for key, reason in made.expected_rejects().items()}
+    return expected, {key: reason.value for key, reason in expected_rejects(made).items()}
 
 
 def _grey(
@@ -334,7 +336,7 @@ def test_inspect_colours_classes_with_a_legend(docs_runs, monkeypatch):
     for index, key in enumerate(sheet.keys):
         ids = stored[key][1]
         shown |= set(np.unique(ids).tolist())
-        left, top, right, bottom = sheet.tile_box(index, 1)
+        left, top, right, bottom = _tile_box(index, 1, sheet.tile_size)
         tile = written[top:bottom, left:right]
         expected = np.asarray(
             Image.fromarray(colours[ids]).resize((right - left, bottom - top), Image.NEAREST)

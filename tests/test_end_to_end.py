@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from beam_pipeline.launch import launcher
-from tests.helpers.runs import job_args
+from tests.helpers.runs import expected_rejects, job_args
 from transforms.format import features
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE
 
@@ -53,7 +53,7 @@ def test_every_key_accounted_for_exactly_once(sample_dataset, prepared):
 def test_broken_entries_rejected_with_the_right_reasons(sample_dataset, prepared):
     output_dir, result = prepared
     rejects = _rejects(output_dir)
-    expected = {key: reason.value for key, reason in sample_dataset.expected_rejects().items()}
+    expected = {key: reason.value for key, reason in expected_rejects(sample_dataset).items()}
     assert len(expected) == 6  # one of each breakage kind
     assert {key: line["reason"] for key, line in rejects.items()} == expected
     assert all(line["detail"] for line in rejects.values())

@@ -19,7 +19,7 @@ import shard_reader
 from beam_pipeline.commands.sample_data import write_sample_data
 from beam_pipeline.launch import launcher
 from tests.helpers.gcs_server import gcs, metadata_server_watch  # noqa: F401 - gcs: the fixture
-from tests.helpers.runs import RUNNER_ARGS
+from tests.helpers.runs import RUNNER_ARGS, expected_rejects
 from transforms.format.dataset_info import DatasetInfo
 from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, REJECTS_FILE, parse_shard_name
 
@@ -79,7 +79,7 @@ def test_output_is_published_in_the_bucket_and_nothing_else(gcs, job):  # noqa: 
 def test_every_entry_is_accounted_for_with_the_right_reason(gcs, raw, job):  # noqa: F811
     rejects = [json.loads(line) for line in gcs.read(f"prepared/{REJECTS_FILE}").splitlines()]
     assert {r["key"]: r["reason"] for r in rejects} == {
-        key: reason.value for key, reason in raw.expected_rejects().items()
+        key: reason.value for key, reason in expected_rejects(raw).items()
     }
     for reject in rejects:
         if reject["image"]:

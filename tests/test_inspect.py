@@ -18,7 +18,9 @@ from PIL import Image, ImageFile
 from beam_pipeline import cli
 from beam_pipeline.commands import inspect_sheet
 from beam_pipeline.commands.inspect_sheet import build_sheet
+from beam_pipeline.commands.inspect_sheet.drawing import _tile_box
 from shard_reader.decoding import FEATURE_SPEC
+from tests.helpers.runs import expected_rejects
 from transforms.format import features
 from transforms.format.naming import METADATA_FILE, REJECTS_FILE, run_dir
 from transforms.rejects import Reason
@@ -75,7 +77,7 @@ def test_mask_tiles_show_the_stored_masks(prepared):
             SAMPLE_TILE, Image.NEAREST
         )
         expected = np.asarray(expected) >= 128
-        left, top, right, bottom = sheet.tile_box(index, 1)
+        left, top, right, bottom = _tile_box(index, 1, sheet.tile_size)
         tile = pixels[top:bottom, left:right]
         assert 0.05 < expected.mean() < 0.95, key  # both classes present, so the check can fail
         white = (tile >= 250).all(axis=2)
@@ -84,8 +86,8 @@ def test_mask_tiles_show_the_stored_masks(prepared):
         assert np.array_equal(black, ~expected), key
 
         # Overlay: untouched image outside the mask, tinted inside it.
-        image = _tile(pixels, sheet.tile_box(index, 0))
-        overlay = _tile(pixels, sheet.tile_box(index, 2))
+        image = _tile(pixels, _tile_box(index, 0, sheet.tile_size))
+        overlay = _tile(pixels, _tile_box(index, 2, sheet.tile_size))
         assert np.array_equal(overlay[~expected], image[~expected]), key
         changed = (overlay != image).any(axis=2)
         assert changed[expected].mean() > 0.95, key
@@ -117,12 +119,12 @@ def test_rejects_sheet(prepared, sample_dataset, tmp_path, capsys):
     sheet = build_sheet(str(output_dir), "train", 16, rejects=True)
     lines = (output_dir / REJECTS_FILE).read_text().splitlines()
     assert sheet.keys == [json.loads(line)["key"] for line in lines]
-    assert set(sheet.keys) == set(sample_dataset.expected_rejects())
+    assert set(sheet.keys) == set(expected_rejects(sample_dataset))
     pixels = np.asarray(sheet.image)
-    by_reason = {reason: key for key, reason in sample_dataset.expected_rejects().items()}
+    by_reason = {reason: key for key, reason in expected_rejects(sample_dataset).items()}
 
     def image_tile(reason: Reason) -> np.ndarray:
-        return _tile(pixels, sheet.tile_box(sheet.keys.index(by_reason[reason]), 0))
+        return _tile(pixels, _tile_box(sheet.keys.index(by_reason[reason]), 0, sheet.tile_size))
 
     grey = image_tile(Reason.MISSING_IMAGE)
     assert (grey[:20] == inspect_sheet.UNAVAILABLE).all()  # above the centred label

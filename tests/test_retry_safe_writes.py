@@ -68,6 +68,10 @@ def _source(path: Path) -> SourceFile:
     return SourceFile(str(path), path.stat().st_size)
 
 
+def _is_attempt_file(name: str) -> bool:
+    return attempts.ATTEMPT_MARK in name.rsplit("/", 1)[-1]
+
+
 def _files(folder: str) -> list[str]:
     root = Path(folder)
     return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
@@ -87,7 +91,7 @@ def _assert_each_key_once_and_nothing_stray(run: Run) -> dict:
     listed = DatasetInfo.from_json(info).listed_files()
     published = [name for name in _files(run.out) if not name.startswith(".segprep/")]
     assert sorted(published) == sorted([*listed, METADATA_FILE, REJECTS_FILE])
-    assert not [name for name in _files(run.out) if attempts.is_attempt_file(name)]
+    assert not [name for name in _files(run.out) if _is_attempt_file(name)]
     assert _files(os.path.join(run.out, ".segprep")) == [MANIFEST_FILE.split("/", 1)[1]]
     return info
 
@@ -142,7 +146,7 @@ def test_a_bundle_that_failed_halfway_then_ran_again_publishes_each_key_once(run
     with pytest.raises(FileNotFoundError):
         run.bundle()
     (run.staged / "index-away").rename(index)
-    stray = [name for name in _files(run.staged) if attempts.is_attempt_file(name)]
+    stray = [name for name in _files(run.staged) if _is_attempt_file(name)]
     assert len(stray) == 1 and stray[0].startswith(SPECS[0].name)
     retried = run.bundle()
     run.commit(retried)  # the runner delivers only the attempt that succeeded

@@ -1,5 +1,6 @@
 import pytest
 
+from tests.helpers.shard_plan import shard_specs
 from transforms.format.naming import SPLITS
 from transforms.splits import (
     MIN_SHARDS,
@@ -11,7 +12,6 @@ from transforms.splits import (
     plan_num_shards,
     seed_keys,
     shard_hash,
-    shard_specs,
 )
 
 KEYS = [f"{i:05d}" for i in range(5000)]

@@ -197,14 +197,6 @@ def num_shards_note(requested: int | None, planned: int) -> str | None:
     )
 
 
-def shard_specs(
-    plan: Mapping[str, int], record_format: str = record_formats.DEFAULT
-) -> list[ShardSpec]:
-    return [
-        ShardSpec(split, i, n, record_format) for split, n in sorted(plan.items()) for i in range(n)
-    ]
-
-
 def seed_keys(hashed_keys: Iterable[tuple[int, str]], num_shards: int) -> list[str]:
     """The keys that open shards 0..n-1: the split's n smallest (shard_hash, key) pairs.
 

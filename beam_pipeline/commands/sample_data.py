@@ -79,9 +79,6 @@ class SampleSummary:
     def breakages(self) -> dict[str, Reason]:
         return BREAKAGES if self.classes is None else CLASS_BREAKAGES
 
-    def expected_rejects(self) -> dict[str, Reason]:
-        return {key: self.breakages[kind] for key, kind in self.broken.items()}
-
     def planted_lines(self, shown: int = 8) -> list[str]:
         """What was planted, for the command's output: the duplicate search should find it."""
         if self.classes is not None:

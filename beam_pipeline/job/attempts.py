@@ -36,10 +36,6 @@ def attempt_name(staged_name: str, attempt: str) -> str:
     return f"{staged_name}{ATTEMPT_MARK}{attempt}" if attempt else staged_name
 
 
-def is_attempt_file(name: str) -> bool:
-    return ATTEMPT_MARK in name.rsplit("/", 1)[-1]
-
-
 def one_per_shard(shards: Iterable[Shard]) -> list[Shard]:
     """One result per shard name, the same whatever the order or number of deliveries: the
     smallest attempt id; in the order each shard first came."""

@@ -18,3 +18,8 @@ def job_args(dataset, output_dir, *extra: str) -> list[str]:
         *extra,
         *RUNNER_ARGS,
     ]
+
+
+def expected_rejects(dataset) -> dict:
+    """key -> Reason of each entry a sample dataset (write_sample_data) broke on purpose."""
+    return {key: dataset.breakages[kind] for key, kind in dataset.broken.items()}

@@ -51,10 +51,6 @@ class Sheet:
     tile_size: tuple[int, int]  # (width, height) of each tile
     legend: tuple[tuple[str, tuple[int, int, int]], ...] = ()  # (label, colour) shown
 
-    def tile_box(self, index: int, column: int) -> tuple[int, int, int, int]:
-        """(left, top, right, bottom) of entry `index`'s tile: 0 image, 1 mask, 2 overlay."""
-        return _tile_box(index, column, self.tile_size)
-
 
 def _cell_size(tile: tuple[int, int]) -> tuple[int, int]:
     return 3 * tile[0] + 2 * TILE_GAP, tile[1] + CAPTION_HEIGHT
@@ -82,6 +78,7 @@ def _legend_rows(items: int, width: int) -> int:
 
 
 def _tile_box(index: int, column: int, tile: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of entry `index`'s tile: 0 image, 1 mask, 2 overlay."""
     cell_width, cell_height = _cell_size(tile)
     row, cell = divmod(index, COLUMNS)
     left = MARGIN + cell * (cell_width + CELL_GAP) + column * (tile[0] + TILE_GAP)
