@@ -114,7 +114,6 @@ def test_a_coco_record_pairs_only_with_the_file_it_names():
 def test_coco_layout_lists_only_the_image_folder():
     layout = Layout("/img/", None, "/img/coco.json")
     assert layout.roots() == (("/img/", Role.IMAGE),) and not layout.one_folder
-    assert layout.inputs == ("/img/", "/img/coco.json")
     assert layout.is_input_file("/img/coco.json") and not layout.is_input_file("/img/a.jpg")
     for mask_dir, annotations in ((None, None), ("/m/", "/c.json")):
         with pytest.raises(ValueError):

@@ -48,7 +48,6 @@ class LineTooLongError(ValueError):
 class FileStat:
     size: int  # bytes
     mtime_ns: int  # last modification, nanoseconds since the epoch
-    is_file: bool  # a regular file (local) or an object (gs://)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -449,11 +448,11 @@ def stat(path: str | os.PathLike) -> FileStat:
     """Size and modification time of a file or object (a local link is followed)."""
     if not is_remote(path):
         info = os.stat(path)
-        return FileStat(info.st_size, info.st_mtime_ns, stat_module.S_ISREG(info.st_mode))
+        return FileStat(info.st_size, info.st_mtime_ns)
     blob = _blob(str(path))
     updated = blob.updated
     mtime = int(updated.timestamp() * 1e9) if updated is not None else 0
-    return FileStat(blob.size, mtime, True)
+    return FileStat(blob.size, mtime)
 
 
 def makedirs(path: str | os.PathLike) -> None:

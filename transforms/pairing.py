@@ -115,13 +115,6 @@ class Layout:
     def one_folder(self) -> bool:
         return self.image_dir == self.mask_dir
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        """Every input location: the folders, and the annotations file."""
-        if self.mask_dir is None:
-            return (self.image_dir, self.annotations)
-        return (self.image_dir,) if self.one_folder else (self.image_dir, self.mask_dir)
-
     def roots(self) -> tuple[tuple[str, Role | None], ...]:
         """(folder, role of every file in it); None: the file name decides."""
         if self.one_folder:

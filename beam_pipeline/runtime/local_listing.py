@@ -61,7 +61,6 @@ class LocalListing:
     folder: tempfile.TemporaryDirectory = dataclasses.field(compare=False, repr=False)
     ignored: int = 0  # files matching --ignore_files: counted, never read
     unlabeled: int = 0  # images without a mask under --images_without_mask skip
-    missing_listed: Mapping[str, int] = dataclasses.field(default_factory=dict)  # split -> keys
     side_files: int = 0  # files of the mask folder that --mask_suffix says are no masks
     side_kinds: tuple[tuple[str, int], ...] = ()  # (ending, count), most common first
 
@@ -195,7 +194,6 @@ def list_local(
         folder,
         ignored=ignored,
         unlabeled=unlabeled,
-        missing_listed=dict(missing_listed),
         side_files=side.count,
         side_kinds=side.described(),
     )
