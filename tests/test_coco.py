@@ -15,7 +15,7 @@ import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
-from transforms.codecs.class_mask import ClassMaskSettings
+from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.rejects import Reason, RejectError
 from transforms.sources.annotations import image_from_payload, image_payload
 from transforms.sources.coco import read_coco
@@ -130,6 +130,12 @@ def _images(dataset) -> dict:
     return {name: image_from_payload(payload) for _, name, payload in dataset.staged()}
 
 
+def _settings(dataset, ignore_index: int | None = None) -> ClassMaskSettings:
+    return class_mask_settings(
+        "classes", class_names=dataset.class_names, ignore_index=ignore_index
+    )
+
+
 def _reference(path: str, image_id: int, class_of: dict, fill: int, ignore: int) -> np.ndarray:
     """pycocotools' own masks (COCO.annToMask), painted in the documented order."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -150,7 +156,7 @@ def _reference(path: str, image_id: int, class_of: dict, fill: int, ignore: int)
 def test_rasterisation_equals_ann_to_mask_composition(tmp_path, unlabeled):
     path = _write(tmp_path, _annotations_file())
     dataset = read_coco_file(path, unlabeled=unlabeled)
-    settings = dataset.settings()
+    settings = _settings(dataset)
     fill = dataset.fill_value(settings.ignore_index)
     class_of = {c["coco_id"]: c["class_id"] for c in dataset.metadata()["categories"]}
     for image in _images(dataset).values():
@@ -168,7 +174,7 @@ def test_category_ids_map_to_contiguous_class_ids(tmp_path):
         (90, 3, "toothbrush"),
     ]
     assert dataset.class_names == ("background", "car", "train", "toothbrush")
-    settings = dataset.settings()
+    settings = _settings(dataset)
     assert (settings.num_classes, settings.ignore_index) == (4, 255)
     metadata = json.loads(json.dumps(dataset.metadata()))
     assert metadata["categories"][2] == {
@@ -185,7 +191,7 @@ def test_category_ids_map_to_contiguous_class_ids(tmp_path):
 
 def test_small_objects_are_drawn_over_large_ones_whatever_the_file_order(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
-    settings = dataset.settings()
+    settings = _settings(dataset)
     mask = rasterize(_images(dataset)["a/000001.jpg"], H, W, settings, 0)
     assert mask[13, 25] == 2  # the triangle (train), listed before the big car polygon
     assert mask[24, 10] == 255  # the crowd over the big polygon is ignore
@@ -218,7 +224,7 @@ def test_an_image_of_256_annotations_is_drawn_largest_first(tmp_path):
         "categories": [{"id": 1, "name": "car"}, {"id": 2, "name": "cat"}],
     }
     dataset = read_coco_file(_write(tmp_path, data))
-    mask = rasterize(_images(dataset)["a.jpg"], H, W, dataset.settings(), 0)
+    mask = rasterize(_images(dataset)["a.jpg"], H, W, _settings(dataset), 0)
     assert (mask[:5, :5] == 2).any() and mask[20, 20] == 1 and mask[35, 45] == 0
     rles = [_rle(_box(0, 0, 1 + i % 7, 1 + i % 5)) for i in range(300)]
     areas = [(1 + i % 7) * (1 + i % 5) for i in range(300)]
@@ -228,7 +234,7 @@ def test_an_image_of_256_annotations_is_drawn_largest_first(tmp_path):
 def test_records_travel_by_pickle(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
     image = _images(dataset)["a/000001.jpg"]
-    settings = dataset.settings()
+    settings = _settings(dataset)
     copy = pickle.loads(pickle.dumps(image))
     np.testing.assert_array_equal(
         rasterize(copy, H, W, settings, 0), rasterize(image, H, W, settings, 0)
@@ -252,7 +258,7 @@ def test_records_travel_as_json_lines_unchanged(tmp_path, name):
     for theirs, ours in zip(copy.annotations, image.annotations, strict=True):
         for polygon, original in zip(theirs.polygons, ours.polygons, strict=True):
             assert polygon.dtype == np.float64 and np.array_equal(polygon, original)
-    settings = dataset.settings()
+    settings = _settings(dataset)
     np.testing.assert_array_equal(
         rasterize(copy, H, W, settings, 255), rasterize(image, H, W, settings, 255)
     )
@@ -277,7 +283,7 @@ def test_a_line_it_did_not_write_is_a_value_error(line):
 def test_the_real_image_size_decides_and_must_agree(tmp_path):
     dataset = read_coco_file(_write(tmp_path, _annotations_file()))
     with pytest.raises(RejectError) as caught:
-        rasterize(_images(dataset)["000002.jpg"], H + 1, W, dataset.settings(), 0)
+        rasterize(_images(dataset)["000002.jpg"], H + 1, W, _settings(dataset), 0)
     assert caught.value.reason == Reason.SIZE_MISMATCH
 
 
@@ -286,7 +292,7 @@ def test_sixteen_bit_class_ids(tmp_path):
     data["categories"] += [{"id": 1000 + i, "name": f"extra{i}"} for i in range(300)]
     data["annotations"][0]["category_id"] = 1299
     dataset = read_coco_file(_write(tmp_path, data))
-    settings = dataset.settings(ignore_index=65535)
+    settings = _settings(dataset, ignore_index=65535)
     mask = rasterize(_images(dataset)["a/000001.jpg"], H, W, settings, 0)
     assert mask.dtype == np.uint16 and mask[13, 25] == 303 and mask[24, 10] == 65535
 
@@ -299,7 +305,7 @@ def _one_annotation(tmp_path, **annotation):
     data["annotations"] = [{"id": 99, "image_id": 3, "category_id": 3, **annotation}]
     dataset = read_coco_file(_write(tmp_path, data))
     with pytest.raises(RejectError) as caught:
-        rasterize(_images(dataset)["000003.jpg"], H, W, dataset.settings(), 0)
+        rasterize(_images(dataset)["000003.jpg"], H, W, _settings(dataset), 0)
     return caught.value
 
 
@@ -359,7 +365,7 @@ def test_empty_and_degenerate_segmentations_draw_nothing(tmp_path):
     image = _images(dataset)["000003.jpg"]
     assert [a.annotation_id for a in image.annotations] == [3]
     assert len(image.annotations[0].polygons) == 1
-    mask = rasterize(image, H, W, dataset.settings(), 0)
+    mask = rasterize(image, H, W, _settings(dataset), 0)
     assert set(np.unique(mask).tolist()) == {0, 2}
 
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from transforms.codecs.class_mask import ClassMaskSettings, class_mask_settings
 from transforms.files import open_regular
 from transforms.format.features import DEFAULT_COCO_UNLABELED as DEFAULT_UNLABELED
 from transforms.limits import DEFAULT_LIMITS, STAGED_RECORD_BYTES, InputLimits, TooLargeError
@@ -188,11 +187,6 @@ class AnnotatedDataset:
         if self.unlabeled != "background":
             return ignore_index
         return self.class_names.index(BACKGROUND_NAME)
-
-    def settings(self, ignore_index: int | None = None) -> ClassMaskSettings:
-        return class_mask_settings(
-            "classes", class_names=self.class_names, ignore_index=ignore_index
-        )
 
     def metadata(self) -> dict[str, Any]:
         """For metadata.json (classes.coco, its name in every output so far)."""
