@@ -8,8 +8,9 @@ from transforms.pairing import (
     annotated_entry,
     image_key,
     is_hidden,
+    keyed_row,
     mask_key,
-    pair_files,
+    pair_sorted,
     resolve_pair,
     unrecognized,
 )
@@ -46,10 +47,10 @@ def test_unrecognized_files_are_keyed_by_full_path_never_colliding_with_entries(
         (Role.IMAGE, "00105", SourceFile("/d/i/00105.jpg", 5)),
         (Role.MASK, "00105", SourceFile("/d/m/00105.mat", 5)),
     ]
-    entries = pair_files(files, [unrecognized("/d/i/00105", Role.IMAGE)])
-    assert [pair.key for pair in entries.pairs] == ["00105"]
-    assert [reject.key for reject in entries.rejects] == ["/d/i/00105"]
-    assert entries.discovered == 2
+    rows = sorted(keyed_row(key, role, n, source) for n, (role, key, source) in enumerate(files))
+    outcomes = list(pair_sorted(rows))
+    assert [type(o) for o in outcomes] == [Pair] and outcomes[0].key == "00105"
+    assert unrecognized("/d/i/00105", Role.IMAGE).key == "/d/i/00105"
 
 
 def test_a_fifo_or_device_under_a_data_name_is_rejected_as_not_a_file():

@@ -362,18 +362,6 @@ def _name(source: SourceFile | AnnotatedEntry) -> str:
     return source.name if isinstance(source, AnnotatedEntry) else basename(source.path)
 
 
-@dataclasses.dataclass(frozen=True)
-class Entries:
-    """The outcome of pairing a listing: pairs, and a reject for every other entry or file."""
-
-    pairs: tuple[Pair, ...]
-    rejects: tuple[Reject, ...]
-
-    @property
-    def discovered(self) -> int:
-        return len(self.pairs) + len(self.rejects)
-
-
 # A keyed row: ((key, role, sequence number), source). The sequence number settles ties, so
 # sources are never compared and rows can go through an external sort (transforms/spill.py).
 KeyedRow = tuple[tuple[str, str, int], "SourceFile | AnnotatedEntry"]
@@ -394,23 +382,6 @@ def pair_sorted(
         for (_, role, _), source in group:
             (images if role == Role.IMAGE else masks).append(source)
         yield resolve_pair(key, images, masks, annotations, skip_unlabeled)
-
-
-def pair_files(
-    keyed: Iterable[tuple[Role, str, SourceFile | AnnotatedEntry]],
-    file_rejects: Iterable[Reject] = (),
-    annotations: str | None = None,
-) -> Entries:
-    """Group classified files (and the export's image records, as masks) by key and
-    resolve each key; in key order. In memory: the launcher streams through `pair_sorted`."""
-    rows = sorted(
-        keyed_row(key, role, sequence, source) for sequence, (role, key, source) in enumerate(keyed)
-    )
-    pairs: list[Pair] = []
-    rejects: list[Reject] = list(file_rejects)
-    for outcome in pair_sorted(rows, annotations):
-        (pairs if isinstance(outcome, Pair) else rejects).append(outcome)
-    return Entries(tuple(pairs), tuple(sorted(rejects)))
 
 
 @dataclasses.dataclass(frozen=True)
