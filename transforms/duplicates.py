@@ -207,9 +207,7 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     return chroma is None or chroma >= MIN_CHROMA_SIMILARITY
 
 
-def perceptual_hash(
-    image_bytes: bytes, max_pixels: int | None = None, *, mirrored: bool = False
-) -> int:
+def perceptual_hash(image_bytes: bytes, *, mirrored: bool = False) -> int:
     """The 64-bit perceptual hash the job gives an image's bytes: the same decode (a kept
     RGB JPEG drafted as codecs/image.validate_image drafts it), thumbnail and DCT, so a tool
     that plants or checks copies (sample-data, the benchmarks) sees the job's distances.
@@ -217,14 +215,9 @@ def perceptual_hash(
     UnhashableImage when the bytes cannot be decoded."""
     try:
         with Image.open(io.BytesIO(image_bytes)) as image:
-            width, height = image.size
-            if max_pixels is not None and width * height > max_pixels:
-                raise UnhashableImage(f"{width}x{height} is over the pixel limit")
             if image.format == "JPEG" and image.mode == "RGB":
                 image.draft(None, (2 * THUMB_SIDE, 2 * THUMB_SIDE))
             thumb = thumbnail(image)
-    except UnhashableImage:
-        raise
     except Exception as error:  # noqa: BLE001 - decoders raise many undocumented types
         raise UnhashableImage(f"{type(error).__name__}: {error}") from None
     if mirrored:
