@@ -228,6 +228,21 @@ def test_cvat_declaring_an_unknown_encoding_is_one_line(tmp_path):
     _usage_error(done, "cvat.xml", "not valid XML", "x-nonexistent")
 
 
+@pytest.mark.parametrize("encoding", ["shift_jis", "idna"])
+def test_cvat_declaring_an_encoding_the_parser_cannot_read_is_one_line_naming_it(
+    tmp_path, encoding
+):
+    """pyexpat reads only single-byte declared encodings: its ValueError ("multi-byte
+    encodings are not supported", or the codec's own) was the whole line, naming no file."""
+    _images(tmp_path, "a.jpg")
+    text = _cvat([_cvat_image("a.jpg", "")], labels=("猫",)).replace(
+        'version="1.0"', f'version="1.0" encoding="{encoding}"'
+    )
+    (tmp_path / "cvat.xml").write_bytes(text.encode("shift_jis"))
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "not valid XML", "declared encoding", "UTF-8")
+
+
 # --- Label Studio ------------------------------------------------------------------------------
 
 
