@@ -522,6 +522,31 @@ def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_
     assert _stored(tmp_path) == 1
 
 
+def test_a_file_named_like_an_export_records_key_beside_the_export_is_one_reject_with_it(tmp_path):
+    """A record naming no image is keyed `EXPORT#file_name`; a listed file's reject is keyed
+    by its full path, so a file named `cvat.xml#notes.bmp` beside `cvat.xml` had that key
+    too: two rejects of one key, AccountingError, nothing published."""
+    _images(tmp_path, "ok.jpg")
+    folder = tmp_path / "images"
+    cvat = folder / "cvat.xml"
+    Image.new("RGB", (W, H)).save(folder / "cvat.xml#notes.bmp", format="BMP")
+    (folder / "cvat.xml#alone.txt").write_text("a file named so, with no record of its key")
+    names = ["ok.jpg", "notes.bmp", "twice.txt", "twice.txt"]
+    cvat.write_text(_cvat([_cvat_image(name, "") for name in names]))
+    (folder / "cvat.xml#twice.txt").write_text("named like two records' key")
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(cvat)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        f"{cvat}#notes.bmp": "duplicate_key",
+        f"{cvat}#alone.txt": "unrecognized_file",
+        f"{cvat}#twice.txt": "duplicate_key",
+    }
+    both = rejects[f"{cvat}#notes.bmp"]
+    assert both["detail"].endswith("cvat.xml#notes.bmp, cvat.xml image 1 (notes.bmp)")
+    assert both["image"] == f"{cvat}#notes.bmp" and both["mask"] == str(cvat)
+    assert "3 files and records" in rejects[f"{cvat}#twice.txt"]["detail"]
+    assert _stored(tmp_path) == 1
+
+
 # --- the bounded reader itself -----------------------------------------------------------------
 
 
