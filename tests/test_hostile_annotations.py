@@ -125,6 +125,25 @@ def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_
     assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
 
 
+def test_a_coco_file_name_listed_twice_is_one_duplicate_key_reject(tmp_path):
+    """Two image entries of one file_name ended the run (exit 2, "is listed twice"), where
+    two CVAT <image>, two Label Studio tasks or two labelme files of one image are one
+    duplicate_key reject and every other image is published; a doubled id still ends it."""
+    _images(tmp_path, "a.jpg", "b.jpg", "c.jpg")
+    export = tmp_path / "coco.json"
+    export.write_text(_coco(["a.jpg", "b.jpg", "c.jpg", "a.jpg"]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {"a": "duplicate_key"}
+    assert "coco.json image 0 (a.jpg), coco.json image 3 (a.jpg)" in rejects["a"]["detail"]
+    assert _stored(tmp_path) == 2
+
+    doubled_id = json.loads(_coco(["a.jpg", "b.jpg"]))
+    doubled_id["images"][1]["id"] = 0
+    export.write_text(json.dumps(doubled_id))
+    done = _prepare(tmp_path, "--annotations", str(export), "--overwrite")
+    _usage_error(done, "coco.json", "image id 0 is listed twice")
+
+
 def test_a_coco_string_over_the_token_cap_is_one_line(tmp_path):
     """A 64 MB string took ijson 107 s; over the cap it is refused before ijson reads it."""
     _images(tmp_path, "a.jpg")
