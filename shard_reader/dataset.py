@@ -36,7 +36,7 @@ from transforms import files
 from transforms.files import NotAFileError, open_regular
 from transforms.format import record_formats
 from transforms.format.dataset_info import MetadataError
-from transforms.format.tfrecord import check_lengths
+from transforms.format.tfrecord import CorruptRecordError, check_lengths
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Serialized records (an 800x600 record is ~100 KB, so ~100 MB): decoded pixels never wait here.
@@ -367,16 +367,19 @@ def _check_regular(info: SplitInfo) -> None:
     """Refuse a local shard that is a FIFO, device or folder before tf.data opens it: its
     reader would block on a FIFO or read a device without end; and one whose size is not the
     one metadata.json lists (a record swapped for another shard's passes every CRC and
-    count: the other readers check the size too), or whose frame lengths run past its end.
+    count: the other readers check the size too), or whose frame lengths run past its end
+    or frame another number of records than it lists (a length forged to end at the file's
+    end passes the walk, and tf.data's DataLossError for its data CRC names no file).
     A missing shard is left to tf.data (NotFoundError when read; a filled cache does not
     need it)."""
-    for path, size in zip(info.files, info.shard_bytes, strict=True):
+    for path, size, records in zip(info.files, info.shard_bytes, info.shard_sizes, strict=True):
         if files.is_remote(path):
             return
         try:
             with open_regular(path) as handle:
                 actual = os.fstat(handle.fileno()).st_size
-                check_lengths(handle.fileno(), actual, path)  # tf.data allocates each length
+                # tf.data allocates each length
+                frames = check_lengths(handle.fileno(), actual, path)
         except FileNotFoundError:
             continue
         except NotAFileError as error:
@@ -384,6 +387,11 @@ def _check_regular(info: SplitInfo) -> None:
         if actual != size:
             raise MetadataError(
                 f"{path}: {actual} bytes, metadata.json says {size} (changed file?)"
+            )
+        if frames != records:
+            raise CorruptRecordError(
+                f"{path}: its frame headers give {frames} records, metadata.json says "
+                f"{records} (a frame length that is not the one written)"
             )
 
 

@@ -255,6 +255,27 @@ def test_index_leaves_a_grown_output_as_it_is(grown, tmp_path, capsys):
     assert f"its index file index/{table.name} is missing" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("listed", ["appended_key_tables", "appended_hashes"])
+def test_index_names_a_sparse_table_of_a_grown_output(grown, tmp_path, capsys, listed):
+    """A version-2 table truncated up to 1 GiB (its listed size edited to match) costs no
+    disk: index said "nothing done" (exit 0) over it, as if every index file were there."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    metadata = json.loads((out / "metadata.json").read_text())
+    splits = [split for split in metadata["splits"].values() if split.get(listed)]
+    ref = splits[0][listed][0]
+    os.truncate(out / ref["file"], 1 << 30)
+    ref["bytes"] = 1 << 30
+    (out / "metadata.json").write_text(json.dumps(metadata))
+    assert main(["index", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ref["file"] in err and len(err.strip().splitlines()) == 1, err
+    if listed == "appended_hashes":
+        assert "unwritten bytes (a hole)" in err, err
+    else:
+        assert "is missing or not the one metadata.json lists" in err, err
+
+
 def test_an_append_of_stored_keys_only_says_it_found_no_near_copy(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

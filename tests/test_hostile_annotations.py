@@ -125,6 +125,25 @@ def test_an_absolute_file_name_is_its_own_reject_beside_a_file_of_that_path(tmp_
     assert rejects[str(tmp_path / "images" / "zz")]["reason"] == "unrecognized_file"
 
 
+def test_a_coco_file_name_listed_twice_is_one_duplicate_key_reject(tmp_path):
+    """Two image entries of one file_name ended the run (exit 2, "is listed twice"), where
+    two CVAT <image>, two Label Studio tasks or two labelme files of one image are one
+    duplicate_key reject and every other image is published; a doubled id still ends it."""
+    _images(tmp_path, "a.jpg", "b.jpg", "c.jpg")
+    export = tmp_path / "coco.json"
+    export.write_text(_coco(["a.jpg", "b.jpg", "c.jpg", "a.jpg"]))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(export)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {"a": "duplicate_key"}
+    assert "coco.json image 0 (a.jpg), coco.json image 3 (a.jpg)" in rejects["a"]["detail"]
+    assert _stored(tmp_path) == 2
+
+    doubled_id = json.loads(_coco(["a.jpg", "b.jpg"]))
+    doubled_id["images"][1]["id"] = 0
+    export.write_text(json.dumps(doubled_id))
+    done = _prepare(tmp_path, "--annotations", str(export), "--overwrite")
+    _usage_error(done, "coco.json", "image id 0 is listed twice")
+
+
 def test_a_coco_string_over_the_token_cap_is_one_line(tmp_path):
     """A 64 MB string took ijson 107 s; over the cap it is refused before ijson reads it."""
     _images(tmp_path, "a.jpg")
@@ -226,6 +245,21 @@ def test_cvat_declaring_an_unknown_encoding_is_one_line(tmp_path):
     (tmp_path / "cvat.xml").write_text(text)
     done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
     _usage_error(done, "cvat.xml", "not valid XML", "x-nonexistent")
+
+
+@pytest.mark.parametrize("encoding", ["shift_jis", "idna"])
+def test_cvat_declaring_an_encoding_the_parser_cannot_read_is_one_line_naming_it(
+    tmp_path, encoding
+):
+    """pyexpat reads only single-byte declared encodings: its ValueError ("multi-byte
+    encodings are not supported", or the codec's own) was the whole line, naming no file."""
+    _images(tmp_path, "a.jpg")
+    text = _cvat([_cvat_image("a.jpg", "")], labels=("猫",)).replace(
+        'version="1.0"', f'version="1.0" encoding="{encoding}"'
+    )
+    (tmp_path / "cvat.xml").write_bytes(text.encode("shift_jis"))
+    done = _prepare(tmp_path, "--annotations", str(tmp_path / "cvat.xml"))
+    _usage_error(done, "cvat.xml", "not valid XML", "declared encoding", "UTF-8")
 
 
 # --- Label Studio ------------------------------------------------------------------------------
@@ -504,6 +538,31 @@ def test_export_records_sharing_a_key_that_names_no_image_are_one_duplicate_key_
         str(folder / "#notes.txt"): "unrecognized_file",
         f"{folder}#notes.txt": "duplicate_key",
     }
+    assert _stored(tmp_path) == 1
+
+
+def test_a_file_named_like_an_export_records_key_beside_the_export_is_one_reject_with_it(tmp_path):
+    """A record naming no image is keyed `EXPORT#file_name`; a listed file's reject is keyed
+    by its full path, so a file named `cvat.xml#notes.bmp` beside `cvat.xml` had that key
+    too: two rejects of one key, AccountingError, nothing published."""
+    _images(tmp_path, "ok.jpg")
+    folder = tmp_path / "images"
+    cvat = folder / "cvat.xml"
+    Image.new("RGB", (W, H)).save(folder / "cvat.xml#notes.bmp", format="BMP")
+    (folder / "cvat.xml#alone.txt").write_text("a file named so, with no record of its key")
+    names = ["ok.jpg", "notes.bmp", "twice.txt", "twice.txt"]
+    cvat.write_text(_cvat([_cvat_image(name, "") for name in names]))
+    (folder / "cvat.xml#twice.txt").write_text("named like two records' key")
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(cvat)))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        f"{cvat}#notes.bmp": "duplicate_key",
+        f"{cvat}#alone.txt": "unrecognized_file",
+        f"{cvat}#twice.txt": "duplicate_key",
+    }
+    both = rejects[f"{cvat}#notes.bmp"]
+    assert both["detail"].endswith("cvat.xml#notes.bmp, cvat.xml image 1 (notes.bmp)")
+    assert both["image"] == f"{cvat}#notes.bmp" and both["mask"] == str(cvat)
+    assert "3 files and records" in rejects[f"{cvat}#twice.txt"]["detail"]
     assert _stored(tmp_path) == 1
 
 

@@ -353,6 +353,30 @@ def test_make_dataset_refuses_a_forged_frame_length_before_tf_data_allocates_it(
         shard_reader.make_dataset(copy, "train", 2)
 
 
+@pytest.mark.parametrize("end", ["file", "frame"])
+def test_make_dataset_refuses_a_forged_frame_length_ending_at_a_frame_or_the_file(copy, end):
+    """The first frame's length forged to end exactly at the file's end (or at the third
+    frame's start), its header CRC recomputed: the header walk chained through it, and
+    tf.data failed on its data CRC with a DataLossError naming no file."""
+    from transforms.format.tfrecord import FRAME_OVERHEAD, CorruptRecordError, masked_crc
+
+    metadata = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]
+    path = copy / metadata["shards"][0]["file"]
+    assert metadata["shards"][0]["num_examples"] == 3
+    data = path.read_bytes()
+    first = int.from_bytes(data[:8], "little") + FRAME_OVERHEAD
+    second = int.from_bytes(data[first : first + 8], "little") + FRAME_OVERHEAD
+    length = (len(data) if end == "file" else first + second) - FRAME_OVERHEAD
+    header = length.to_bytes(8, "little")
+    with open(path, "r+b") as shard:
+        shard.write(header + masked_crc(header).to_bytes(4, "little"))
+    with pytest.raises(CorruptRecordError) as raised:
+        shard_reader.make_dataset(copy, "train", 2)
+    said = str(raised.value)
+    assert path.name in said and "\n" not in said
+    assert f"frame headers give {1 if end == 'file' else 2} records, metadata.json says 3" in said
+
+
 def forged_example(source: RecordSource, height: int, width: int, what: str) -> bytes:
     """Record 0 of `source` with its image's (or mask's) header claiming height x width."""
     from transforms.format import example_schema

@@ -102,3 +102,26 @@ def test_records_of_one_key_that_names_no_image_are_one_reject_from_a_bucket(gcs
     assert _run(gcs.url("dup/img"), out, *flags) == 0
     reasons = {key: entry["reason"] for key, entry in rejects(out).items()}
     assert reasons[f"{export}#"] == reasons[f"{export}#notes.txt"] == "duplicate_key"
+
+
+def test_a_file_named_like_a_records_key_beside_the_export_in_a_bucket_is_one_reject(gcs, tmp_path):  # noqa: F811
+    """The job lists a bucket's files itself: an object `img/cvat.xml#notes.txt` beside the
+    export `img/cvat.xml` had the key of the record `notes.txt` (AccountingError)."""
+    _images(tmp_path / "img", "a.jpg")
+    notes = f'<image id="4" name="notes.txt" width="{W}" height="{H}"></image>'
+    (tmp_path / "img" / "cvat.xml").write_text(
+        CVAT.replace("</annotations>", f"{notes}</annotations>")
+    )
+    (tmp_path / "img" / "cvat.xml#notes.txt").write_text("named like the record's key")
+    (tmp_path / "img" / "cvat.xml#alone.txt").write_text("named so, no record of its key")
+    assert gcs.upload_tree(tmp_path / "img", "beside/img")
+    export = gcs.url("beside/img/cvat.xml")
+    flags = ["--annotations", export, "--annotation_format", "cvat", "--max_reject_fraction", "1"]
+    out = tmp_path / "out"
+    assert _run(gcs.url("beside/img"), out, *flags) == 0
+    found = rejects(out)
+    assert found[f"{export}#notes.txt"]["reason"] == "duplicate_key"
+    assert found[f"{export}#notes.txt"]["detail"].endswith(
+        "cvat.xml#notes.txt, cvat.xml image 3 (notes.txt)"
+    )
+    assert found[f"{export}#alone.txt"]["reason"] == "unrecognized_file"

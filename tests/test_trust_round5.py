@@ -224,3 +224,36 @@ def test_a_sparse_shard_is_named_not_hashed_for_its_size(output_copy):
     )
     said = one_line_refusal(segprep("index", str(output_copy)))
     assert "unwritten bytes (a hole)" in said
+
+
+def _grow_sparse(path: Path, size: int) -> None:
+    """`path` grown to `size` bytes on a few MB of disk: a newline every 60,000 bytes (a line
+    cap does not stop a read of it), holes between."""
+    start = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+        for at in [*range(start + 60_000, size, 60_000), size - 1]:
+            handle.seek(at)
+            handle.write(b"\n")
+
+
+@pytest.mark.parametrize("table", ["train.hashes.jsonl", "train.digests.jsonl"])
+def test_a_sparse_side_table_is_named_not_read_for_its_size(output_copy, table):
+    """A side table grown sparse to 1 GiB (its listed size edited to match): verify hashed
+    all of it and said only that its sha256 differs, and index, which keeps it, published
+    a metadata.json listing it again with exit 0. segprep writes every byte of its tables."""
+    path = output_copy / "metadata.json"
+    metadata = json.loads(path.read_text())
+    name = f"index/{table}"
+    refs = [metadata["splits"]["train"]["hashes"]]
+    refs += [version["digest_tables"]["train"] for version in metadata["dataset_versions"]]
+    (ref,) = [ref for ref in refs if ref["file"] == name]
+    _grow_sparse(output_copy / name, 1 << 30)
+    ref["bytes"] = 1 << 30
+    path.write_text(json.dumps(metadata))
+    done = segprep("verify", str(output_copy))
+    assert done.returncode == 1, done.stderr
+    assert f"{name}: it has unwritten bytes (a hole) from byte" in done.stdout
+    said = one_line_refusal(segprep("index", str(output_copy)))
+    assert f"{name}: it has unwritten bytes (a hole) from byte" in said
+    assert "segprep verify" in said

@@ -358,11 +358,17 @@ def check_no_hole(path: str | os.PathLike) -> None:
     if is_remote(path):
         return
     with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        try:
-            hole = os.lseek(handle.fileno(), 0, os.SEEK_HOLE)
-        except OSError:
-            return
+        check_no_hole_at(handle.fileno())
+
+
+def check_no_hole_at(descriptor: int) -> None:
+    """check_no_hole of an open local file; its offset is left where the check put it
+    (read it with pread, or seek back)."""
+    size = os.fstat(descriptor).st_size
+    try:
+        hole = os.lseek(descriptor, 0, os.SEEK_HOLE)
+    except OSError:
+        return
     if hole < size:
         raise OSError(f"it has unwritten bytes (a hole) from byte {hole:,} of {size:,}")
 

@@ -295,9 +295,22 @@ def export_key(annotations: str, file_name: str) -> str:
 
     Entry keys are relative paths (never starting with '/' or holding '://'); a listed
     file's reject key is its full path, which this is not for an export folder (labelme's,
-    written without its slash: a file `#notes.txt` in it keeps its own key). Left: a file
-    named `EXPORT_NAME#file_name` beside an export file in the image folder."""
+    written without its slash: a file `#notes.txt` in it keeps its own key). A file named
+    `EXPORT_NAME#file_name` beside an export file does have this key: its reject is
+    resolved with the record's (`meets_export`)."""
     return f"{annotations.rstrip('/')}#{file_name}"
+
+
+# The role in a keyed row of a listed file's reject that `meets_export`.
+LISTED_REJECT = "reject"
+
+
+def meets_export(reject: Reject, annotations: str | None) -> bool:
+    """Whether a listed file's reject (keyed by its full path) may have the key of an
+    export record that names no image: the file is named `EXPORT_NAME#...` beside the
+    export. Such a reject goes through the pairing as a keyed row (`keyed_reject`), so the
+    two meet under one key instead of being two rejects of one key."""
+    return annotations is not None and reject.key.startswith(export_key(annotations, ""))
 
 
 def resolve_pair(
@@ -306,13 +319,17 @@ def resolve_pair(
     masks: list[SourceFile] | list[AnnotatedEntry],
     annotations: str | None = None,
     skip_unlabeled: bool = False,
+    listed: list[Reject] | None = None,
 ) -> Pair | Reject:
     """Exactly one image and one mask, both regular files, make a pair; else a reject.
 
     With masks from the export `annotations`, an entry pairs only with the image file at
     the path its file_name gives. With `skip_unlabeled`, one regular image and no mask is
     an `unlabeled` entry (Reason.UNLABELED, set apart from the rejects at the commit).
+    `listed`: the rejects of listed files keyed so (`meets_export`).
     """
+    if listed:
+        return _with_listed(key, sorted(listed), [*images, *masks])
     images, masks = sorted(images), sorted(masks)
     image = images[0].path if images else None
     mask = masks[0].path if masks else None
@@ -362,13 +379,30 @@ def _name(source: SourceFile | AnnotatedEntry) -> str:
     return source.name if isinstance(source, AnnotatedEntry) else basename(source.path)
 
 
+def _with_listed(key: str, listed: list[Reject], others: list) -> Reject:
+    """One reject for a key that listed files' rejects have (their full path): theirs if
+    alone, else one duplicate_key naming every file and record of the key."""
+    if len(listed) == 1 and not others:
+        return listed[0]
+    names = [basename(r.image or r.mask or r.key) for r in listed] + [_name(f) for f in others]
+    image = next((r.image for r in listed if r.image), None)
+    mask = next((f.path for f in others if isinstance(f, AnnotatedEntry)), None)
+    detail = f"{len(names)} files and records for one key: {', '.join(names)}"
+    return Reject(key, Reason.DUPLICATE_KEY, detail, image, mask or listed[0].mask)
+
+
 # A keyed row: ((key, role, sequence number), source). The sequence number settles ties, so
 # sources are never compared and rows can go through an external sort (transforms/spill.py).
-KeyedRow = tuple[tuple[str, str, int], "SourceFile | AnnotatedEntry"]
+KeyedRow = tuple[tuple[str, str, int], "SourceFile | AnnotatedEntry | Reject"]
 
 
 def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | AnnotatedEntry) -> KeyedRow:
     return (key, role.value, sequence), source
+
+
+def keyed_reject(sequence: int, reject: Reject) -> KeyedRow:
+    """The row of a listed file's reject that `meets_export`."""
+    return (reject.key, LISTED_REJECT, sequence), reject
 
 
 def pair_sorted(
@@ -379,9 +413,10 @@ def pair_sorted(
     for key, group in itertools.groupby(rows, key=lambda row: row[0][0]):
         images: list = []
         masks: list = []
+        listed: list = []
         for (_, role, _), source in group:
-            (images if role == Role.IMAGE else masks).append(source)
-        yield resolve_pair(key, images, masks, annotations, skip_unlabeled)
+            {Role.IMAGE: images, Role.MASK: masks}.get(role, listed).append(source)
+        yield resolve_pair(key, images, masks, annotations, skip_unlabeled, listed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from beam_pipeline.commands.shard_records import shard_records
 from beam_pipeline.errors import UsageError, printable
 from beam_pipeline.runtime import output_protocol
 from transforms import files
-from transforms.format import dataset_info, record_formats, record_index, tfds_info
+from transforms.format import dataset_info, record_formats, record_index, side_tables, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.example import ExampleError, parse_example
 from transforms.format.features import KEY
@@ -78,6 +78,7 @@ def index_output(directory: str) -> IndexResult:
         raise UsageError(str(error)) from None
     if not state.finished:
         raise UsageError(f"{directory} is not a finished segprep output")
+    _check_kept_tables(base, info)
     if len(info.dataset_versions) > 1:
         # Rebuilt from the shards, the index of an output grown by appends would be one key
         # table per split written over the versions' own.
@@ -103,9 +104,25 @@ def index_output(directory: str) -> IndexResult:
     return IndexResult(directory, records, (*staged, METADATA_FILE))
 
 
+def _check_kept_tables(base: str, info: DatasetInfo) -> None:
+    """The side tables index keeps as they are (image-hash and digest tables), which the new
+    metadata.json lists again: checked as a job's worker opens them (name, no link, a
+    regular file of the listed size with no hole), without reading them, so a damaged one
+    is named instead of published again under "indexed". Their sha256 is verify's to check:
+    reading them is no part of indexing."""
+    try:
+        refs = [ref for split in info.splits.values() for ref in side_tables.hash_table_refs(split)]
+        refs += [ref for version in info.dataset_versions for ref in version.digest_tables.values()]
+        for ref in refs:
+            side_tables.open_table(base, ref, check_sha256=False).close()
+    except side_tables.SideTableError as error:
+        raise UsageError(f"{error}: run `segprep verify {base}`; nothing was written") from None
+
+
 def _first_damaged_index_file(base: str, info: DatasetInfo) -> str | None:
-    """The first index, key table or TFDS file metadata.json lists that is absent or of
-    another size (or none listed where the format needs them); None when all are there."""
+    """The first index, key table or TFDS file metadata.json lists that is absent, of
+    another size or with a hole (or none listed where the format needs them); None when all
+    are there."""
     if not (info.has_index and info.tfds_files):
         return "list (metadata.json names no complete index)"
     refs = [*info.tfds_files]
@@ -113,8 +130,10 @@ def _first_damaged_index_file(base: str, info: DatasetInfo) -> str | None:
         refs += [shard.index for shard in split.shards if shard.index is not None]
         refs += split.key_tables
     for ref in refs:
+        path = files.join(base, ref.file)
         try:
-            if files.stat(files.join(base, ref.file)).size == ref.bytes:
+            if files.stat(path).size == ref.bytes:
+                files.check_no_hole(path)
                 continue
         except OSError:
             pass

@@ -28,6 +28,7 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_pipeline.runtime.local_listing import read_staged
 from transforms.limits import STAGED_RECORD_BYTES
 from transforms.pairing import (
+    LISTED_REJECT,
     Layout,
     Pair,
     Role,
@@ -35,6 +36,7 @@ from transforms.pairing import (
     StagedEntries,
     annotated_entry,
     is_hidden,
+    meets_export,
     resolve_pair,
     unrecognized,
 )
@@ -72,9 +74,11 @@ class _KeyFiles(beam.DoFn):
         classified = self._layout.classify(relative, self._role)
         if classified is None:
             Metrics.counter(_NAMESPACE, "unrecognized_files").inc()
-            yield beam.pvalue.TaggedOutput(
-                REJECTS, unrecognized(metadata.path, self._role, self._layout)
-            )
+            reject = unrecognized(metadata.path, self._role, self._layout)
+            if meets_export(reject, self._layout.annotations):  # resolved with its record
+                yield reject.key, (LISTED_REJECT, reject)
+            else:
+                yield beam.pvalue.TaggedOutput(REJECTS, reject)
             return
         role, key = classified
         yield key, (role, SourceFile(metadata.path, metadata.size_in_bytes))
@@ -125,7 +129,8 @@ class _ResolvePairs(beam.DoFn):
         key, files = element
         images = [source for role, source in files if role is Role.IMAGE]
         masks = [source for role, source in files if role is Role.MASK]
-        outcome = resolve_pair(key, images, masks, self._annotations, self._skip_unlabeled)
+        listed = [source for role, source in files if role == LISTED_REJECT]
+        outcome = resolve_pair(key, images, masks, self._annotations, self._skip_unlabeled, listed)
         if isinstance(outcome, Pair):
             yield outcome
         else:

@@ -35,8 +35,10 @@ from transforms.pairing import (
     StagedEntries,
     file_reject,
     image_key,
+    keyed_reject,
     keyed_row,
     mask_key,
+    meets_export,
     pair_sorted,
     unrecognized,
 )
@@ -111,6 +113,12 @@ def list_local(
         rejects.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
         rejected[outcome.reason.value] += 1
 
+    def file_rejected(outcome: Reject) -> None:
+        if meets_export(outcome, layout.annotations):  # resolved with the record of its key
+            sort.add(*keyed_reject(next(sequence), outcome))
+        else:
+            reject(outcome)
+
     for outcome in annotated:
         if isinstance(outcome, Reject):
             reject(outcome)
@@ -138,13 +146,13 @@ def list_local(
                 continue
             if not _is_utf8(relative):
                 shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-                reject(
+                file_rejected(
                     file_reject(shown, role, Reason.BAD_FILE_NAME, "file name is not valid UTF-8")
                 )
                 continue
             classified = layout.classify(relative, role)
             if classified is None:
-                reject(unrecognized(path, role, layout))
+                file_rejected(unrecognized(path, role, layout))
                 continue
             found_role, key = classified
             sort.add(*keyed_row(key, found_role, next(sequence), source))

@@ -9,8 +9,9 @@ Before use, here:
 - its name is one naming.py's parse rules give (`index/<split>[.vN].<kind>.jsonl`): a name
   from metadata.json never leads outside the output;
 - it is a regular file reached through no link (the file and `index/` are not links; the
-  descriptor is opened with O_NOFOLLOW and checked with fstat), or a gs:// object whose
-  generation is pinned for every later read;
+  descriptor is opened with O_NOFOLLOW and checked with fstat), with no hole (segprep writes
+  every byte of its tables), or a gs:// object whose generation is pinned for every later
+  read;
 - its size is the one listed, at most `cap`, and its sha256 the listed one (streamed in
   chunks: memory of one chunk);
 - its lines are read at most LINE_CAP bytes each, so a hostile 100 MB line costs one
@@ -196,6 +197,11 @@ def _open_local(output_dir: str, name: str) -> CheckedTable:
     if not stat_module.S_ISREG(status.st_mode):
         os.close(descriptor)
         raise SideTableError(f"{name}: not a regular file (a FIFO, device, socket or folder)")
+    try:  # a sparse table costs no disk, yet would be read for as long as its size says
+        files.check_no_hole_at(descriptor)
+    except OSError as error:
+        os.close(descriptor)
+        raise SideTableError(f"{name}: {error}") from None
     os.set_blocking(descriptor, True)
     return CheckedTable(
         name,

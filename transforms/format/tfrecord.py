@@ -91,13 +91,18 @@ def read_frames(
         offset += length + FRAME_OVERHEAD
 
 
-def check_lengths(fd: int, size: int, where: str) -> None:
+def check_lengths(fd: int, size: int, where: str) -> int:
     """Walk the frame headers of a local shard of `size` bytes, 12 bytes read per record: a
     length whose CRC fails or that runs past the end is refused before a reader that trusts
-    it reads the frame (TensorFlow's TFRecordDataset allocates the stated length)."""
-    offset = 0
+    it reads the frame (TensorFlow's TFRecordDataset allocates the stated length). Returns
+    the number of frames: a length forged to end exactly at the end of the file, or at a
+    later frame's start, chains like a true one, and only the count the caller expects
+    tells it from one."""
+    offset = frames = 0
     while offset < size:
         offset += _length(os.pread(fd, 12, offset), offset, size, where) + FRAME_OVERHEAD
+        frames += 1
+    return frames
 
 
 def _length(header: bytes, offset: int, size: int, where: str) -> int:

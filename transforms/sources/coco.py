@@ -80,9 +80,11 @@ def read_coco(
     a reject naming the category.
 
     `open_file` opens the JSON afresh for each pass. A file that is not COCO (not UTF-8,
-    nested too deep, no images or categories, duplicate ids or file names, missing fields) is
-    a ValueError naming `source`; an unusable or oversized annotation only marks its image
-    (`AnnotatedImage.problem`), which becomes a reject.
+    nested too deep, no images or categories, duplicate image or category ids, missing
+    fields) is a ValueError naming `source`; an unusable or oversized annotation only marks
+    its image (`AnnotatedImage.problem`), which becomes a reject. A file_name listed twice is
+    two staged images, which meet under one key at pairing: one duplicate_key reject, as
+    for every annotation tool.
     """
     if unlabeled not in COCO_UNLABELED:
         raise ValueError(f"unlabeled must be one of {', '.join(COCO_UNLABELED)}")
@@ -304,11 +306,12 @@ def _named_categories(
 
 
 def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort:
-    """The images, sorted by id into `folder`; ids and file names checked unique by sorting
-    them too (a set of a million names would cost what the sorts save)."""
+    """The images, sorted by id into `folder`; ids checked unique by sorting them too (a set
+    of a million ids would cost what the sorts save). Annotations find their image by id,
+    so a doubled id leaves them no image to belong to; a doubled file_name is left to the
+    pairing (duplicate_key)."""
     images = ExternalSort(folder, "images")
     ids = ExternalSort(folder, "ids")
-    names = ExternalSort(folder, "names")
     for position, item in enumerate(items):
         fields = (
             (item.get("id"), item.get("file_name"), item.get("height"), item.get("width"))
@@ -331,15 +334,13 @@ def _read_images(items: Iterator[Any], source: str, folder: str) -> ExternalSort
             )
         images.add((image_id, position), (file_name, height, width))
         ids.add((image_id,))
-        names.add((file_name,))
     if not images.rows:
         raise ValueError(f"{source}: no images")
-    for sort, what in ((ids, "image id {}"), (names, "file_name {!r}")):
-        previous = None
-        for (value,), _ in sort.sorted():
-            if value == previous:
-                raise ValueError(f"{source}: {what.format(value)} is listed twice")
-            previous = value
+    previous = None
+    for (image_id,), _ in ids.sorted():
+        if image_id == previous:
+            raise ValueError(f"{source}: image id {image_id} is listed twice")
+        previous = image_id
     return images
 
 

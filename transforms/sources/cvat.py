@@ -26,7 +26,7 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
-from transforms.bounded_text import XmlReader
+from transforms.bounded_text import TextLimitError, XmlReader
 from transforms.files import open_regular
 from transforms.limits import (
     InputLimits,
@@ -84,43 +84,33 @@ class _Reader:
         return ToolStats(dict(self.ignored), labels=tuple(self.labels) or None)
 
     def images(self, stream: IO[bytes]) -> Iterator[ToolImage]:
-        try:
-            events = iterparse(stream, events=("start", "end"), forbid_dtd=True)
-            root = None
-            path: list[str] = []
-            for event, element in events:
-                if event == "start":
-                    if root is None:
-                        root = element
-                        if element.tag != "annotations":
-                            raise ValueError(f"{self.origin}: not a CVAT for images XML file")
-                    path.append(element.tag)
-                    if len(path) > self.limits.annotation_depth:
-                        raise ValueError(
-                            f"{self.origin}: nested deeper than "
-                            f"{self.limits.annotation_depth} levels, more than CVAT has"
-                        )
-                    continue
-                path.pop()
-                if element.tag == "label" and "meta" in path and "labels" in path:
-                    name = (element.findtext("name") or "").strip()
-                    if name and not (element.findtext("parent") or "").strip():
-                        self.labels.append(name)
-                elif element.tag == "image" and path == ["annotations"]:
-                    yield self._image(element)
-                    root.clear()
-                elif element.tag == "track" and path == ["annotations"]:
-                    self.ignored["track"] += 1
-                    root.clear()
-        except DefusedXmlException as error:
-            raise ValueError(f"{self.origin}: refused: {type(error).__name__}") from None
-        except SyntaxError as error:  # ElementTree.ParseError
-            raise ValueError(f"{self.origin}: not valid XML ({error})") from None
-        except LookupError as error:
-            if type(error) is not LookupError:  # KeyError, IndexError: not the file's
-                raise
-            # the declared encoding is one Python has no codec for
-            raise ValueError(f"{self.origin}: not valid XML ({error})") from None
+        events = _parsed(iterparse(stream, events=("start", "end"), forbid_dtd=True), self.origin)
+        root = None
+        path: list[str] = []
+        for event, element in events:
+            if event == "start":
+                if root is None:
+                    root = element
+                    if element.tag != "annotations":
+                        raise ValueError(f"{self.origin}: not a CVAT for images XML file")
+                path.append(element.tag)
+                if len(path) > self.limits.annotation_depth:
+                    raise ValueError(
+                        f"{self.origin}: nested deeper than "
+                        f"{self.limits.annotation_depth} levels, more than CVAT has"
+                    )
+                continue
+            path.pop()
+            if element.tag == "label" and "meta" in path and "labels" in path:
+                name = (element.findtext("name") or "").strip()
+                if name and not (element.findtext("parent") or "").strip():
+                    self.labels.append(name)
+            elif element.tag == "image" and path == ["annotations"]:
+                yield self._image(element)
+                root.clear()
+            elif element.tag == "track" and path == ["annotations"]:
+                self.ignored["track"] += 1
+                root.clear()
 
     def _image(self, element: Any) -> ToolImage:
         name = element.get("name") or ""
@@ -197,6 +187,37 @@ class _Reader:
         values[1::2] = True
         bitmap = np.repeat(values, counts).reshape(box_height, box_width)
         return rle_of_bitmap(bitmap, top, left, height, width, self.limits)
+
+
+def _parsed(events: Iterator[Any], origin: str) -> Iterator[Any]:
+    """The parser's events; what the parser raises about the file's bytes becomes one
+    ValueError naming `origin` (the bounded reader's TextLimitError names it already)."""
+    while True:
+        try:
+            item = next(events)
+        except StopIteration:
+            return
+        except TextLimitError:
+            raise
+        except DefusedXmlException as error:
+            raise ValueError(f"{origin}: refused: {type(error).__name__}") from None
+        except SyntaxError as error:  # ElementTree.ParseError
+            raise ValueError(f"{origin}: not valid XML ({error})") from None
+        except LookupError as error:
+            if type(error) is not LookupError:  # KeyError, IndexError: not the file's
+                raise
+            # the declared encoding is one Python has no codec for
+            raise ValueError(f"{origin}: not valid XML ({error})") from None
+        except ValueError as error:
+            # pyexpat reads a declared encoding it does not know through a table of 256
+            # single bytes: a multi-byte one (shift_jis, gbk, euc-jp) or a codec that cannot
+            # build the table (idna, undefined) raises here. CVAT writes UTF-8, so the file
+            # was re-encoded; it is refused rather than transcoded behind the parser's back.
+            raise ValueError(
+                f"{origin}: not valid XML (its declared encoding cannot be read: {error}); "
+                "CVAT writes UTF-8"
+            ) from None
+        yield item
 
 
 def _runs(text: str) -> np.ndarray:

@@ -114,6 +114,7 @@ def _check_key_table(
         return
     digest, size, rows, wrong = hashlib.sha256(), 0, 0, None
     try:
+        files.check_no_hole(path)
         with files.opened(path) as (handle, total):
             if total > FILE_LIMITS.key_table_bytes:
                 raise files.TooLargeError(
@@ -125,7 +126,7 @@ def _check_key_table(
                 size += len(line)
                 if wrong is None and expected is not None:
                     wrong = _wrong_row(ref.file, line, rows, expected)
-    except (OSError, files.LineTooLongError) as error:  # a FIFO, a folder, too large
+    except (OSError, files.LineTooLongError) as error:  # a FIFO, a folder, too large, a hole
         state.problem(f"{ref.file}: not readable: {error}")
         return
     _check_digest(state, ref, size, digest.hexdigest())

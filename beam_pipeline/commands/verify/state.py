@@ -71,7 +71,8 @@ class Checked:
             self.problem(f"{name}: missing (listed in metadata.json)")
             return None
         try:
+            files.check_no_hole(path)
             return files.read_bounded(path, limit)
-        except OSError as error:  # a FIFO, a device, a folder, or larger than `limit`
+        except OSError as error:  # a FIFO, a device, a folder, a hole, larger than `limit`
             self.problem(f"{name}: not readable: {error}")
             return None
