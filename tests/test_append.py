@@ -255,6 +255,36 @@ def test_index_leaves_a_grown_output_as_it_is(grown, tmp_path, capsys):
     assert f"its index file index/{table.name} is missing" in err and "Traceback" not in err
 
 
+def test_an_index_started_before_an_append_commits_keeps_the_appended_version(
+    grown, tmp_path, monkeypatch
+):
+    """`segprep index` published the metadata.json it had read before taking the lock: an
+    append that committed in between was undone and its version's files deleted. The append
+    runs here at the exact moment index goes for its lock."""
+    from beam_pipeline.commands.index import index_output
+    from beam_pipeline.runtime import output_protocol
+
+    out = tmp_path / "out"
+    shutil.copytree(grown["before"], out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+    real_enter = output_protocol.RunLock.__enter__
+
+    def append_first(lock):
+        monkeypatch.setattr(output_protocol.RunLock, "__enter__", real_enter)
+        assert _prepare(batch, out, "--append") == 0
+        return real_enter(lock)
+
+    monkeypatch.setattr(output_protocol.RunLock, "__enter__", append_first)
+    result = index_output(str(out))
+    info = _metadata(out)
+    assert [version["version"] for version in info["dataset_versions"]] == [1, 2]
+    appended = [name for names in info["dataset_versions"][1]["shards"].values() for name in names]
+    assert appended and all((out / name).is_file() for name in appended)
+    assert result.files == ()  # under the lock index saw the grown output: nothing to do
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.mark.parametrize("listed", ["appended_key_tables", "appended_hashes"])
 def test_index_names_a_sparse_table_of_a_grown_output(grown, tmp_path, capsys, listed):
     """A version-2 table truncated up to 1 GiB (its listed size edited to match) costs no

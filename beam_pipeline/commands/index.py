@@ -70,27 +70,18 @@ def index_output(directory: str) -> IndexResult:
     if not files.isdir(base):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
     output = files.normalize_dir(base)
-    state = output_protocol.inspect_output(output)
-    output_protocol.check_output(state, overwrite=True)  # only the lock and foreign names
-    try:
-        info = dataset_info.load(base)
-    except (MetadataError, FileNotFoundError) as error:
-        raise UsageError(str(error)) from None
-    if not state.finished:
-        raise UsageError(f"{directory} is not a finished segprep output")
-    _check_kept_tables(base, info)
+    # A first look refuses what is no output before the lock's folder is made in it.
+    _, info = _look(directory, base, output, holder=True)
     if len(info.dataset_versions) > 1:
-        # Rebuilt from the shards, the index of an output grown by appends would be one key
-        # table per split written over the versions' own.
-        damaged = _first_damaged_index_file(base, info)
-        if damaged is not None:
-            raise UsageError(
-                f"{directory} was grown by appends and its index file {damaged} is missing "
-                "or not the one metadata.json lists: restore it, or prepare the output again"
-            )
-        return IndexResult(directory, {}, ())
+        return _grown(directory, base, info)
     run_id = f"index-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     with output_protocol.RunLock(output, run_id):
+        # What is published must be what is there under the lock: a run that committed
+        # between the first look and the lock (an append's version) would otherwise be
+        # published over, and its files deleted as no longer listed.
+        state, info = _look(directory, base, output, holder=False)
+        if len(info.dataset_versions) > 1:
+            return _grown(directory, base, info)
         output_protocol.make_staging_dir(output, run_id)
         try:
             staged, records, info = _stage(base, run_dir(run_id), info, info.adapter)
@@ -102,6 +93,36 @@ def index_output(directory: str) -> IndexResult:
             output_protocol.discard_staged(output, run_id, keep=())
             raise
     return IndexResult(directory, records, (*staged, METADATA_FILE))
+
+
+def _look(
+    directory: str, base: str, output: str, *, holder: bool
+) -> tuple[output_protocol.OutputState, DatasetInfo]:
+    """The output's state and metadata.json, refused unless a finished output whose kept
+    tables are sound. `holder=False`: for the run that holds the lock."""
+    state = output_protocol.inspect_output(output, holder=holder)
+    output_protocol.check_output(state, overwrite=True)  # only the lock and foreign names
+    try:
+        info = dataset_info.load(base)
+    except (MetadataError, FileNotFoundError) as error:
+        raise UsageError(str(error)) from None
+    if not state.finished:
+        raise UsageError(f"{directory} is not a finished segprep output")
+    _check_kept_tables(base, info)
+    return state, info
+
+
+def _grown(directory: str, base: str, info: DatasetInfo) -> IndexResult:
+    """An output grown by appends: nothing to write when every index file it lists is there.
+    Rebuilt from the shards, its index would be one key table per split written over the
+    versions' own."""
+    damaged = _first_damaged_index_file(base, info)
+    if damaged is not None:
+        raise UsageError(
+            f"{directory} was grown by appends and its index file {damaged} is missing "
+            "or not the one metadata.json lists: restore it, or prepare the output again"
+        )
+    return IndexResult(directory, {}, ())
 
 
 def _check_kept_tables(base: str, info: DatasetInfo) -> None:
