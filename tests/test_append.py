@@ -216,9 +216,14 @@ def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
     assert main(["verify", str(out)]) == 0
 
 
-def test_a_stored_key_whose_mask_is_gone_stays_stored_and_is_not_rejected_twice(grown, tmp_path):
+@pytest.mark.parametrize("unlabeled", ["reject", "skip"])
+def test_a_stored_key_whose_mask_is_gone_stays_stored_and_is_not_rejected_twice(
+    grown, tmp_path, unlabeled
+):
     """An append whose input lost a stored key's mask rejected it as missing_mask while its
-    record stayed in a shard: verify then found the key stored and rejected at once."""
+    record stayed in a shard: verify then found the key stored and rejected at once. With
+    --images_without_mask skip it was stored and listed unlabeled at once, and counted twice
+    in num_discovered."""
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)
     lost, emptied = sorted(grown["v1_keys"]["train"])[:2]
@@ -227,14 +232,16 @@ def test_a_stored_key_whose_mask_is_gone_stays_stored_and_is_not_rejected_twice(
         if mask.name.split(".")[0] == lost:
             mask.unlink()
     (next((batch / "images").glob(f"{emptied}.*"))).write_bytes(b"")
-    assert _prepare(batch, out, "--append", "--max_reject_fraction", "1") == 0
+    flags = ("--images_without_mask", unlabeled)
+    assert _prepare(batch, out, "--append", "--max_reject_fraction", "1", *flags) == 0
     rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     mine = {r["key"]: r for r in rejects if r["key"] in (lost, emptied)}
     assert {key: r["reason"] for key, r in mine.items()} == {
         lost: "key_exists",
         emptied: "key_exists",
     }
-    assert "missing_mask" in mine[lost]["detail"]
+    assert ("missing_mask" if unlabeled == "reject" else "unlabeled") in mine[lost]["detail"]
+    assert not (out / "unlabeled.jsonl").exists() and not _metadata(out).get("num_unlabeled")
     assert main(["verify", str(out)]) == 0
 
 

@@ -111,13 +111,13 @@ class _CheckExisting(beam.DoFn):
 
 
 class _StoredKeysOfRejects(_CheckExisting):
-    """The listing's rejects (an image without its mask, a mask without its image) for keys
-    the output already holds become `key_exists` rejects: the stored record stays, and a key
-    is never both stored and rejected."""
+    """The listing's rejects (an image without its mask, a mask without its image, and an
+    unlabeled image of --images_without_mask skip) for keys the output already holds become
+    `key_exists` rejects: the stored record stays, and a key is never both stored and
+    rejected or listed unlabeled."""
 
     def process(self, reject: Reject):
-        # An unlabeled image is set apart, not judged: listed as before, whatever is stored.
-        found = None if reject.reason == Reason.UNLABELED else self._find(reject.key)
+        found = self._find(reject.key)
         if found is None:
             yield reject
             return
