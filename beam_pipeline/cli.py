@@ -235,8 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=location,
         help="PNG file or folder to write; without it DATASET_inspect_SPLIT.png (or "
-        "_rejects.png) beside the dataset folder; never inside the dataset, never over an "
-        "existing file (adds _2, _3, ...)",
+        "_rejects.png) beside the dataset folder (a long DATASET cut to fit); never inside the "
+        "dataset, never over an existing file (adds _2, _3, ...)",
     )
     inspect.add_argument(
         "--rejects",
@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=location,
         help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
-        "DIR (in the current folder for gs://)",
+        "DIR (in the current folder for gs://; a long DIRNAME cut to fit)",
     )
     report.add_argument(
         "--version",

@@ -351,3 +351,20 @@ def test_text_from_the_input_is_drawn_escaped_never_refused():
     drawn = sheet(lambda text: text)
     assert drawn.keys == ["a\nb"]  # the key itself, unescaped, for whoever reads the sheet
     assert drawn.image.tobytes() == sheet(printable).image.tobytes()
+
+
+def test_a_long_dataset_name_gets_a_sheet_name_that_fits(prepared, tmp_path, capsys):
+    """`<dataset>_inspect_train.png` beside a legal dataset name of 250 bytes was longer than
+    a file name may be ("failed: OSError: File name too long"): the name is cut to fit, the
+    second sheet's _2 included."""
+    output_dir, _ = prepared
+    dataset = tmp_path / "data" / ("o" * 250)
+    shutil.copytree(output_dir, dataset)
+    names = []
+    for _ in range(2):
+        assert inspect_sheet.run_inspect(str(dataset), "train", 1, None, False) == 0
+        path = capsys.readouterr().out.splitlines()[-1]
+        assert os.path.dirname(path) == str(dataset.parent) and os.path.isfile(path)
+        names.append(os.path.basename(path))
+    assert names[0].startswith("ooo") and names[0].endswith("_inspect_train.png")
+    assert names[1] == names[0].replace(".png", "_2.png") and len(names[1]) <= 255
