@@ -14,9 +14,10 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Sequence
 
 from beam_pipeline import __version__
-from beam_pipeline.errors import RejectLimitError, UsageError, printable
+from beam_pipeline.errors import RejectLimitError, UsageError, printable, printable_lines
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
@@ -59,7 +60,7 @@ def _sample_data(args: argparse.Namespace) -> int:
         *(f"  {kind:<20} {number}" for kind, number in summary.breakage_counts().items()),
         *summary.planted_lines(),
     ]
-    _print("\n".join(lines))
+    _print(lines)
     return 0
 
 
@@ -67,23 +68,25 @@ def _prepare(argv: list[str]) -> int:
     from beam_pipeline.launch.plan import make_plan
 
     plan = make_plan([arg for arg in argv if arg != VERBOSE])
-    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.commands.summary import summary_lines
     from beam_pipeline.launch import launcher
 
     result = launcher.execute(plan)
     if result.submission is not None:  # --dry_run, a template, or a job left running remotely
         from beam_pipeline.launch.submission import format_description
 
-        _print(format_description(result.submission))
+        # JSON's own line breaks; a path in it is a JSON string, its controls escaped
+        _print(format_description(result.submission).split("\n"))
         return 0
-    _print(format_summary(result.info, plan))
+    _print(summary_lines(result.info, plan))
     return 0
 
 
-def _print(text: str) -> None:
-    """Print a result; a reader that stopped early (`| head`) does not fail the run."""
+def _print(lines: Sequence[str]) -> None:
+    """Print a result, each line escaped whole (printable_lines); a reader that stopped
+    early (`| head`) does not fail the run."""
     try:
-        print(printable(text, newlines=True), flush=True)
+        print(printable_lines(lines), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -122,7 +125,7 @@ def _make_report(args: argparse.Namespace) -> int:
         path = write_report(args.dir, args.out, version=args.version)
     except ReportError as error:
         raise UsageError(str(error)) from None
-    _print(path)
+    _print([path])
     return 0
 
 
@@ -232,8 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=location,
         help="PNG file or folder to write; without it DATASET_inspect_SPLIT.png (or "
-        "_rejects.png) beside the dataset folder; never inside the dataset, never over an "
-        "existing file (adds _2, _3, ...)",
+        "_rejects.png) beside the dataset folder (a long DATASET cut to fit); never inside the "
+        "dataset, never over an existing file (adds _2, _3, ...)",
     )
     inspect.add_argument(
         "--rejects",
@@ -265,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=location,
         help="HTML file to write (local); without it segprep-report-DIRNAME.html beside "
-        "DIR (in the current folder for gs://)",
+        "DIR (in the current folder for gs://; a long DIRNAME cut to fit)",
     )
     report.add_argument(
         "--version",

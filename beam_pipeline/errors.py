@@ -2,6 +2,7 @@
 from the input (keys, labels, paths) made safe to print on a terminal."""
 
 import re
+from collections.abc import Iterable
 
 # C0 and C1 controls (escape sequences, carriage returns), line and paragraph separators,
 # and the bidirectional marks and overrides that reorder what a terminal shows.
@@ -10,19 +11,20 @@ _CONTROL = re.compile(
 )
 
 
-def printable(text: str, newlines: bool = False) -> str:
-    """`text` with its control characters written as Python escapes (ESC as \\x1b), so a
-    file name or label cannot recolour, clear or rewrite the terminal; with `newlines`,
-    line breaks are kept (a multi-line result of ours), else they are escaped too (one
-    line, whatever the input held)."""
+def printable(text: str) -> str:
+    """`text` with its control characters written as Python escapes (ESC as \\x1b, a line
+    break as \\n), so a file name or label cannot recolour, clear or rewrite the terminal,
+    and a line stays one line whatever the input held."""
+    return _CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
 
-    def escaped(match: re.Match) -> str:
-        char = match.group()
-        if newlines and char == "\n":
-            return char
-        return char.encode("unicode_escape").decode("ascii")
 
-    return _CONTROL.sub(escaped, text)
+def printable_lines(lines: Iterable[str]) -> str:
+    """A multi-line result of ours: each line made printable, joined by line breaks.
+
+    The lines are kept apart until here, so only the breaks between them survive: a path
+    or key holding a line break, put into one of them, is escaped like any other control
+    character (raw, it would split an error or the summary's `report:` line in two)."""
+    return "\n".join(printable(line) for line in lines)
 
 
 class UsageError(Exception):

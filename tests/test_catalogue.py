@@ -346,11 +346,12 @@ def test_exif_rotation_follows_the_mask(catalogue):
 
 def test_an_exif_orientation_kept_as_stored_is_counted_and_told(catalogue):
     """Square photos give no size evidence: the summary says how many kept their pixels."""
-    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.commands.summary import summary_lines
 
     info = catalogue["result"].info
     assert info.exif_orientation_ignored == 1  # as_stored; as_displayed was rotated
-    assert "note: 1 image carries an EXIF orientation kept as stored" in format_summary(info)
+    summary = "\n".join(summary_lines(info))
+    assert "note: 1 image carries an EXIF orientation kept as stored" in summary
 
 
 def test_reject_limit_publishes_nothing(catalogue, tmp_path, capsys):

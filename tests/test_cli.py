@@ -341,12 +341,38 @@ def test_swapped_folders_get_a_hint_before_the_job(sample_dataset, tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+def test_a_line_break_in_the_output_path_is_printed_escaped_on_one_line(
+    sample_dataset, tmp_path, capsys
+):
+    """ESC was escaped but a line break kept, so the summary's `report:` line, verify's OK
+    line and report's page path each came out as two lines."""
+    out = tmp_path / "o\x1b[2J\nx"
+    shown = str(out).replace("\x1b", "\\x1b").replace("\n", "\\n")
+    assert main(_prepare_args(sample_dataset, out)) == 0
+    summary = capsys.readouterr().out.splitlines()
+    assert summary[-2].startswith(f"  output: {shown}/  (")
+    assert summary[-1] == f"  report: segprep report '{shown}'"
+    assert not any(line.startswith("x") for line in summary)
+    assert main(["verify", str(out)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"OK {shown}: ")
+    assert main(["index", str(out)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert shown in line
+    page = tmp_path / "page.html"
+    assert main(["report", str(out), "--out", str(page)]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(page)]
+    assert main(["report", str(out)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line == str(tmp_path / "segprep-report-o\\x1b[2J\\nx.html")
+
+
 def test_summary_counts_one_shard_in_the_singular(prepared):
-    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.commands.summary import summary_lines
 
     info = dataset_info.load(prepared[0])
     assert {split.num_shards for split in info.splits.values()} >= {1}
-    summary = format_summary(info)
+    summary = "\n".join(summary_lines(info))
     assert "1 shard " in summary and "1 shards" not in summary
     assert f"{sum(s.num_shards for s in info.splits.values())} shards," in summary
 
@@ -388,20 +414,20 @@ def test_output_inside_an_input_folder_is_refused(sample_dataset, tmp_path, caps
 
 def test_summary_notes_a_split_left_empty(sample_dataset, prepared, tmp_path):
     """A validation split asked for but empty fails every reader later: say so at once."""
-    from beam_pipeline.commands.summary import format_summary
+    from beam_pipeline.commands.summary import summary_lines
     from beam_pipeline.launch.plan import make_plan
 
     info = dataset_info.load(prepared[0])
     plan = make_plan(job_args(sample_dataset, tmp_path / "o", "--dry_run"))
-    assert "got no examples" not in format_summary(info, plan)
+    assert "got no examples" not in "\n".join(summary_lines(info, plan))
     empty = dataclasses.replace(info.splits["validation"], num_examples=0, shards=())
     info = dataclasses.replace(info, splits={**info.splits, "validation": empty})
-    (note,) = [line for line in format_summary(info, plan).splitlines() if "no ex" in line]
+    (note,) = [line for line in summary_lines(info, plan) if "no ex" in line]
     assert "validation got no examples: --validation_size 0.1 of" in note
     train_only = make_plan(
         job_args(sample_dataset, tmp_path / "o", "--validation_size", "0", "--dry_run")
     )
-    assert "got no examples" not in format_summary(info, train_only)
+    assert "got no examples" not in "\n".join(summary_lines(info, train_only))
 
 
 def test_data_dir_holding_two_folders_names_them(sample_dataset, tmp_path, capsys):

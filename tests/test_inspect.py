@@ -327,3 +327,44 @@ def test_a_long_caption_is_cut_by_halving_to_the_longest_prefix_that_fits():
     longer = caption[: len(cut) - 3 + 1] + "..."
     assert draw.textlength(longer, font=font) > 200
     assert len(measured) <= 2 + len(caption).bit_length()
+
+
+def test_text_from_the_input_is_drawn_escaped_never_refused():
+    """A key, class name or path holding a line break (or another control character) made
+    Pillow refuse to measure the caption, and `inspect` failed; every string drawn on the
+    sheet (title, captions, grey-tile labels, legend) shows it escaped, as the terminal does."""
+    from beam_pipeline.commands.inspect_sheet.drawing import Entry, render
+    from beam_pipeline.errors import printable
+
+    def sheet(escape):
+        entry = Entry(
+            key="a\nb",
+            image=None,
+            mask=None,
+            caption=(escape("a\nb.jpg"), escape("class back\nground\r\x1b[2J")),
+            image_problem=escape("cannot decode\na\nb.jpg"),
+            mask_problem=escape("no mask\x00"),
+        )
+        legend = [(escape("0 back\nground"), (0, 0, 0)), (escape("1 \u202eevil"), (9, 9, 9))]
+        return render([entry], escape("/data/o\x1b[2J\nx | train"), legend)
+
+    drawn = sheet(lambda text: text)
+    assert drawn.keys == ["a\nb"]  # the key itself, unescaped, for whoever reads the sheet
+    assert drawn.image.tobytes() == sheet(printable).image.tobytes()
+
+
+def test_a_long_dataset_name_gets_a_sheet_name_that_fits(prepared, tmp_path, capsys):
+    """`<dataset>_inspect_train.png` beside a legal dataset name of 250 bytes was longer than
+    a file name may be ("failed: OSError: File name too long"): the name is cut to fit, the
+    second sheet's _2 included."""
+    output_dir, _ = prepared
+    dataset = tmp_path / "data" / ("o" * 250)
+    shutil.copytree(output_dir, dataset)
+    names = []
+    for _ in range(2):
+        assert inspect_sheet.run_inspect(str(dataset), "train", 1, None, False) == 0
+        path = capsys.readouterr().out.splitlines()[-1]
+        assert os.path.dirname(path) == str(dataset.parent) and os.path.isfile(path)
+        names.append(os.path.basename(path))
+    assert names[0].startswith("ooo") and names[0].endswith("_inspect_train.png")
+    assert names[1] == names[0].replace(".png", "_2.png") and len(names[1]) <= 255

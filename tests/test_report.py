@@ -455,3 +455,25 @@ def test_the_page_is_never_written_inside_the_output(prepared, tmp_path, capsys,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "inside the output" in err, err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_long_output_name_gets_a_page_name_that_fits(prepared, tmp_path, capsys):
+    """A legal output name of 250 bytes made `segprep-report-<name>.html` (and the page's
+    temporary name beside an `--out` of 250 bytes) longer than a file name may be: "failed:
+    OSError: File name too long". The name is cut, with a hash telling two such outputs apart."""
+    data = tmp_path / "data"
+    outs = [data / ("o" * 250), data / ("o" * 249 + "p")]
+    pages = []
+    for out in outs:
+        shutil.copytree(prepared[0], out)
+        assert main(["report", str(out)]) == 0, capsys.readouterr().err
+        (line,) = capsys.readouterr().out.splitlines()
+        pages.append(Path(line))
+    assert pages[0] != pages[1]
+    for page in pages:
+        assert page.parent == data and page.is_file()
+        assert page.name.startswith("segprep-report-ooo") and page.name.endswith(".html")
+        assert len(page.name) <= 255 - len("_9999999")
+    mine = tmp_path / ("p" * 250 + ".html")
+    assert main(["report", str(outs[0]), "--out", str(mine)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.splitlines() == [str(mine)] and mine.is_file()

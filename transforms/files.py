@@ -535,7 +535,7 @@ def _write_local(
     publish: Callable[[str, str | os.PathLike], None] = os.replace,
 ) -> None:
     """`write(handle)` into a temporary name beside `path`, then `publish`ed (renamed) to it."""
-    partial = f"{path}.partial-{uuid.uuid4().hex}"
+    partial = _partial_path(os.fspath(path))
     try:
         with open(partial, "xb") as handle:
             write(handle)
@@ -543,6 +543,25 @@ def _write_local(
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
+
+
+def _partial_path(path: str) -> str:
+    """`<path>.partial-<uuid>`, its last name cut so that it stays a name the file system
+    takes: a legal name of 250 bytes and the 41 of the tag would fail "File name too long"."""
+    folder, name = os.path.split(path)
+    tag = f".partial-{uuid.uuid4().hex}"
+    limit = name_max(folder or ".") - len(tag)
+    while name and len(os.fsencode(name)) > limit:
+        name = name[:-1]
+    return os.path.join(folder, name + tag)
+
+
+def name_max(folder: str) -> int:
+    """The longest file name, in bytes, that the file system of local `folder` takes."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def upload_file(local_path: str | os.PathLike, remote_path: str) -> None:

@@ -56,7 +56,7 @@ class IndexResult:
 
 def run_index(directory: str) -> int:
     """CLI body: the summary line, exit 0."""
-    print(printable(index_output(directory).summary(), newlines=True))
+    print(printable(index_output(directory).summary()))
     return 0
 
 

@@ -6,7 +6,6 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.errors import printable
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo, RejectCounts, SplitInfo
 from transforms.format.naming import DUPLICATES_FILE, UNLABELED_FILE
 from transforms.splits import SplitFractions, num_shards_note
@@ -24,7 +23,9 @@ def _counted(number: int, one: str, many: str) -> str:
     return f"{number:,} {one if number == 1 else many}"
 
 
-def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
+def summary_lines(info: DatasetInfo, plan: RunPlan | None = None) -> list[str]:
+    """`prepare`'s summary, a line each: printed through printable_lines, which escapes a
+    line break in a path or key instead of splitting the line there."""
     splits = info.splits
     accepted = sum(split.num_examples for split in splits.values())
     shards = sum(split.num_shards for split in splits.values())
@@ -48,7 +49,7 @@ def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
             f"{_shards(split.num_shards):<6}  {size / 1e6:>9.1f} MB"
         )
     for reason, count in rejected.by_reason.items():
-        example = printable((rejected.example_key or {}).get(reason, ""))
+        example = (rejected.example_key or {}).get(reason, "")
         lines.append(f"  rejected {reason:<20}{count:>6,}   e.g. {example}")
     if info.num_unlabeled:
         lines.append(
@@ -93,7 +94,7 @@ def format_summary(info: DatasetInfo, plan: RunPlan | None = None) -> str:
     output = (info.parameters or {})["output_dir"]
     lines.append(f"  output: {output}  (rejects.jsonl lists every rejected entry)")
     lines.append(f"  report: segprep report {shlex.quote(output.rstrip('/'))}")
-    return "\n".join(lines)
+    return lines
 
 
 def side_files_line(count: int, kinds: tuple[tuple[str, int], ...]) -> str:
@@ -216,8 +217,7 @@ def classes_lines(classes: ClassesInfo, tool: str = "coco") -> list[str]:
     from transforms.class_stats import absent_classes, rarest_and_most_frequent
 
     count = classes.num_classes
-    names = [printable(name) for name in classes.names] if classes.names else None
-    names = names or [f"class {index}" for index in range(count)]
+    names = list(classes.names or ()) or [f"class {index}" for index in range(count)]
     lines = [f"  classes: {count}, ignore index {classes.ignore_index}"]
     for split, stats in classes.stats.items():
         labelled = sum(stats.pixels)

@@ -94,7 +94,7 @@ def write_sheet(path: str, build: Callable[[], Sheet]) -> int:
     try:
         sheet = build()
     except NoRejects as news:
-        print(printable(str(news), newlines=True))
+        print(printable(str(news)))
         return 0
     buffer = io.BytesIO()
     sheet.image.save(buffer, format="PNG")

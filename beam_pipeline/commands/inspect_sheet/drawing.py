@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from beam_pipeline.errors import printable
+
 TILE_HEIGHT = 200
 COLUMNS = 4  # entries (image | mask | overlay triples) per row of the sheet
 MAX_COUNT = 64  # 16 rows: a PNG about 4,100 px tall; more is not viewable in one look
@@ -94,9 +96,14 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """`text` shortened with an ellipsis until it fits in `width` pixels: the longest prefix
-    that fits, found by halving (a caption of 300 class names, measured once a character
-    shorter each time, took 25 s a tile)."""
+    """`text` escaped (printable) and shortened with an ellipsis until it fits in `width`
+    pixels: the longest prefix that fits, found by halving (a caption of 300 class names,
+    measured once a character shorter each time, took 25 s a tile).
+
+    Every string drawn on a sheet passes here: keys, class names and the output's path come
+    from the input, and a line break in them would make Pillow refuse to measure the text
+    (and a caption has one line); escaped, they show as the terminal shows them."""
+    text = printable(text)
     if draw.textlength(text, font=font) <= width:
         return text
     fits, over = 0, len(text)  # text[:fits] + "..." fits (or fits is 0); text[:over] does not

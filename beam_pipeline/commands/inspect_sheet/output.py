@@ -3,6 +3,7 @@ file, outside the dataset (a published output), under a name no earlier sheet ha
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections.abc import Iterator
@@ -34,15 +35,41 @@ def load_metadata(directory: str) -> dict:
 def default_sheet_path(directory: str, out: str | None, split: str, rejects: bool) -> str:
     """`--out` itself, or `<dataset>_inspect_<split|rejects>.png` under `--out` when it is a
     folder, else beside the dataset folder (in the current folder for a gs:// dataset: a
-    sheet is for looking at, here)."""
+    sheet is for looking at, here); a long dataset name is cut to fit (fitted_name)."""
     if out is not None and not files.isdir(out):
         return out
     remote = "://" in directory
     dataset = directory.rstrip("/") if remote else os.path.realpath(directory)
-    name = f"{dataset.rsplit('/', 1)[-1]}_inspect_{'rejects' if rejects else split}.png"
+    folder = out if out is not None else os.getcwd() if remote else os.path.dirname(dataset)
+    suffix = f"_inspect_{'rejects' if rejects else split}.png"
+    name = fitted_name(folder, "", dataset.rsplit("/", 1)[-1], suffix)
     if out is not None:
         return f"{out.rstrip('/')}/{name}"
-    return os.path.join(os.getcwd() if remote else os.path.dirname(dataset), name)
+    return os.path.join(folder, name)
+
+
+# numbered() adds "_2", "_3" ... to a default name whose place is taken: room for 7 digits
+_NUMBER_ROOM = len("_9999999")
+
+
+def fitted_name(folder: str, prefix: str, name: str, suffix: str) -> str:
+    """`prefix + name + suffix`: a default file name made of a folder's `name`, for a file
+    in `folder`. When that (with numbered()'s _2, _3 ...) is longer than a name the file
+    system takes (255 bytes mostly: a legal folder name of 250 leaves no room for the
+    suffix, and the write would fail "File name too long"), `name` is cut and 8 hex digits
+    of its hash added, so two long names cut alike still name two files."""
+    limit = files.name_max(folder) - _NUMBER_ROOM
+
+    def size(text: str) -> int:
+        return len(os.fsencode(f"{prefix}{text}{suffix}"))
+
+    if size(name) <= limit:
+        return f"{prefix}{name}{suffix}"
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:8]
+    kept = name
+    while kept and size(f"{kept}-{digest}") > limit:
+        kept = kept[:-1]
+    return f"{prefix}{kept}-{digest}{suffix}"
 
 
 def check_out(out: str, directory: str) -> str:

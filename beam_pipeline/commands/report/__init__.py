@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from beam_pipeline.commands.inspect_sheet.output import numbered
+from beam_pipeline.commands.inspect_sheet.output import fitted_name, numbered
 from beam_pipeline.commands.report.gather import ReportError, gather
 from beam_pipeline.commands.report.render import render_page
 from transforms import files
@@ -19,13 +19,15 @@ from transforms import files
 
 def default_report_path(output_dir: str) -> str:
     """`segprep-report-<output folder name>.html` beside the output folder, as `segprep
-    inspect` writes its sheet (in the current folder for a gs:// output)."""
+    inspect` writes its sheet (in the current folder for a gs:// output); a long folder
+    name is cut to fit (fitted_name)."""
     if "://" in output_dir:
         name = output_dir.rstrip("/").rsplit("/", 1)[-1] or "output"
-        return os.path.abspath(f"segprep-report-{name}.html")
-    folder = os.path.realpath(output_dir)
-    name = os.path.basename(folder) or "output"
-    return os.path.join(os.path.dirname(folder), f"segprep-report-{name}.html")
+        folder = os.getcwd()
+    else:
+        output = os.path.realpath(output_dir)
+        name, folder = os.path.basename(output) or "output", os.path.dirname(output)
+    return os.path.join(folder, fitted_name(folder, "segprep-report-", name, ".html"))
 
 
 _GENERATOR = b'<meta name="generator" content="segprep report">'

@@ -67,7 +67,7 @@ def run_verify(directory: str, *, repair: bool = False) -> int:
             print(f"repaired: {printable(line)}")
     report = check_output(directory)
     if report.ok:
-        print(printable(report.summary(), newlines=True))
+        print(printable(report.summary()))
         return 0
     for problem in report.problems:
         print(printable(problem))
