@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from transforms.bounded_text import CHUNK_BYTES, TextLimitError, check_json
+from transforms.bounded_text import CHUNK_BYTES, TextLimitError, check_json, check_json_bytes
 
 JsonShapeError = TextLimitError
 check_shape = check_json
@@ -39,11 +39,7 @@ def loads(
     `unique_keys`: an object naming a key twice is a DuplicateKeyError (segprep never writes
     one: a second `splits` would hide the first from a reader)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    check_shape(
-        (raw[start : start + CHUNK_BYTES] for start in range(0, len(raw), CHUNK_BYTES)),
-        source,
-        limit,
-    )
+    check_json_bytes(raw, source, limit)
     return json.loads(raw, object_pairs_hook=_unique if unique_keys else None)
 
 
