@@ -89,6 +89,7 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
     malformed = _LineProblems(state, REJECTS_FILE, _NOT_A_REJECT)
     stored = _LineProblems(state, REJECTS_FILE, "key also in a shard")
     unordered = _LineProblems(state, REJECTS_FILE, "key out of key order")
+    surrogate = _LineProblems(state, REJECTS_FILE, "a lone UTF-16 surrogate, not UTF-8 text")
     # A run writes its rejects sorted by key, so a key rejected twice is two adjacent lines
     # and an edited key breaks the order: both seen with one key held, whatever the size.
     previous: str | None = None
@@ -104,12 +105,16 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
             if not line.strip():
                 continue
             count += 1
+            source = f"{REJECTS_FILE} line {number}"
             try:
-                entry = json_shape.loads(line, f"{REJECTS_FILE} line {number}")
+                entry = json_shape.loads(line, source)
                 key, reason = entry["key"], entry["reason"]
                 if not (isinstance(key, str) and isinstance(reason, str)):
                     raise TypeError("key or reason not a string")
                 reasons[reason] += 1
+            except json_shape.LoneSurrogateError as error:
+                surrogate.add(number, str(error).removeprefix(f"{source}: "))
+                continue
             except (ValueError, KeyError, TypeError):
                 malformed.add(number, _NOT_A_REJECT)
                 continue
@@ -126,7 +131,7 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
     if twice:  # a run rejects a key once: an edited line names another's key
         more = f" and {twice_count - 10} more" if twice_count > 10 else ""
         state.problem(f"{REJECTS_FILE}: keys rejected more than once: {', '.join(twice)}{more}")
-    for kind in (malformed, stored, unordered):
+    for kind in (malformed, surrogate, stored, unordered):
         kind.close()
     return count
 
