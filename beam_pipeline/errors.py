@@ -5,9 +5,10 @@ import re
 from collections.abc import Iterable
 
 # C0 and C1 controls (escape sequences, carriage returns), line and paragraph separators,
-# and the bidirectional marks and overrides that reorder what a terminal shows.
+# the bidirectional marks and overrides that reorder what a terminal shows, and lone UTF-16
+# surrogates (a JSON \ud800 escape makes one), which a UTF-8 stream cannot write at all.
 _CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 

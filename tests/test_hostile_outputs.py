@@ -83,3 +83,44 @@ def test_reader_metadata_load_refuses_what_is_not_a_file(output_copy, kind):
     _plant(output_copy / METADATA_FILE, kind)
     with pytest.raises(dataset_info.MetadataError, match="not a regular file"):
         dataset_info.load(str(output_copy))
+
+
+def test_a_lone_surrogate_escape_is_a_problem_of_its_file_never_a_crash(
+    prepared, sample_dataset, tmp_path
+):
+    """A JSON \\ud800 escape is valid JSON, but the text it makes has no UTF-8 form: verify
+    and report crashed printing it, and an append failed after its whole job had run."""
+    from beam_pipeline.errors import printable
+    from tests.helpers.runs import job_args
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    rejects = out / "rejects.jsonl"
+    number = len(rejects.read_text().splitlines()) + 1
+    with rejects.open("a") as handle:
+        handle.write('{"key": "\\ud800zz", "reason": "\\udfffx", "detail": "\\ud800"}\n')
+    said = f"rejects.jsonl line {number}: a \\ud800 escape, half a UTF-16 surrogate pair"
+
+    done = _run("verify", str(out), cwd=tmp_path)
+    assert done.returncode == 1 and not done.stderr, done.stderr
+    assert any(line.startswith(said) for line in done.stdout.splitlines()), done.stdout
+    page = tmp_path / "page.html"
+    done = _run("report", str(out), "--out", str(page), cwd=tmp_path)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert "\\ud800zz" in page.read_text()  # escaped, as verify prints it
+    done = _run(
+        "prepare", *job_args(sample_dataset, out, "--num_shards", "3", "--append"), cwd=tmp_path
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert said in done.stderr and "nothing was appended" in done.stderr
+
+    rejects.write_text("".join(rejects.read_text().splitlines(keepends=True)[:-1]))
+    metadata = out / METADATA_FILE
+    metadata.write_text(metadata.read_text().replace('"train"', '"tr\\udfffain"', 1))
+    done = _run("verify", str(out), cwd=tmp_path)
+    assert done.returncode == 1 and "metadata.json: " in done.stdout and "\\udfff" in done.stdout
+    for command in (["report", str(out), "--out", str(page)], ["inspect", str(out)]):
+        done = _run(*command, cwd=tmp_path)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "metadata.json: a \\udfff escape" in done.stderr
+    assert printable("k\ud800\udfff") == "k\\ud800\\udfff"  # any other line that holds one

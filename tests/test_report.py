@@ -477,3 +477,33 @@ def test_a_long_output_name_gets_a_page_name_that_fits(prepared, tmp_path, capsy
     mine = tmp_path / ("p" * 250 + ".html")
     assert main(["report", str(outs[0]), "--out", str(mine)]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.splitlines() == [str(mine)] and mine.is_file()
+
+
+def test_a_tampered_duplicates_file_is_a_warning_and_a_fifo_one_line(prepared, tmp_path, capsys):
+    """A group line of the wrong shape crashed the page (a Jinja TypeError, exit 1), a FIFO
+    was an internal error, and an edited group was shown as fact: report checks the file
+    as verify does (its sha256 against metadata.json, each line's shape)."""
+    out = tmp_path / "out"
+    shutil.copytree(prepared[0], out)
+    clean = _report(out, tmp_path / "clean.html")
+    assert 'id="duplicates-problems"' not in clean
+    group = _group_lines(out)[0]
+    wrong = {"keys": 5, "split": ["x"], "kind": None, "max_distance": "a", "conflicting_masks": {}}
+    lines = [wrong, group, wrong]
+    (out / "duplicates.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = tmp_path / "page.html"
+    text = _report(out, page)
+    dom = _Dom()
+    dom.feed(text)
+    warning = dom.find(id="duplicates-problems")[0][2]
+    assert "duplicates.jsonl: size or sha256 differs from metadata.json" in warning
+    assert "duplicates.jsonl: line 1: keys is not a list of two or more keys (and 1 more" in warning
+    rows = [cells for cells in dom.find("td", class_="key")]
+    assert [cells[2] for cells in rows] == [", ".join(group["keys"])]  # the shaped line only
+
+    (out / "duplicates.jsonl").unlink()
+    os.mkfifo(out / "duplicates.jsonl")
+    capsys.readouterr()
+    assert main(["report", str(out), "--out", str(page)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "duplicates.jsonl: not a regular file" in err, err

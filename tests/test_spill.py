@@ -73,6 +73,57 @@ def test_json_shape_names_the_first_bad_utf8_byte():
         check_shape(_chunks(b'["abc", "\xff"]', 4), "s", 4)
 
 
+def _outcome(check, data: bytes, depth: int) -> str:
+    try:
+        check(data, depth)
+    except JsonShapeError as error:
+        return str(error)
+    return "ok"
+
+
+def _hostile_json(rng: random.Random) -> bytes:
+    """Text near every cap of the shape check: brackets around the depth, bare runs and
+    escapes around a number's 100 characters, quotes unclosed, stray closers, bad UTF-8."""
+    pieces = [bytes([byte]) for byte in b'[{]}",: \n\\'] + [b'\\"', b"\\\\", b"\xc3\xa9"]
+    pieces += [b"x" * 98, b"1" * rng.choice([1, 50, 99, 100, 101])]
+    if rng.random() < 0.1:
+        pieces += [b"\xff", b"\xed\xa0\x80"]
+    return b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 60)))
+
+
+def test_the_whole_text_check_refuses_exactly_what_the_scan_refuses():
+    from transforms.bounded_text import check_json_bytes
+
+    rng = random.Random(7)
+    texts = [_hostile_json(rng) for _ in range(3000)]
+    texts += [b"[" * n + b"]" * n for n in (31, 32, 33)]
+    texts += [b'{"k": "' + b"[" * 40 + b'"}', b'{"k": ' + b"9" * 100 + b"}"]
+    texts += [b'{"k": ' + b"9" * 101 + b"}", b'{"k": "' + b"9" * 500 + b'"}']
+    refused = 0
+    for n, text in enumerate(texts):
+        depth = 32 if n >= 3000 else (2, 4, 32)[n % 3]
+        scanned = _outcome(lambda data, depth: check_shape([data], "s", depth), text, depth)
+        refused += scanned != "ok"
+        assert _outcome(lambda data, depth: check_json_bytes(data, "s", depth), text, depth) == (
+            scanned
+        ), text
+    assert 300 < refused < len(texts) - 300  # both sides of every cap were tried
+
+
+def test_an_ordinary_side_file_line_is_checked_without_the_per_byte_scan(monkeypatch):
+    """A million rejects.jsonl lines must not each pay the scan's set-up (minutes)."""
+    from transforms import bounded_text, json_shape
+
+    def scan(*_):
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(bounded_text.JsonReader, "_scan", scan)
+    line = json.dumps({"key": "k" * 200, "reason": "image_empty", "image": "/d/" + "i" * 300})
+    assert json_shape.loads(line, "rejects.jsonl line 1")["reason"] == "image_empty"
+    with pytest.raises(AssertionError, match="scanned"):  # what it cannot prove is scanned
+        json_shape.loads('{"n": ' + "1" * 101 + "}", "rejects.jsonl line 1")
+
+
 def test_a_killed_processs_temporary_folders_are_removed_by_the_next(tmp_path, monkeypatch):
     """SIGKILL leaves a process's spill folder behind; the next process to make one removes
     every folder of a process that is gone, and never a live process's."""

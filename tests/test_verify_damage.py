@@ -184,3 +184,27 @@ def test_a_reject_renamed_to_another_rejects_key_is_found(output):
     assert f"{REJECTS_FILE}: keys rejected more than once: {rows[1]['key']}" in verify_output(
         str(output)
     )
+
+
+def test_every_kind_of_bad_rejects_line_is_named_a_few_times_then_counted(output):
+    """One problem per bad line made verify's list (and memory) as long as rejects.jsonl:
+    150,000 reversed lines printed 150,003 lines. Each kind names its first lines only."""
+    stored = json.loads((output / "index" / "train.keys.jsonl").read_text().splitlines()[0])[0]
+    lines = [{"key": "~", "reason": 5}] * 40  # 40 not a reject
+    lines += [{"key": f"{9000 - n:05d}", "reason": "x"} for n in range(500)]  # 499 out of order
+    lines += [{"key": stored, "reason": "x"}] * 30  # 1 more out of order, 29 twice, 30 stored
+    lines += [{"key": f"~{n:03d}", "reason": "x"} for n in range(12) for _ in "ab"]  # 12 twice
+    (output / REJECTS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    problems = verify_output(str(output))
+
+    assert len(problems) < 100
+    for kind in ("is out of key order", "is also in a shard", "not a JSON object with key"):
+        assert sum(f"{REJECTS_FILE} line " in line and kind in line for line in problems) == 20
+    assert {line for line in problems if " more lines: " in line} == {
+        f"{REJECTS_FILE}: 20 more lines: not a JSON object with key and reason",
+        f"{REJECTS_FILE}: 480 more lines: key out of key order",
+        f"{REJECTS_FILE}: 10 more lines: key also in a shard",
+    }
+    twice = f"{REJECTS_FILE}: keys rejected more than once: {', '.join([stored] * 10)}"
+    assert f"{twice} and 31 more" in problems

@@ -37,6 +37,8 @@ from transforms.limits import DEFAULT_LIMITS, InputLimits
 CHUNK_BYTES = 1 << 20
 SCAN_BYTES = 1 << 17  # one numpy pass of the check
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')  # in unescaped text, where no quote is escaped
+_BARE_RUN = re.compile(rb'[^"\[\]{},: \t\r\n]{%d}' % (DEFAULT_LIMITS.number_chars + 1))
 _NONE, _QUOTE, _OPEN, _CLOSE, _DELIMITER = 0, 1, 2, 3, 4
 _JSON_CLASS = np.zeros(256, np.uint8)
 _JSON_CLASS[ord('"')] = _QUOTE
@@ -217,6 +219,33 @@ class XmlReader(_Reader):
                 f"{self.source}: a tag, attribute or text of more than {self.limit:,} bytes "
                 f"(near byte {self.offset:,})"
             )
+
+
+def check_json_bytes(data: bytes, source: str, depth: int) -> None:
+    """`check_json` of a text held whole. A short line costs the scan's numpy set-up many
+    times its bytes (a million rejects.jsonl lines took minutes), so first a proof in a few
+    C passes that no cap can be reached: UTF-8, no longer than a string may be, at most
+    `depth` brackets outside strings, no run of bare characters outside strings longer
+    than a bare token may be. Whatever that does not prove gets the full scan, so what
+    is refused, and its message, is the scan's."""
+    if not _plainly_within(data, depth):
+        check_json(
+            (data[at : at + CHUNK_BYTES] for at in range(0, len(data), CHUNK_BYTES)), source, depth
+        )
+
+
+def _plainly_within(data: bytes, depth: int) -> bool:
+    if len(data) > DEFAULT_LIMITS.json_string_bytes:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    # The scan's own view: escape pairs made plain, then each string (quote parity, as the
+    # scan counts it) emptied; an unclosed string stays, which can only make a run longer.
+    outside = _STRING.sub(b'""', _ESCAPE.sub(b"__", data))
+    opened = outside.count(b"[") + outside.count(b"{")
+    return opened <= depth and _BARE_RUN.search(outside) is None
 
 
 def check_json(chunks: Iterable[bytes], source: str, depth: int) -> None:

@@ -667,10 +667,12 @@ def _largest_distance(hashes: np.ndarray, rows: int = 512) -> int:
 
 def parse_groups(data: bytes) -> list[dict]:
     """The lines of a duplicates.jsonl file; ValueError naming the first bad line."""
-    return _parsed_lines(data, _group)
+    return _parsed_lines(data, parse_group)
 
 
-def _group(line: str) -> dict:
+def parse_group(line: str | bytes) -> dict:
+    """One line of duplicates.jsonl as segprep writes it; ValueError, KeyError or TypeError
+    saying what is wrong with it (verify's and report's check of each line)."""
     group = json_shape.loads(line, "duplicates.jsonl")
     keys = group["keys"]
     if not (isinstance(keys, list) and len(keys) >= 2):

@@ -21,7 +21,13 @@ from beam_pipeline.runtime import output_protocol
 from transforms import files, json_shape
 from transforms.format import dataset_info, side_tables
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
-from transforms.format.naming import MANIFEST_FILE, METADATA_FILE, SPLITS
+from transforms.format.naming import (
+    MANIFEST_FILE,
+    METADATA_FILE,
+    REJECTS_FILE,
+    SPLITS,
+    UNLABELED_FILE,
+)
 from transforms.limits import FILE_LIMITS
 from transforms.record_spec import RecordSpec, differences_from_stored, field_differences
 from transforms.splits import FolderSplits, SplitFractions, SplitLists
@@ -45,7 +51,7 @@ def plan_append(
     path = files.join(output_dir, METADATA_FILE)
     try:
         data = dataset_info.read_metadata_bytes(output_dir)
-        raw = json.loads(data)
+        raw = dataset_info.parse_json(data, METADATA_FILE)
         info = DatasetInfo.from_json(raw)
     except (OSError, ValueError, MetadataError) as error:
         raise UsageError(f"--append: cannot read {path}: {error}") from None
@@ -69,6 +75,8 @@ def plan_append(
     for refs in tables.values():
         for _, ref in refs:
             check_digest_table(output_dir, ref)
+    for name in (REJECTS_FILE, UNLABELED_FILE):
+        _require_storable_lines(output_dir, name)
     return AppendSettings(
         version=info.latest_version + 1,
         previous_sha256=hashlib.sha256(data).hexdigest(),
@@ -86,6 +94,41 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
             f"--append: {error}: the output is damaged, nothing was appended; run "
             f"`segprep verify {output_dir}`"
         ) from None
+
+
+def _require_storable_lines(output_dir: str, name: str) -> None:
+    """The commit carries the earlier lines of rejects.jsonl (or unlabeled.jsonl) into the
+    new one and counts their reasons into metadata.json; a line holding a lone surrogate (a
+    JSON \\ud800 escape, which segprep never writes) would fail that write after the whole
+    job ran, so it is refused here. Only lines with a \\u escape are parsed."""
+    path = files.join(output_dir, name)
+    if not files.exists(path):
+        return
+    try:
+        with files.opened(path) as (handle, _):
+            lines = files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, name)
+            for number, line in enumerate(lines, start=1):
+                if b"\\u" in line:
+                    _parsed_line(line, f"{name} line {number}")
+    except json_shape.LoneSurrogateError as error:
+        raise UsageError(
+            f"--append: {error}: the output is damaged, nothing was appended; run "
+            f"`segprep verify {output_dir}`"
+        ) from None
+    except (OSError, files.LineTooLongError) as error:
+        raise UsageError(
+            f"--append: {name}: not readable ({error}): run `segprep verify {output_dir}`"
+        ) from None
+
+
+def _parsed_line(line: bytes, source: str) -> None:
+    """A LoneSurrogateError for a line holding one; other damage is not this check's."""
+    try:
+        json_shape.loads(line, source)
+    except json_shape.LoneSurrogateError:
+        raise
+    except ValueError:
+        pass
 
 
 def _require_readable_manifest(output_dir: str) -> None:

@@ -96,7 +96,9 @@ def write_report(output_dir: str, out_file: str | None = None, version: int | No
         output_dir = os.path.abspath(output_dir)
     html = render_page(gather(output_dir, version))
     try:
-        files.write_bytes(path, html.encode("utf-8"))
+        # A lone surrogate (a JSON \ud800 escape in rejects.jsonl) has no UTF-8 form: the
+        # page shows it as that escape.
+        files.write_bytes(path, html.encode("utf-8", "backslashreplace"))
     except OSError as error:
         raise ReportError(
             f"--out {path}: cannot write the page: {error.strerror or error}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import heapq
 import io
 import itertools
@@ -22,6 +23,7 @@ import numpy as np
 
 from beam_pipeline.commands.report import thumbnails
 from transforms import files
+from transforms.duplicates import parse_group
 from transforms.format import dataset_info, record_formats
 from transforms.format.dataset_info import ClassesInfo, DatasetInfo
 from transforms.format.example import ExampleError, parse_example
@@ -142,6 +144,8 @@ class Report:
     classes: ClassesInfo | None = None
     weights: list[tuple[str, float]] | None = None  # at most MAX_CLASS_ROWS: the train split's top
     duplicates: list[dict[str, Any]] | None = None  # None: duplicates.jsonl absent
+    # verify's findings about duplicates.jsonl itself (tampered: its groups are not facts)
+    duplicates_problems: list[str] = dataclasses.field(default_factory=list)
     duplicate_groups: int = 0
     total_bytes: int = 0
     largest_groups: list[GroupView] = dataclasses.field(default_factory=list)
@@ -193,6 +197,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         every = classes.weights("train")
         top = _top_classes(classes.split_stats("train").pixels)
         weights = [(names[index], float(every[index])) for index in top]
+    duplicates_problems = _duplicates_problems(f"{base}/{DUPLICATES_FILE}", raw)
     duplicates, groups = _duplicates(f"{base}/{DUPLICATES_FILE}")
     largest, moves = _group_views(base, raw, version, classes, palette)
     accepted = sum(split.num_examples for split in info.splits.values())
@@ -217,6 +222,7 @@ def _finished(base: str, version: int | None = None) -> Report:
         classes=classes,
         weights=weights,
         duplicates=duplicates,
+        duplicates_problems=duplicates_problems,
         duplicate_groups=groups,
         total_bytes=sum(s.bytes for split in info.splits.values() for s in split.shards),
         largest_groups=largest,
@@ -354,7 +360,7 @@ def _rejects(path: str) -> tuple[list[RejectReason], int, int]:
     try:
         _count_rows(path, counts, examples)
     except OSError as error:  # a FIFO, a device or a folder in its place: never read
-        raise ReportError(f"{path}: {error.strerror or error}") from None
+        raise ReportError(_unreadable(path, error)) from None
     reasons = [
         RejectReason(reason, count, examples.get(reason, []))
         for reason, count in counts.most_common(MAX_REASONS)
@@ -396,10 +402,44 @@ def _source_thumbnail(path: str) -> str | None:
     return thumbnails.image_thumbnail(data)
 
 
+def _duplicates_problems(path: str, raw: Mapping[str, Any]) -> list[str]:
+    """verify's checks of duplicates.jsonl (its size and sha256 against metadata.json, the
+    shape of each line), streamed: what the page must say before showing its groups. Only
+    well-shaped lines are shown (`_group_rows`); one that is not is named, the rest counted."""
+    from beam_pipeline.commands.verify.duplicates import listed_file_problem
+
+    if not files.exists(path):
+        return []
+    digest, bad, first = hashlib.sha256(), 0, ""
+    try:
+        with _open(path) as handle:
+            for number, line in enumerate(_lines(handle, digest), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    parse_group(line)
+                except (ValueError, KeyError, TypeError) as error:
+                    bad += 1
+                    first = first or f"{DUPLICATES_FILE}: line {number}: {error}"
+            size = handle.tell()
+    except OSError as error:  # a FIFO, a device or a folder in its place: never read
+        raise ReportError(_unreadable(path, error)) from None
+    problems = []
+    section = raw.get("duplicates")
+    if isinstance(section, dict) and section.get("mode") != "off":
+        ref = section.get("file")
+        differs = listed_file_problem(DUPLICATES_FILE, size, digest.hexdigest(), ref)
+        problems += [differs] if differs else []
+    if bad:
+        more = f" (and {bad - 1:,} more lines that are no duplicate group)" if bad > 1 else ""
+        problems.append(first + more)
+    return problems
+
+
 def _duplicates(path: str) -> tuple[list[dict[str, Any]] | None, int]:
     if not files.exists(path):
         return None, 0
-    rows = _json_lines(path)
+    rows = _group_rows(path)
     groups = list(itertools.islice(rows, MAX_DUPLICATE_GROUPS))
     return groups, len(groups) + sum(1 for _ in rows)
 
@@ -432,7 +472,7 @@ def _scan_groups(path: str) -> tuple[list[dict[str, Any]], list[str], int]:
     heap: list[tuple[int, int, dict[str, Any]]] = []
     member_keys: list[str] = []
     members = 0
-    for number, row in enumerate(_json_lines(path)):
+    for number, row in enumerate(_group_rows(path)):
         keys = _keys_of(row)
         members += len(keys)
         member_keys.extend(keys[: max(0, SPLIT_CHECKS - len(member_keys))])
@@ -564,19 +604,47 @@ def _stored_split(key: str, wanted: str | None, sources) -> str | None:
     return None
 
 
+def _unreadable(path: str, error: OSError) -> str:
+    """One line naming `path` once (files' own errors already name it)."""
+    return f"{path}: {error.strerror}" if error.strerror else str(error)
+
+
+def _lines(handle: io.BufferedReader, digest: Any = None) -> Iterator[bytes]:
+    """Each line of `handle`, b"" in place of one over MAX_LINE (skipped without being
+    held); `digest` is updated with every byte read."""
+    while line := handle.readline(MAX_LINE + 1):
+        if digest is not None:
+            digest.update(line)
+        if len(line) > MAX_LINE and not line.endswith(b"\n"):
+            while (rest := handle.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                if digest is not None:
+                    digest.update(rest)
+            if digest is not None:
+                digest.update(rest)
+            line = b""
+        yield line
+
+
 def _json_lines(path: str) -> Iterator[dict[str, Any]]:
     with _open(path) as handle:
-        while line := handle.readline(MAX_LINE + 1):
-            if len(line) > MAX_LINE and not line.endswith(b"\n"):
-                while (rest := handle.readline(MAX_LINE)) and not rest.endswith(b"\n"):
-                    pass  # skip the rest of an over-long line without holding it
-                continue
+        for line in _lines(handle):
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 continue
             if isinstance(row, dict):
                 yield row
+
+
+def _group_rows(path: str) -> Iterator[dict[str, Any]]:
+    """The lines of duplicates.jsonl shaped as segprep writes them (verify's line check):
+    a line of another shape is left out, and named on the page (`_duplicates_problems`)."""
+    with _open(path) as handle:
+        for line in _lines(handle):
+            try:
+                yield parse_group(line)
+            except (ValueError, KeyError, TypeError):
+                continue
 
 
 def _staged_rejects(base: str) -> str | None:

@@ -21,8 +21,28 @@ from transforms.format.naming import (
 )
 from transforms.limits import FILE_LIMITS
 
-_BAD_LINES_SHOWN = 20  # bad rejects.jsonl lines named one by one; the rest are counted
+_BAD_LINES_SHOWN = 20  # lines of each problem kind named one by one; the rest are counted
 _NOT_A_REJECT = "not a JSON object with key and reason"
+
+
+class _LineProblems:
+    """One kind of problem a line of `file` can have: the first _BAD_LINES_SHOWN lines named,
+    the rest only counted, so a file of a million bad lines is a problem list of a few dozen
+    lines and memory of one count."""
+
+    def __init__(self, state: Checked, file: str, kind: str) -> None:
+        self.state, self.file, self.kind = state, file, kind
+        self.count = 0
+
+    def add(self, number: int, detail: str) -> None:
+        self.count += 1
+        if self.count <= _BAD_LINES_SHOWN:
+            self.state.problem(f"{self.file} line {number}: {detail}")
+
+    def close(self) -> None:
+        if self.count > _BAD_LINES_SHOWN:
+            more = self.count - _BAD_LINES_SHOWN
+            self.state.problem(f"{self.file}: {more:,} more lines: {self.kind}")
 
 
 def check_extra_shards(state: Checked) -> None:
@@ -65,11 +85,16 @@ def check_rejects(state: Checked) -> None:
 def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[str]) -> int:
     """Count rejects.jsonl's lines and their reasons, streamed (memory: one line, whatever
     the file's size), naming the first bad lines; the number of lines."""
-    count = bad = 0
+    count = 0
+    malformed = _LineProblems(state, REJECTS_FILE, _NOT_A_REJECT)
+    stored = _LineProblems(state, REJECTS_FILE, "key also in a shard")
+    unordered = _LineProblems(state, REJECTS_FILE, "key out of key order")
+    surrogate = _LineProblems(state, REJECTS_FILE, "a lone UTF-16 surrogate, not UTF-8 text")
     # A run writes its rejects sorted by key, so a key rejected twice is two adjacent lines
     # and an edited key breaks the order: both seen with one key held, whatever the size.
     previous: str | None = None
-    twice: list[str] = []
+    twice: list[str] = []  # the first 10 keys rejected twice, named; the rest counted
+    twice_count = 0
     with files.opened(path) as (handle, size):
         if size > FILE_LIMITS.rejects_bytes:
             raise files.TooLargeError(
@@ -80,32 +105,34 @@ def _check_reject_lines(state: Checked, path: str, reasons: collections.Counter[
             if not line.strip():
                 continue
             count += 1
+            source = f"{REJECTS_FILE} line {number}"
             try:
-                entry = json_shape.loads(line, f"{REJECTS_FILE} line {number}")
+                entry = json_shape.loads(line, source)
                 key, reason = entry["key"], entry["reason"]
                 if not (isinstance(key, str) and isinstance(reason, str)):
                     raise TypeError("key or reason not a string")
                 reasons[reason] += 1
+            except json_shape.LoneSurrogateError as error:
+                surrogate.add(number, str(error).removeprefix(f"{source}: "))
+                continue
             except (ValueError, KeyError, TypeError):
-                bad += 1
-                if bad <= _BAD_LINES_SHOWN:
-                    state.problem(f"{REJECTS_FILE} line {number}: {_NOT_A_REJECT}")
+                malformed.add(number, _NOT_A_REJECT)
                 continue
             # key_exists: an append left the key's earlier record as it was, by design.
             if key in state.keys and reason != "key_exists":
-                state.problem(f"{REJECTS_FILE} line {number}: key {key} is also in a shard")
+                stored.add(number, f"key {key} is also in a shard")
             if key == previous:
-                twice.append(key)
+                twice_count += 1
+                if len(twice) < 10:
+                    twice.append(key)
             elif previous is not None and key < previous:
-                state.problem(f"{REJECTS_FILE} line {number}: key {key} is out of key order")
+                unordered.add(number, f"key {key} is out of key order")
             previous = key
     if twice:  # a run rejects a key once: an edited line names another's key
-        more = f" and {len(twice) - 10} more" if len(twice) > 10 else ""
-        state.problem(
-            f"{REJECTS_FILE}: keys rejected more than once: {', '.join(twice[:10])}{more}"
-        )
-    if bad > _BAD_LINES_SHOWN:
-        state.problem(f"{REJECTS_FILE}: {bad - _BAD_LINES_SHOWN:,} more lines: {_NOT_A_REJECT}")
+        more = f" and {twice_count - 10} more" if twice_count > 10 else ""
+        state.problem(f"{REJECTS_FILE}: keys rejected more than once: {', '.join(twice)}{more}")
+    for kind in (malformed, surrogate, stored, unordered):
+        kind.close()
     return count
 
 
@@ -150,16 +177,19 @@ def _unlabeled(state: Checked) -> int | None:
         for line in (raw.decode("utf-8", "replace") for raw in data.splitlines())
         if line.strip()
     ]
+    stored = _LineProblems(state, UNLABELED_FILE, "key also in a shard")
     for number, line in enumerate(lines, start=1):
         try:
             key = json_shape.loads(line, UNLABELED_FILE)["key"]
             if not isinstance(key, str):
                 raise TypeError("key not a string")
         except (ValueError, KeyError, TypeError):
+            stored.close()
             state.problem(f"{UNLABELED_FILE} line {number}: not a JSON object with a key")
             return None
         if key in state.keys:
-            state.problem(f"{UNLABELED_FILE} line {number}: key {key} is also in a shard")
+            stored.add(number, f"key {key} is also in a shard")
+    stored.close()
     if len(lines) != counted:
         state.problem(f"{UNLABELED_FILE}: {len(lines)} lines, metadata.json counts {counted}")
         return None

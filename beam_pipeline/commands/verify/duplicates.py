@@ -47,6 +47,14 @@ def duplicate_files(metadata: dict[str, Any]) -> set[str]:
     return {name for name in names if isinstance(name, str)}  # a list or table names no file
 
 
+def listed_file_problem(name: str, size: int, sha256: str, ref: Any) -> str | None:
+    """The problem line of a file whose size or sha256 is not what metadata.json lists
+    (`ref`); report says it of duplicates.jsonl in the same words."""
+    if not isinstance(ref, dict) or size != ref.get("bytes") or sha256 != ref.get("sha256"):
+        return f"{name}: size or sha256 differs from metadata.json"
+    return None
+
+
 def check_duplicates(state: Checked) -> None:
     metadata = state.metadata
     splits = metadata["splits"]
@@ -88,8 +96,9 @@ def check_duplicates(state: Checked) -> None:
     if data is None:
         return
     where = ref["file"]
-    if len(data) != ref.get("bytes") or hashlib.sha256(data).hexdigest() != ref.get("sha256"):
-        state.problem(f"{where}: size or sha256 differs from metadata.json")
+    differs = listed_file_problem(where, len(data), hashlib.sha256(data).hexdigest(), ref)
+    if differs:
+        state.problem(differs)
     try:
         groups = parse_groups(data)
     except ValueError as error:
