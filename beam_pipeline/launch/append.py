@@ -77,10 +77,11 @@ def plan_append(
 
 
 def check_digest_table(output_dir: str, ref: FileRef) -> None:
-    """The digest table is the one metadata.json lists (side_tables.open_table), else a usage
-    error: a damaged table would make the append store keys a second time."""
+    """The digest table is the one metadata.json lists, its keys in the order the job's
+    lookups bisect by (side_tables.open_table), else a usage error: a damaged table would
+    make the append store keys a second time."""
     try:
-        side_tables.open_table(output_dir, ref).close()
+        side_tables.open_table(output_dir, ref, sorted_keys=True).close()
     except (side_tables.SideTableError, OSError) as error:
         raise UsageError(
             f"--append: {error}: the output is damaged, nothing was appended; run "
