@@ -355,6 +355,32 @@ def _extra_entry(grown, batch: Path) -> None:
     shutil.copy(mask, batch / "masks" / f"zz-new{mask.suffix}")
 
 
+@pytest.mark.parametrize("damage", ["version_1_missing", "version_2_shorter"])
+def test_an_output_missing_a_listed_shard_refuses_the_append(grown, tmp_path, capsys, damage):
+    """A listed shard gone (or not its listed size) is found by one stat before the job: the
+    append published a version that counted the gone shard's keys as stored."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    if damage == "version_1_missing":
+        shard = sorted(out.glob("train-*.tfrecord"))[1]
+        shard.unlink()
+    else:
+        shard = sorted(out.glob("train_v00002-*.tfrecord"))[0]
+        shard.write_bytes(shard.read_bytes()[:-1])
+    before = _snapshot(out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+
+    assert _prepare(batch, out, "--append") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    said = "missing (listed in metadata.json)" if damage == "version_1_missing" else "bytes"
+    assert f"--append: {shard.name}: " in error and said in error, error
+    assert "nothing was appended" in error and f"segprep verify {out}" in error, error
+    assert _snapshot(out) == before
+    assert len(_metadata(out)["dataset_versions"]) == 2
+
+
 def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -66,6 +66,7 @@ def plan_append(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
             + "; ".join(differences)
         )
+    check_shards(output_dir, info)
     for refs in tables.values():
         for _, ref in refs:
             check_digest_table(output_dir, ref)
@@ -74,6 +75,30 @@ def plan_append(
         previous_sha256=hashlib.sha256(data).hexdigest(),
         digest_tables={split: tuple(names) for split, names in tables.items()},
     )
+
+
+def check_shards(output_dir: str, info: DatasetInfo) -> None:
+    """Every shard metadata.json lists (the splits list every version's) is there at its
+    listed size, else a usage error naming the first that is not: the append would publish
+    a version counting, and skipping as stored, the records of a shard that is gone. One
+    stat each; a shard of the right size with other bytes is left to `segprep verify`, as
+    finding it means reading every shard."""
+    for split in info.splits.values():
+        for shard in split.shards:
+            try:
+                size = files.stat(files.join(output_dir, shard.file)).size
+            except FileNotFoundError:
+                problem = f"{shard.file}: missing (listed in metadata.json)"
+            except OSError as error:
+                problem = f"{shard.file}: cannot be read ({error.strerror or error})"
+            else:
+                if size == shard.bytes:
+                    continue
+                problem = f"{shard.file}: {size:,} bytes, metadata.json lists {shard.bytes:,}"
+            raise UsageError(
+                f"--append: {problem}: the output is damaged, nothing was appended; run "
+                f"`segprep verify {output_dir}`"
+            )
 
 
 def check_digest_table(output_dir: str, ref: FileRef) -> None:
