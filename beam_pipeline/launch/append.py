@@ -60,6 +60,13 @@ def plan_append(
             f"--append: {output_dir} was prepared by a segprep that kept no versions and "
             "content digests: prepare it once more (without --append) to append to it"
         )
+    try:
+        dataset_info.check_latest_version(info)
+    except MetadataError as error:
+        raise UsageError(
+            f"--append: {path}: {error}: the output is damaged, nothing was appended; run "
+            f"`segprep verify {output_dir}`"
+        ) from None
     differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
     if differences:
         raise UsageError(
