@@ -392,6 +392,61 @@ def _extra_entry(grown, batch: Path) -> None:
     shutil.copy(mask, batch / "masks" / f"zz-new{mask.suffix}")
 
 
+@pytest.mark.parametrize("damage", ["version_1_missing", "version_2_shorter"])
+def test_an_output_missing_a_listed_shard_refuses_the_append(grown, tmp_path, capsys, damage):
+    """A listed shard gone (or not its listed size) is found by one stat before the job: the
+    append published a version that counted the gone shard's keys as stored."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    if damage == "version_1_missing":
+        shard = sorted(out.glob("train-*.tfrecord"))[1]
+        shard.unlink()
+    else:
+        shard = sorted(out.glob("train_v00002-*.tfrecord"))[0]
+        shard.write_bytes(shard.read_bytes()[:-1])
+    before = _snapshot(out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+
+    assert _prepare(batch, out, "--append") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    said = "missing (listed in metadata.json)" if damage == "version_1_missing" else "bytes"
+    assert f"--append: {shard.name}: " in error and said in error, error
+    assert "nothing was appended" in error and f"segprep verify {out}" in error, error
+    assert _snapshot(out) == before
+    assert len(_metadata(out)["dataset_versions"]) == 2
+
+
+@pytest.mark.parametrize("output", ["before", "out"])
+@pytest.mark.parametrize("count", ["num_examples", "added"])
+def test_edited_counts_of_the_latest_version_refuse_the_append(
+    grown, tmp_path, capsys, output, count
+):
+    """The latest version's train count edited (version 1 of a one-version output, or
+    version 2): the append ran the whole job and failed at its commit; it is refused before
+    the job, and verify, which said OK on the one-version output, names it."""
+    out = tmp_path / "out"
+    shutil.copytree(grown[output], out)
+    info = _metadata(out)
+    latest = info["dataset_versions"][-1]
+    latest[count]["train"] = 10**9
+    (out / "metadata.json").write_text(json.dumps(info))
+    before = _snapshot(out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+
+    assert _prepare(batch, out, "--append") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert f"metadata.json: split 'train' version {latest['version']}: counts" in error, error
+    assert "nothing was appended" in error and f"segprep verify {out}" in error, error
+    assert _snapshot(out) == before
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert f"version {latest['version']} split 'train' says 1000000000 records" in printed
+
+
 def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -87,6 +87,31 @@ def test_a_damaged_digest_table_refuses_the_append(prepared, tmp_path, capsys, h
     assert len(_metadata(out)["dataset_versions"]) == 1
 
 
+def test_a_restamped_unsorted_digest_table_refuses_the_append(prepared, tmp_path, capsys):
+    """Two lines swapped and the sha256 in metadata.json restamped: the table matches its
+    sha256, but the job's bisection would miss the key moved down and store it again."""
+    out = tmp_path / "out"
+    shutil.copytree(prepared["out"], out)
+    table = out / "index" / "train.digests.jsonl"
+    lines = table.read_bytes().splitlines(keepends=True)
+    assert len(lines) >= 4
+    lines[1], lines[2] = lines[2], lines[1]
+    table.write_bytes(b"".join(lines))
+    metadata = out / "metadata.json"
+    old = _metadata(out)["dataset_versions"][0]["digest_tables"]["train"]["sha256"]
+    new = hashlib.sha256(table.read_bytes()).hexdigest()
+    metadata.write_text(metadata.read_text().replace(old, new))
+    before = _snapshot(out)
+
+    assert _prepare(prepared["inputs"], out, "--append") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert "index/train.digests.jsonl: not sorted at line 3" in error
+    assert "nothing was appended" in error and "segprep verify" in error
+    assert _snapshot(out) == before
+    assert len(_metadata(out)["dataset_versions"]) == 1
+
+
 def test_an_append_finds_a_key_a_duplicate_group_moved(prepared, tmp_path):
     """Issue #30: the key whose group moved it out of its own hash's split is found there."""
     out = tmp_path / "out"

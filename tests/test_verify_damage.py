@@ -208,3 +208,17 @@ def test_every_kind_of_bad_rejects_line_is_named_a_few_times_then_counted(output
     }
     twice = f"{REJECTS_FILE}: keys rejected more than once: {', '.join([stored] * 10)}"
     assert f"{twice} and 31 more" in problems
+
+
+@pytest.mark.parametrize("count", ["num_examples", "added"])
+def test_edited_counts_of_a_one_version_output_are_a_problem(output, capsys, count):
+    """Version 1's train count edited on a one-version output: verify said OK (it checked
+    only outputs of two versions or more), and an append then failed at its commit."""
+    data = json.loads((output / METADATA_FILE).read_text())
+    assert len(data["dataset_versions"]) == 1
+    _edit_json(output / METADATA_FILE, ("dataset_versions", 0, count, "train"), 10**9)
+
+    assert cli.main(["verify", str(output)]) == 1
+    printed = capsys.readouterr().out
+    assert "metadata.json: version 1 split 'train' says 1000000000 records" in printed
+    assert "counts" in printed and "(an append refuses this output)" in printed

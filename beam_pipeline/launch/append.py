@@ -66,12 +66,20 @@ def plan_append(
             f"--append: {output_dir} was prepared by a segprep that kept no versions and "
             "content digests: prepare it once more (without --append) to append to it"
         )
+    try:
+        dataset_info.check_latest_version(info)
+    except MetadataError as error:
+        raise UsageError(
+            f"--append: {path}: {error}: the output is damaged, nothing was appended; run "
+            f"`segprep verify {output_dir}`"
+        ) from None
     differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
     if differences:
         raise UsageError(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
             + "; ".join(differences)
         )
+    check_shards(output_dir, info)
     for refs in tables.values():
         for _, ref in refs:
             check_digest_table(output_dir, ref)
@@ -84,11 +92,36 @@ def plan_append(
     )
 
 
+def check_shards(output_dir: str, info: DatasetInfo) -> None:
+    """Every shard metadata.json lists (the splits list every version's) is there at its
+    listed size, else a usage error naming the first that is not: the append would publish
+    a version counting, and skipping as stored, the records of a shard that is gone. One
+    stat each; a shard of the right size with other bytes is left to `segprep verify`, as
+    finding it means reading every shard."""
+    for split in info.splits.values():
+        for shard in split.shards:
+            try:
+                size = files.stat(files.join(output_dir, shard.file)).size
+            except FileNotFoundError:
+                problem = f"{shard.file}: missing (listed in metadata.json)"
+            except OSError as error:
+                problem = f"{shard.file}: cannot be read ({error.strerror or error})"
+            else:
+                if size == shard.bytes:
+                    continue
+                problem = f"{shard.file}: {size:,} bytes, metadata.json lists {shard.bytes:,}"
+            raise UsageError(
+                f"--append: {problem}: the output is damaged, nothing was appended; run "
+                f"`segprep verify {output_dir}`"
+            )
+
+
 def check_digest_table(output_dir: str, ref: FileRef) -> None:
-    """The digest table is the one metadata.json lists (side_tables.open_table), else a usage
-    error: a damaged table would make the append store keys a second time."""
+    """The digest table is the one metadata.json lists, its keys in the order the job's
+    lookups bisect by (side_tables.open_table), else a usage error: a damaged table would
+    make the append store keys a second time."""
     try:
-        side_tables.open_table(output_dir, ref).close()
+        side_tables.open_table(output_dir, ref, sorted_keys=True).close()
     except (side_tables.SideTableError, OSError) as error:
         raise UsageError(
             f"--append: {error}: the output is damaged, nothing was appended; run "

@@ -675,18 +675,40 @@ def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, 
         raise MetadataError(f"metadata.json lists more than {MAX_VERSION} versions")
     versions = tuple(VersionInfo.from_json(entry, number) for number, entry in enumerate(data, 1))
     # The splits are the latest version; each earlier one must be a prefix of them, as a
-    # reader pinned to it reads exactly those shards (the latest record only describes).
+    # reader pinned to it reads exactly those shards (the latest record only describes, so
+    # a reader does not refuse it: check_latest_version holds it to the same rule).
+    _check_version_records(splits, versions, versions[:-1])
+    return versions
+
+
+def check_latest_version(info: DatasetInfo) -> None:
+    """The latest version's record (shards, counts, key tables) as from_json holds every
+    earlier one's to the splits, else MetadataError. No reader needs it, but an append makes
+    it an earlier version, and its commit would refuse it after the whole job."""
+    if not info.dataset_versions:
+        return  # written before versions were kept: its splits are all there is
+    _check_version_records(info.splits, info.dataset_versions, info.dataset_versions)
+
+
+def _check_version_records(
+    splits: Mapping[str, SplitInfo],
+    versions: tuple[VersionInfo, ...],
+    checked: tuple[VersionInfo, ...],
+) -> None:
+    """`checked` (versions 1..k of `versions`) added exactly the splits' first shards, in
+    version order, with the counts those shards hold; any shard after them is the latest's."""
     for name, split in splits.items():
-        earlier = [file for v in versions[:-1] for file in v.shards.get(name, ())]
+        earlier = [file for v in checked for file in v.shards.get(name, ())]
         files = [shard.file for shard in split.shards]
         later = {shard_version(file) for file in files[len(earlier) :]}
-        if files[: len(earlier)] != earlier or later - {len(versions)}:
+        after = set() if len(checked) == len(versions) else {len(versions)}
+        if files[: len(earlier)] != earlier or later - after:
             raise MetadataError(
                 f"split {name!r}: its shards are not those its versions added, in version order"
             )
         sizes = {shard.file: shard.num_examples for shard in split.shards}
         total = 0
-        for v in versions[:-1]:
+        for v in checked:
             added = sum(sizes[file] for file in v.shards.get(name, ()))
             total += added
             if v.added.get(name, 0) != added or v.num_examples.get(name, 0) != total:
@@ -695,12 +717,11 @@ def _versions(data: Any, splits: Mapping[str, SplitInfo]) -> tuple[VersionInfo, 
                     f"{v.num_examples.get(name)} in all, but its shards hold {added} of {total}"
                 )
         tables = split.key_tables
-        expected = [v.key_tables[name] for v in versions[:-1] if name in v.key_tables]
+        expected = [v.key_tables[name] for v in checked if name in v.key_tables]
         if split.key_table is not None and (
             list(tables[: len(expected)]) != expected or len(tables) > len(versions)
         ):
             raise MetadataError(f"split {name!r}: its key tables are not its versions' ones")
-    return versions
 
 
 def parse_json(data: bytes, where: str = "metadata.json") -> Any:

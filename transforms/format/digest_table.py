@@ -62,6 +62,32 @@ def iter_rows(lines: Iterable[bytes]) -> Iterator[tuple[str, str]]:
         yield key, digest
 
 
+class KeyOrder:
+    """A table's lines checked one at a time as another read streams them (the append's
+    sha256 read), so the order its lookups bisect by costs no second read: `problem` names
+    the first line that is not a [key, sha256] row after its predecessor's key."""
+
+    def __init__(self) -> None:
+        self._previous: str | None = None
+        self._line = 0
+        self.problem: str | None = None
+
+    def add(self, line: bytes) -> None:
+        if self.problem is not None:
+            return
+        self._line += 1
+        try:
+            key, _ = parse_row(line)
+        except DigestTableError as error:
+            self.problem = f"line {self._line} is {error}"
+            return
+        if self._previous is not None and key <= self._previous:
+            # A key out of order hides itself and its neighbours from the bisection, and an
+            # equal one is a key stored twice: either way a lookup answers wrongly.
+            self.problem = f"not sorted at line {self._line}"
+        self._previous = key
+
+
 def merge_sorted(tables: Iterable[Iterable[bytes]]) -> Iterator[bytes]:
     """The lines of sorted tables (one per shard) as one sorted table: holds one line per
     input at a time."""

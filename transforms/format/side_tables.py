@@ -143,10 +143,14 @@ def open_table(
     *,
     cap: int = TABLE_CAP,
     check_sha256: bool = True,
+    sorted_keys: bool = False,
 ) -> CheckedTable:
     """The side table `ref` of `output_dir`, checked as the module says. check_sha256=False
     (a job's worker, after the launcher checked it) checks all but the sha256 and the line
-    lengths (its own reads of lines cap them)."""
+    lengths (its own reads of lines cap them). sorted_keys=True (a digest table that lookups
+    will bisect) also checks, in the read that hashes it, that its rows are [key, sha256] in
+    increasing key order: a table restamped after its lines were reordered matches its
+    sha256, yet a bisection in it misses keys it holds."""
     name = _check_name(ref.file)
     if ref.bytes > cap:
         raise SideTableError(f"{name}: listed as {ref.bytes:,} bytes, more than {cap:,}")
@@ -155,15 +159,21 @@ def open_table(
     try:
         if table.size != ref.bytes:
             raise SideTableError(f"{name}: {table.size:,} bytes, metadata.json lists {ref.bytes:,}")
-        if check_sha256:
+        if check_sha256 or sorted_keys:
             digest = hashlib.sha256()
+            order = digest_table.KeyOrder() if sorted_keys else None
             for line in table.lines():  # a line over the cap fails here, unparsed
                 digest.update(line)
-            if digest.hexdigest() != ref.sha256:
+                if order is not None:
+                    order.add(line)
+            # The sha256 first: a table that is not the listed one says so, whatever its order.
+            if check_sha256 and digest.hexdigest() != ref.sha256:
                 raise SideTableError(
                     f"{name}: sha256 {digest.hexdigest()[:16]}..., metadata.json lists "
                     f"{str(ref.sha256)[:16]}..."
                 )
+            if order is not None and order.problem is not None:
+                raise SideTableError(f"{name}: {order.problem}")
     except BaseException:
         table.close()
         raise

@@ -9,7 +9,7 @@ from beam_pipeline.commands.verify.duplicates import duplicate_files
 from beam_pipeline.commands.verify.state import Checked, as_list
 from beam_pipeline.runtime.commit_journal import is_published_name
 from transforms import files
-from transforms.format import digest_table, record_index, side_tables, tfds_info
+from transforms.format import dataset_info, digest_table, record_index, side_tables, tfds_info
 from transforms.format.dataset_info import DatasetInfo, FileRef, MetadataError
 from transforms.format.naming import INDEX_DIR, shard_version
 from transforms.limits import FILE_LIMITS
@@ -183,8 +183,13 @@ def _check_digest_table(state: Checked, ref: FileRef, keys: list[str] | None) ->
 
 def _check_versions(state: Checked, info: DatasetInfo) -> None:
     """Every version reads as it was published: its splits' records, counted in the shards
-    as read, are the counts it records (one version: the splits are its record)."""
-    for version in info.dataset_versions if len(info.dataset_versions) > 1 else ():
+    as read, are the counts it records, the latest's too (readers take the latest from the
+    splits, but an append makes it an earlier version, held to its counts)."""
+    try:
+        dataset_info.check_latest_version(info)
+    except MetadataError as error:
+        state.problem(f"metadata.json: {error} (an append refuses this output)")
+    for version in info.dataset_versions:
         pinned = info.at_version(version.version)
         for split in pinned.splits.values():
             names = [shard.file for shard in split.shards]
@@ -195,6 +200,13 @@ def _check_versions(state: Checked, info: DatasetInfo) -> None:
                 state.problem(
                     f"metadata.json: version {version.version} split {split.name!r} says "
                     f"{version.num_examples.get(split.name)} records, its shards hold {read}"
+                )
+            own = [name for name in names if shard_version(name) == version.version]
+            added = sum(len(state.records[name]) for name in own)
+            if added != version.added.get(split.name, 0):
+                state.problem(
+                    f"metadata.json: version {version.version} split {split.name!r} says "
+                    f"{version.added.get(split.name)} records added, its shards hold {added}"
                 )
 
 
