@@ -332,3 +332,31 @@ def test_control_characters_from_names_reach_the_terminal_escaped(tmp_path):
     assert "e.g. \\x1b[2J\\x1b[31mRED\\r" in done.stdout
     rejected = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert [entry["key"] for entry in rejected] == [hostile]
+
+
+def test_a_name_that_is_not_utf8_beside_a_file_named_like_its_escape_is_one_reject(tmp_path):
+    """`n<0xE9>.txt` is rejected under its shown (escaped) path, which is the real path of a
+    file named `n\\xe9.txt` beside it: two rejects of one key failed the run (AccountingError,
+    nothing published). They are one duplicate_key naming both; either alone is its own."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    _write(images, "good.jpg", rgb_jpeg(H, W))
+    _write(masks, "good_mask.mat", mat_bytes(mask=MASK))
+    for name in (b"n\xe9.txt", b"n\\xe9.txt", b"alone\\x41.txt", b"caf\xe9.jpg"):
+        with open(os.fsencode(str(images)) + b"/" + name, "wb") as handle:
+            handle.write(b"x")
+    out = tmp_path / "out"
+    assert main(["prepare", "--image_dir", str(images), "--mask_dir", str(masks),
+                 "--output_dir", str(out), "--runner", "FnApiRunner",
+                 "--max_reject_fraction", "1"]) == 0  # fmt: skip
+    rejects = {
+        entry["key"]: entry
+        for entry in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())
+    }
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        f"{images}/n\\xe9.txt": "duplicate_key",
+        f"{images}/alone\\x41.txt": "unrecognized_file",
+        f"{images}/caf\\xe9.jpg": "bad_file_name",
+    }
+    both = rejects[f"{images}/n\\xe9.txt"]["detail"]
+    assert both == "2 files for one key: n\\xe9.txt (not UTF-8), n\\xe9.txt"
+    assert main(["verify", str(out)]) == 0

@@ -38,7 +38,7 @@ from transforms.pairing import (
     keyed_reject,
     keyed_row,
     mask_key,
-    meets_export,
+    may_share_key,
     pair_sorted,
     unrecognized,
 )
@@ -114,7 +114,7 @@ def list_local(
         rejected[outcome.reason.value] += 1
 
     def file_rejected(outcome: Reject) -> None:
-        if meets_export(outcome, layout.annotations):  # resolved with the record of its key
+        if may_share_key(outcome, layout.annotations):  # met by the others of its key
             sort.add(*keyed_reject(next(sequence), outcome))
         else:
             reject(outcome)
