@@ -17,7 +17,13 @@ import traceback
 from collections.abc import Sequence
 
 from beam_pipeline import __version__
-from beam_pipeline.errors import RejectLimitError, UsageError, printable, printable_lines
+from beam_pipeline.errors import (
+    RejectLimitError,
+    UsageError,
+    printable,
+    printable_lines,
+    shortened,
+)
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
@@ -328,7 +334,7 @@ def _report(error: BaseException, verbose: bool) -> int:
         return _fail(verbose, f"error: {error.worded(as_flag)}", 2)
     if isinstance(error, RejectLimitError):
         return _fail(verbose, str(error).splitlines()[0], 1)
-    first_line = (str(error).strip().splitlines() or [""])[0]
+    first_line = shortened((str(error).strip().splitlines() or [""])[0], 1000)
     if outcome and "nothing was published" not in first_line:
         first_line += f"; {outcome}"
     hint = "" if verbose else " (run with --verbose for the traceback)"
