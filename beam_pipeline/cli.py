@@ -48,11 +48,16 @@ VERBOSE = "--verbose"
 RESULT_UNWRITTEN = 3
 
 
-_SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+# A hang-up (the terminal closed, the ssh session dropped) ends a run as SIGTERM does.
+_SIGNALS = {
+    signal.SIGINT: (130, "interrupted"),
+    signal.SIGTERM: (143, "terminated"),
+    signal.SIGHUP: (129, "hung up"),
+}
 
 
 def _on_signal(signum: int, frame) -> None:
-    """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); noted as well
+    """Ctrl-C, SIGTERM and SIGHUP unwind the run (it cleans up, its writers stop); noted as well
     (runtime/interrupts.py), since Beam re-raises what interrupts a step as a RuntimeError
     and Python drops what a finalizer raises."""
     interrupts.note(signum)
