@@ -1,13 +1,15 @@
 """`segprep`: sample-data, prepare, verify, index, inspect, report.
 
 Only dispatch lives here: `prepare`'s flags are parsed by its run plan (launch/plan.py).
-User mistakes end in one line and exit code 2; Ctrl-C in one line and 130.
+User mistakes end in one line and exit code 2; Ctrl-C in one line and 130; a finished
+command whose result could not be written to stdout in one line and 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
 import logging
 import os
@@ -17,7 +19,13 @@ import traceback
 from collections.abc import Sequence
 
 from beam_pipeline import __version__
-from beam_pipeline.errors import RejectLimitError, UsageError, printable, printable_lines
+from beam_pipeline.errors import (
+    RejectLimitError,
+    UsageError,
+    printable,
+    printable_lines,
+    shortened,
+)
 from beam_pipeline.launch.options import (
     BEAM_FLAGS_NOTE,
     DEFAULT_BROKEN_FRACTION,
@@ -34,13 +42,22 @@ from beam_pipeline.runtime import interrupts
 from transforms.settings_error import SettingError, as_flag
 
 VERBOSE = "--verbose"
+# A command whose work is done (an output published, an index written, a check passed) but
+# whose result could not be written to stdout (a full disk, an I/O error): not 1, which
+# would tell a scheduler that a published output failed (and it might run it again).
+RESULT_UNWRITTEN = 3
 
 
-_SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+# A hang-up (the terminal closed, the ssh session dropped) ends a run as SIGTERM does.
+_SIGNALS = {
+    signal.SIGINT: (130, "interrupted"),
+    signal.SIGTERM: (143, "terminated"),
+    signal.SIGHUP: (129, "hung up"),
+}
 
 
 def _on_signal(signum: int, frame) -> None:
-    """Ctrl-C and SIGTERM unwind the run (it cleans up, its writers stop); noted as well
+    """Ctrl-C, SIGTERM and SIGHUP unwind the run (it cleans up, its writers stop); noted as well
     (runtime/interrupts.py), since Beam re-raises what interrupts a step as a RuntimeError
     and Python drops what a finalizer raises."""
     interrupts.note(signum)
@@ -83,12 +100,64 @@ def _prepare(argv: list[str]) -> int:
 
 
 def _print(lines: Sequence[str]) -> None:
-    """Print a result, each line escaped whole (printable_lines); a reader that stopped
-    early (`| head`) does not fail the run."""
-    try:
-        print(printable_lines(lines), flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """Print a result, each line escaped whole (printable_lines); through _Guarded, a
+    failed write does not fail the run."""
+    print(printable_lines(lines), flush=True)
+
+
+class _Guarded:
+    """sys.stdout or sys.stderr for one command: a write that fails (a reader that stopped
+    early, `| head`; a full disk) is noted and ends the stream's writing, never the command,
+    since the work it reports is done by then."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.failure is None:
+            try:
+                return self.stream.write(text)
+            except OSError as error:
+                self._failed(error)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failure is None:
+            try:
+                self.stream.flush()
+            except OSError as error:
+                self._failed(error)
+
+    def _failed(self, error: OSError) -> None:
+        self.failure = error
+        # Python flushes what the stream still buffers again at exit: into nothing, now.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(_devnull(), self.stream.fileno())
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def _devnull() -> int:
+    return os.open(os.devnull, os.O_WRONLY)
+
+
+def _standard_streams() -> None:
+    """A closed stdout or stderr (cron, daemons: `>&-`) is os.devnull: Python leaves
+    sys.stdout None for it, and the next file opened would take its number, for the
+    writers it forks to print into."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = _devnull()
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - open for the process
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -293,6 +362,16 @@ def main(argv: list[str] | None = None) -> int:
     # walk every object Beam and TensorFlow made (~0.4 s) to free memory the OS reclaims.
     atexit.register(gc.freeze)
     argv = sys.argv[1:] if argv is None else argv
+    _standard_streams()
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Guarded(out), _Guarded(err)
+    try:
+        return _result_written(_main(argv), sys.stdout.failure)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str]) -> int:
     verbose = VERBOSE in argv
     if not verbose:
         quiet_libraries()
@@ -328,7 +407,7 @@ def _report(error: BaseException, verbose: bool) -> int:
         return _fail(verbose, f"error: {error.worded(as_flag)}", 2)
     if isinstance(error, RejectLimitError):
         return _fail(verbose, str(error).splitlines()[0], 1)
-    first_line = (str(error).strip().splitlines() or [""])[0]
+    first_line = shortened((str(error).strip().splitlines() or [""])[0], 1000)
     if outcome and "nothing was published" not in first_line:
         first_line += f"; {outcome}"
     hint = "" if verbose else " (run with --verbose for the traceback)"
@@ -370,20 +449,22 @@ def _probe_credentials(path: str | None) -> None:
 
 
 def _flush_stdout(code: int) -> int:
-    """A reader that stopped early (`| head`) must not turn a finished run into a failure."""
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would report the broken pipe again when it flushes at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stdout.flush()  # a failed write is noted (_Guarded), the code stays
     return code
+
+
+def _result_written(code: int, failure: OSError | None) -> int:
+    """A finished command whose result could not be written exits RESULT_UNWRITTEN, saying
+    so on stderr; a reader that stopped early (`| head`) does not change the code."""
+    if code != 0 or failure is None or isinstance(failure, BrokenPipeError):
+        return code
+    why = failure.strerror or type(failure).__name__
+    message = f"done, but its result could not be written to stdout ({why})"
+    return _fail(False, message, RESULT_UNWRITTEN)
 
 
 def _fail(verbose: bool, message: str, code: int) -> int:
     if verbose:
         traceback.print_exc()
-    try:
-        print(f"segprep: {printable(message)}", file=sys.stderr)
-    except BrokenPipeError:
-        pass
+    print(f"segprep: {printable(message)}", file=sys.stderr)  # cannot fail (_Guarded)
     return code

@@ -28,6 +28,15 @@ def printable_lines(lines: Iterable[str]) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
+def shortened(text: str, limit: int = 200) -> str:
+    """`text` cut in its middle to at most `limit` characters, keeping its start and end
+    (a path's root and its last names), so an error naming a 4 KB path stays a line."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 2
+    return f"{text[:keep]}...{text[-keep:]}"
+
+
 class UsageError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -293,6 +294,73 @@ def test_a_reader_that_stops_early_does_not_fail_a_finished_run(sample_dataset, 
     assert done.stdout.strip() == "exit=0", done.stderr
     assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr
     assert (out / "metadata.json").exists()
+
+
+# How a shell hands segprep its standard streams (cron, daemons, `exec >&-`, a full disk).
+STREAMS = {
+    "stdout closed": ">&-",
+    "stderr closed": "2>&-",
+    "both closed": ">&- 2>&-",
+    "stdout on a full device": ">/dev/full",
+}
+
+
+def _with_streams(argv: list[str], streams: str, err: Path) -> int:
+    """Exit code of `segprep ARGV` with its streams as `streams` says (stderr into `err`
+    unless closed)."""
+    from tests.helpers.process_tree import SEGPREP
+
+    command = shlex.join([*SEGPREP, *argv])
+    redirect = streams if "2>" in streams else f"{streams} 2>{shlex.quote(str(err))}"
+    done = subprocess.run(["bash", "-c", f"{command} {redirect}"], timeout=300)
+    return done.returncode
+
+
+@pytest.mark.parametrize("streams", sorted(STREAMS))
+def test_closed_or_full_standard_streams_do_not_fail_a_published_run(
+    sample_dataset, tmp_path, streams
+):
+    """Closed stdout: published, then exit 1 and a traceback; closed stderr: AttributeError,
+    nothing published; stdout on /dev/full: published, then "failed: OSError". A closed
+    stream is os.devnull; a result that cannot be written exits 3, saying so in one line."""
+    out, err = tmp_path / "out", tmp_path / "err"
+    code = _with_streams(_prepare_args(sample_dataset, out), STREAMS[streams], err)
+    said = err.read_text() if err.exists() else ""
+    if streams == "stdout on a full device":
+        assert code == 3, said
+        assert said == (
+            "segprep: done, but its result could not be written to stdout "
+            "(No space left on device)\n"
+        )
+    else:
+        assert code == 0, said
+        assert said == ""
+    assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["index"],
+        ["inspect", "--out", "{tmp}/sheet.png"],
+        ["report", "--out", "{tmp}/page.html"],
+        ["sample-data"],
+    ],  # fmt: skip
+    ids=lambda command: command[0],
+)
+@pytest.mark.parametrize("streams", sorted(STREAMS))
+def test_every_command_copes_with_closed_or_full_standard_streams(
+    prepared, tmp_path, command, streams
+):
+    name, *flags = command
+    target = str(tmp_path / "new") if name == "sample-data" else str(prepared[0])
+    argv = [name, target, *(flag.format(tmp=tmp_path) for flag in flags)]
+    err = tmp_path / "err"
+    code = _with_streams(argv, STREAMS[streams], err)
+    said = err.read_text() if err.exists() else ""
+    assert code == (3 if streams == "stdout on a full device" else 0), said
+    assert "Traceback" not in said and len(said.splitlines()) <= 1
 
 
 def _one_folder(sample_dataset, folder):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -330,6 +331,41 @@ def test_sigterm_at_each_step_rolls_back_or_says_it_published(
         which == "new" and said in err.strip().splitlines()[-1]
     ), err
     _holds(out, references[0] if which == "old" else references[1])
+
+
+def _hung_up_at(args: list[str], step: str, fifo: Path) -> tuple[int, str]:
+    """Run segprep until its commit waits at `step`, then hang up on it (SIGHUP)."""
+    os.mkfifo(fifo)
+    process = start_cli(args, env={HOOK_VARIABLE: f"{step}:{fifo}"})
+    with open(fifo, "wb"):  # opens once the commit waits at `step`
+        os.kill(process.pid, signal.SIGHUP)
+        _, err = process.communicate(timeout=600)
+    return process.returncode, err.decode()
+
+
+def test_a_hang_up_inside_the_commit_rolls_back_like_sigterm(sample_dataset, references, tmp_path):
+    """SIGHUP (a closed terminal) inside the commit was a SIGKILL: the journal left for the
+    next run. It rolls back at once, as SIGTERM does, and says so in one line."""
+    out = _earlier_output(references, tmp_path)
+    args = _prepare_args(sample_dataset, out, *NEW, "--overwrite")
+    code, err = _hung_up_at(args, "publish-1", tmp_path / "fifo")
+    assert code == 129, err
+    assert err.strip().splitlines() == [
+        "segprep: hung up: nothing was published; the earlier output is in place"
+    ]
+    _holds(out, references[0])
+    assert not (out / ".segprep" / "lock").exists()
+
+
+def test_a_hang_up_inside_segprep_index_rolls_back(references, tmp_path):
+    """`segprep index` holds the lock and publishes like a run: a hang-up there too ends in
+    one line with the output as it was."""
+    out = _earlier_output(references, tmp_path)
+    code, err = _hung_up_at(["index", str(out)], "journal", tmp_path / "fifo")
+    assert code == 129, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("segprep: hung up: "), err
+    _holds(out, references[0])
+    assert not (out / ".segprep" / "lock").exists()
 
 
 # --- a full disk --------------------------------------------------------------------------

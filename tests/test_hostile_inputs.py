@@ -274,6 +274,30 @@ def test_an_unreadable_sub_folder_stops_the_run_before_it_starts(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_nested_past_path_max_is_one_short_line_naming_it(tmp_path):
+    """A mask folder 500 sub-folders deep (4.5 KB paths): nothing can open what lies there,
+    so the run stops before it starts (exit 2) with one line that names the folder by the
+    start and end of its path, instead of "failed: OSError" and a 4 KB line (exit 1)."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    _write(images, "1.jpg", rgb_jpeg(H, W))
+    _write(masks, "1_mask.mat", mat_bytes(mask=MASK))
+    folder = os.open(masks, os.O_RDONLY)
+    for _ in range(500):  # by descriptor: each path alone would be too long to make
+        os.mkdir("dddddddd", dir_fd=folder)
+        deeper = os.open("dddddddd", os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = deeper
+    os.close(os.open("x_mask.mat", os.O_WRONLY | os.O_CREAT, dir_fd=folder))
+    os.close(folder)
+    code, err, _ = _run(images, masks, tmp_path / "out")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 400, err
+    assert lines[0].startswith(f"segprep: error: --mask_dir: cannot read the folder {masks}/dd")
+    assert "dddddddd/dddddddd: its path is" in lines[0] and "OSError" not in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("duplicates", ["group", "off"])
 def test_keys_holding_unicode_line_separators_are_stored_and_verify(tmp_path, duplicates):
     """U+2028, U+2029 and U+0085 are line breaks to str.splitlines, not to JSON lines: keys
@@ -332,3 +356,31 @@ def test_control_characters_from_names_reach_the_terminal_escaped(tmp_path):
     assert "e.g. \\x1b[2J\\x1b[31mRED\\r" in done.stdout
     rejected = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert [entry["key"] for entry in rejected] == [hostile]
+
+
+def test_a_name_that_is_not_utf8_beside_a_file_named_like_its_escape_is_one_reject(tmp_path):
+    """`n<0xE9>.txt` is rejected under its shown (escaped) path, which is the real path of a
+    file named `n\\xe9.txt` beside it: two rejects of one key failed the run (AccountingError,
+    nothing published). They are one duplicate_key naming both; either alone is its own."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    _write(images, "good.jpg", rgb_jpeg(H, W))
+    _write(masks, "good_mask.mat", mat_bytes(mask=MASK))
+    for name in (b"n\xe9.txt", b"n\\xe9.txt", b"alone\\x41.txt", b"caf\xe9.jpg"):
+        with open(os.fsencode(str(images)) + b"/" + name, "wb") as handle:
+            handle.write(b"x")
+    out = tmp_path / "out"
+    assert main(["prepare", "--image_dir", str(images), "--mask_dir", str(masks),
+                 "--output_dir", str(out), "--runner", "FnApiRunner",
+                 "--max_reject_fraction", "1"]) == 0  # fmt: skip
+    rejects = {
+        entry["key"]: entry
+        for entry in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())
+    }
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        f"{images}/n\\xe9.txt": "duplicate_key",
+        f"{images}/alone\\x41.txt": "unrecognized_file",
+        f"{images}/caf\\xe9.jpg": "bad_file_name",
+    }
+    both = rejects[f"{images}/n\\xe9.txt"]["detail"]
+    assert both == "2 files for one key: n\\xe9.txt (not UTF-8), n\\xe9.txt"
+    assert main(["verify", str(out)]) == 0

@@ -235,6 +235,29 @@ def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):
     assert final_names(out) == []
 
 
+@pytest.mark.parametrize("to_group", [False, True], ids=["launcher", "group"])
+def test_a_hang_up_is_handled_like_sigterm(dataset, tmp_path, to_group):
+    """A closed terminal or a dropped ssh session: SIGHUP to the launcher, or to the whole
+    foreground group (writers included). It killed the launcher silently (exit 129), leaving
+    its lock and staged shards; now the run cleans up and says so in one line."""
+    out = tmp_path / "out"
+    process = start_cli(_args(dataset, out))
+    wait_for(lambda: _staged(out, complete=False) or process.poll() is not None, 120, "writing")
+    tree = descendants(process.pid)
+    if to_group:
+        os.killpg(process.pid, signal.SIGHUP)
+    else:
+        os.kill(process.pid, signal.SIGHUP)
+    code = process.wait(timeout=60)
+    err = process.stderr.read().decode()
+    assert code == 129, err
+    assert err.strip() == "segprep: hung up: nothing was published", err
+    wait_for(lambda: not survivors(tree), 60, "every process of the run to exit")
+    assert final_names(out) == []
+    assert not _staged(out, complete=False)
+    assert not (out / ".segprep" / "lock").exists()
+
+
 def test_a_second_run_into_a_folder_in_use_is_refused(dataset, clean, tmp_path, capsys):
     out = tmp_path / "out"
     first = start_cli(_args(dataset, out))

@@ -297,19 +297,23 @@ def export_key(annotations: str, file_name: str) -> str:
     file's reject key is its full path, which this is not for an export folder (labelme's,
     written without its slash: a file `#notes.txt` in it keeps its own key). A file named
     `EXPORT_NAME#file_name` beside an export file does have this key: its reject is
-    resolved with the record's (`meets_export`)."""
+    resolved with the record's (`may_share_key`)."""
     return f"{annotations.rstrip('/')}#{file_name}"
 
 
-# The role in a keyed row of a listed file's reject that `meets_export`.
+# The role in a keyed row of a listed file's reject that `may_share_key`.
 LISTED_REJECT = "reject"
 
 
-def meets_export(reject: Reject, annotations: str | None) -> bool:
-    """Whether a listed file's reject (keyed by its full path) may have the key of an
-    export record that names no image: the file is named `EXPORT_NAME#...` beside the
-    export. Such a reject goes through the pairing as a keyed row (`keyed_reject`), so the
-    two meet under one key instead of being two rejects of one key."""
+def may_share_key(reject: Reject, annotations: str | None) -> bool:
+    """Whether a listed file's reject (keyed by its full path) may have another's key: an
+    export record's that names no image (the file is named `EXPORT_NAME#...` beside the
+    export), or another listed file's when the key holds a backslash (a name that is not
+    UTF-8 is keyed as shown, `n\\xe9.txt`, which is also a file's real name). Such a reject
+    goes through the pairing as a keyed row (`keyed_reject`), so rejects of one key meet
+    and become one reject instead of two of one key."""
+    if "\\" in reject.key:
+        return True
     return annotations is not None and reject.key.startswith(export_key(annotations, ""))
 
 
@@ -326,7 +330,7 @@ def resolve_pair(
     With masks from the export `annotations`, an entry pairs only with the image file at
     the path its file_name gives. With `skip_unlabeled`, one regular image and no mask is
     an `unlabeled` entry (Reason.UNLABELED, set apart from the rejects at the commit).
-    `listed`: the rejects of listed files keyed so (`meets_export`).
+    `listed`: the rejects of listed files keyed so (`may_share_key`).
     """
     if listed:
         return _with_listed(key, sorted(listed), [*images, *masks])
@@ -384,11 +388,19 @@ def _with_listed(key: str, listed: list[Reject], others: list) -> Reject:
     alone, else one duplicate_key naming every file and record of the key."""
     if len(listed) == 1 and not others:
         return listed[0]
-    names = [basename(r.image or r.mask or r.key) for r in listed] + [_name(f) for f in others]
+    names = [_listed_name(r) for r in listed] + [_name(f) for f in others]
     image = next((r.image for r in listed if r.image), None)
     mask = next((f.path for f in others if isinstance(f, AnnotatedEntry)), None)
-    detail = f"{len(names)} files and records for one key: {', '.join(names)}"
+    kind = "files and records" if any(isinstance(f, AnnotatedEntry) for f in others) else "files"
+    detail = f"{len(names)} {kind} for one key: {', '.join(names)}"
     return Reject(key, Reason.DUPLICATE_KEY, detail, image, mask or listed[0].mask)
+
+
+def _listed_name(reject: Reject) -> str:
+    """A listed file's name, by its real path: `basename` would split `n\\xe9.txt` at its
+    backslash. A name shown escaped says so, as it reads like a real name of the key."""
+    name = posixpath.basename(reject.image or reject.mask or reject.key)
+    return f"{name} (not UTF-8)" if reject.reason is Reason.BAD_FILE_NAME else name
 
 
 # A keyed row: ((key, role, sequence number), source). The sequence number settles ties, so
@@ -401,7 +413,7 @@ def keyed_row(key: str, role: Role, sequence: int, source: SourceFile | Annotate
 
 
 def keyed_reject(sequence: int, reject: Reject) -> KeyedRow:
-    """The row of a listed file's reject that `meets_export`."""
+    """The row of a listed file's reject that `may_share_key`."""
     return (reject.key, LISTED_REJECT, sequence), reject
 
 

@@ -36,7 +36,7 @@ from transforms.pairing import (
     StagedEntries,
     annotated_entry,
     is_hidden,
-    meets_export,
+    may_share_key,
     resolve_pair,
     unrecognized,
 )
@@ -75,7 +75,7 @@ class _KeyFiles(beam.DoFn):
         if classified is None:
             Metrics.counter(_NAMESPACE, "unrecognized_files").inc()
             reject = unrecognized(metadata.path, self._role, self._layout)
-            if meets_export(reject, self._layout.annotations):  # resolved with its record
+            if may_share_key(reject, self._layout.annotations):  # met by the others of its key
                 yield reject.key, (LISTED_REJECT, reject)
             else:
                 yield beam.pvalue.TaggedOutput(REJECTS, reject)

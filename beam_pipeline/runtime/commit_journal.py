@@ -592,11 +592,12 @@ def _remove_tree(output_dir: str, relative: str) -> None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """A second Ctrl-C or SIGTERM waits until the roll-back is done (main thread only)."""
+    """A second Ctrl-C, SIGTERM or SIGHUP waits until the roll-back is done (main thread
+    only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield

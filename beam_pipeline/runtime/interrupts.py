@@ -1,4 +1,4 @@
-"""The signals (Ctrl-C, SIGTERM) this process has taken, for the commit to check.
+"""The signals (Ctrl-C, SIGTERM, SIGHUP) this process has taken, for the commit to check.
 
 The CLI's handler raises KeyboardInterrupt where the main thread is, but Python drops an
 exception raised while a finalizer (`__del__`, a weakref callback) runs: a run could then

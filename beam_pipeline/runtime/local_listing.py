@@ -22,6 +22,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 
+from beam_pipeline.errors import shortened
 from beam_pipeline.runtime.refusal import Refusal
 from transforms import spill
 from transforms.limits import STAGED_RECORD_BYTES
@@ -38,7 +39,7 @@ from transforms.pairing import (
     keyed_reject,
     keyed_row,
     mask_key,
-    meets_export,
+    may_share_key,
     pair_sorted,
     unrecognized,
 )
@@ -114,7 +115,7 @@ def list_local(
         rejected[outcome.reason.value] += 1
 
     def file_rejected(outcome: Reject) -> None:
-        if meets_export(outcome, layout.annotations):  # resolved with the record of its key
+        if may_share_key(outcome, layout.annotations):  # met by the others of its key
             sort.add(*keyed_reject(next(sequence), outcome))
         else:
             reject(outcome)
@@ -232,6 +233,7 @@ def _walk(root: str, flag: str):
     tree) and is listed like a file, which pairing then rejects as not a regular file. Names
     stream in the folder's own order: the external sort, not the walk, orders the entries.
     """
+    limit = _path_limit(root)
     pending = [""]
     while pending:
         prefix = pending.pop()
@@ -240,8 +242,8 @@ def _walk(root: str, flag: str):
             scan = os.scandir(folder)
         except PermissionError:
             raise Refusal(
-                f"{flag}: cannot read the folder {folder} (permission denied): fix its "
-                "permissions or move it out of the input"
+                f"{flag}: cannot read the folder {shortened(folder)} (permission denied): fix "
+                "its permissions or move it out of the input"
             ) from None
         with scan:
             for item in scan:
@@ -250,10 +252,31 @@ def _walk(root: str, flag: str):
                     if not item.is_dir(follow_symlinks=False):
                         yield item.path, relative, None
                     continue
+                # Nothing opens a path this long (ENAMETOOLONG), the job's readers included,
+                # so it can be neither read nor named by a reject that tools open.
+                if len(item.path) * 4 >= limit and len(os.fsencode(item.path)) >= limit:
+                    raise _too_long(flag, item, limit)
                 if item.is_dir(follow_symlinks=False):
                     pending.append(relative + "/")
                     continue
                 yield item.path, relative, _source(item)
+
+
+def _too_long(flag: str, item: os.DirEntry, limit: int) -> Refusal:
+    kind = "folder" if item.is_dir(follow_symlinks=False) else "file"
+    return Refusal(
+        f"{flag}: cannot read the {kind} {shortened(item.path)}: its path is "
+        f"{len(os.fsencode(item.path)):,} bytes, more than the system allows ({limit - 1:,}): "
+        "move it to a shallower folder or out of the input"
+    )
+
+
+def _path_limit(root: str) -> int:
+    """PATH_MAX of the file system under root: the bytes of a path with its final NUL."""
+    try:
+        return os.pathconf(root, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 4096
 
 
 def _source(item: os.DirEntry) -> SourceFile:

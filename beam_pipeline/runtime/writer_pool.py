@@ -36,7 +36,24 @@ _pools: dict[str, ProcessPoolExecutor] = {}  # run id -> that run's pool
 def warm_up() -> None:
     """Start the fork server now (idempotent); its imports run beside the caller's work."""
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
-    forkserver.ensure_running()
+    with _hang_up_blocked():
+        forkserver.ensure_running()  # and multiprocessing's resource tracker
+
+
+@contextlib.contextmanager
+def _hang_up_blocked() -> Iterator[None]:
+    """Processes started here (the fork server, the resource tracker, and so every writer)
+    keep SIGHUP blocked: a closed terminal hangs up on the whole process group, and only
+    the launcher must take it (it stops the writers, and cleans up); the helpers exit with
+    the launcher. multiprocessing spares them Ctrl-C and SIGTERM the same way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def usable_cores() -> int:
@@ -55,13 +72,14 @@ def writer_pool(run_id: str, processes: int) -> Iterator[ProcessPoolExecutor]:
     """
     warm_up()
     context = multiprocessing.get_context("forkserver")
-    stop = context.Event()
-    pool = ProcessPoolExecutor(
-        processes,
-        mp_context=context,
-        initializer=_watch_launcher,
-        initargs=(os.getpid(), stop),
-    )
+    with _hang_up_blocked():  # a fork server or resource tracker started again
+        stop = context.Event()
+        pool = ProcessPoolExecutor(
+            processes,
+            mp_context=context,
+            initializer=_watch_launcher,
+            initargs=(os.getpid(), stop),
+        )
     _pools[run_id] = pool
     try:
         yield pool
@@ -85,9 +103,11 @@ def pool_of(run_id: str) -> ProcessPoolExecutor:
 
 
 def _watch_launcher(launcher_pid: int, stop) -> None:
-    """Runs first in every writer: ignore Ctrl-C (the launcher reports it in one line) and
-    exit as soon as the launcher is gone or the run is cancelled."""
+    """Runs first in every writer: ignore Ctrl-C and a hang-up, which reach the whole
+    process group (the launcher reports them in one line and stops the writers), and exit
+    as soon as the launcher is gone or the run is cancelled."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         lifeline = os.pidfd_open(launcher_pid)
     except ProcessLookupError:
