@@ -1390,3 +1390,13 @@ def test_another_outputs_bucket_is_compared_only_against_this_runs_images(monkey
     assert len(candidates) == 3 * (n + 1)
     assert {c[1][1] for c in candidates} - {t.key for t in theirs} == {"p00000"}
     assert sum(compared) <= 10 * len(members)  # was 2 * len(members) ** 2
+
+
+def test_the_hash_row_bound_is_the_longest_row_a_key_can_make():
+    """limits.HASH_ROW_BYTES, which bounds a split's hash tables by its records, is the row
+    of a key of PATH_MAX control characters (6 bytes each as JSON) with every field."""
+    from transforms.limits import DEFAULT_METADATA_LIMITS, HASH_ROW_BYTES
+
+    key = "\x01" * DEFAULT_METADATA_LIMITS.key_bytes
+    row = dups.ImageHash(key, "f" * 64, (1 << 64) - 1, "e" * 64, bytes(range(192)))
+    assert len(dups.hash_rows_bytes([row])) == HASH_ROW_BYTES

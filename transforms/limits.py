@@ -112,6 +112,13 @@ DEFAULT_METADATA_LIMITS = MetadataLimits()
 # Longest key-table line: ["key", shard, record] with the key escaped at worst and both
 # numbers 20 digits; a split's key tables together hold one line per record.
 KEY_ROW_BYTES = 6 * DEFAULT_METADATA_LIMITS.key_bytes + 2 * 20 + len('["", , ]\n')
+# Longest hash-table line (transforms/duplicates.py ImageHash.row): the key escaped at
+# worst, the sha256 and mask digests (64 hex digits), phash (16), signature (256 base64).
+HASH_ROW_BYTES = (
+    6 * DEFAULT_METADATA_LIMITS.key_bytes
+    + len('{"key": "", "mask": "", "phash": "", "sha256": "", "sig": ""}\n')
+    + 64 + 64 + 16 + 256
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
