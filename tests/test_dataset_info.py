@@ -20,6 +20,7 @@ from transforms.format.dataset_info import (
     VersionInfo,
 )
 from transforms.format.naming import METADATA_FILE
+from transforms.limits import KEY_ROW_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +97,11 @@ def _damaged(raw: dict, change) -> dict:
         (
             lambda d: d["splits"]["train"]["key_table"].update(file="/etc/passwd"),
             "expected 'index/train.keys.jsonl'",
+        ),
+        (
+            # restamped: far under the absolute cap, far over what the split's records need
+            lambda d: d["splits"]["train"]["key_table"].update(bytes=600 * 2**20),
+            r"key table index/train.keys.jsonl \(\d+ records, .*is more than the",
         ),
         (lambda d: d.update(tfds_files=[{"file": "x.json", "bytes": 1, "sha256": "0"}]), "x.json"),
         (lambda d: d.update(tfds_files=7), "tfds_files is not a list"),
@@ -185,3 +191,19 @@ def test_metadata_needs_no_tensorflow_local_or_on_gcs(indexed, gcs):  # noqa: F8
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_key_tables_are_bounded_by_their_records_together(raw):
+    """The split's records bound its key tables (one line each) before a reader reads one;
+    the bound is that of the longest line a key can make, so no table segprep wrote is
+    refused by it."""
+    split = raw["splits"]["train"]
+    cap = split["num_examples"] * KEY_ROW_BYTES
+    assert split["key_table"]["bytes"] <= cap // 1000  # real keys are far shorter
+    DatasetInfo.from_json(
+        _damaged(raw, lambda d: d["splits"]["train"]["key_table"].update(bytes=cap))
+    )
+    with pytest.raises(MetadataError, match=f"bytes {cap + 1:,} is more than the {cap:,} allowed"):
+        DatasetInfo.from_json(
+            _damaged(raw, lambda d: d["splits"]["train"]["key_table"].update(bytes=cap + 1))
+        )

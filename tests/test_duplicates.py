@@ -1308,3 +1308,95 @@ def test_the_append_line_keeps_drops_among_new_images_when_none_copies_a_stored_
     line = _append_line({"mode": "drop", "in_output_matches": 0, "dropped": 3, "groups": 2})
     assert "no new entry is a near copy of an image already in the output" in line
     assert "3 new entries dropped as duplicate_image" in line
+
+
+# ---- buckets of one hash: work near-linear in the bucket ---------------------------------
+
+
+def _sha(number: int) -> str:
+    return hashlib.sha256(str(number).encode()).hexdigest()
+
+
+def _signature(seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(-127, 128, 192, dtype=np.int8).tobytes()
+
+
+def test_images_of_one_hash_and_signature_stand_as_one_and_still_group_completely():
+    """Distinct bytes of one perceptual hash and one colour signature (a photo re-saved,
+    a pixel apart): each pairs with exactly what the others pair with and verifies with
+    every other, so they stand as one like identical bytes. The bucket reports n - 1
+    unverified pairs, not n(n - 1)/2 candidates to verify, and the group is the one every
+    pair gives (complete linkage)."""
+    from beam_pipeline.job import image_hashes
+
+    n, sig = 400, _signature(1)
+    images = [dups.ImageHash(f"k{i:04d}", _sha(i), 0x5A5A, None, sig) for i in range(n)]
+    other = dups.ImageHash("z", "f" * 64, 0x5A5A ^ 0b111, None, _signature(2))  # not verified
+    probes = [image_hashes.as_probe(dups.Tagged("", image)) for image in (*images, other)]
+    found = image_hashes.compare_buckets([(0, probes)], 12)
+    pairs = [value for tag, value in found if tag == "pairs"]
+    candidates = [value for tag, value in found if tag == "candidates"]
+    assert len(pairs) == n - 1 and len(candidates) == 1  # was 0 pairs, n(n + 1)/2 candidates
+    grouped = dups.complete_groups(
+        (image_hashes.from_member(a).image, image_hashes.from_member(b).image) for a, b in pairs
+    )
+    every = [(a, b) for a, b in itertools.combinations(images, 2) if dups.verified(a, b, 0.95)]
+    assert len(every) == n * (n - 1) // 2
+    assert [_keys(g) for g in grouped] == [_keys(g) for g in dups.complete_groups(every)]
+    assert [len(g) for g in grouped] == [n]
+
+
+def _keys(group):
+    return [member.key for member in group]
+
+
+def test_a_flat_or_unsigned_image_is_not_one_look_with_another():
+    """Flat images verify only by identical bytes, and images without a signature by the
+    distance alone: neither stands for another of its hash."""
+    flat = [dups.ImageHash(k, k * 64, 7, None, bytes(192)) for k in "ab"]
+    unsigned = [dups.ImageHash(k, k * 64, 7) for k in "cd"]
+    assert dups.look(flat[0]) is None and dups.look(unsigned[0]) is None
+    standing, copies = dups.collapse_copies([dups.Tagged("", i) for i in flat + unsigned])
+    assert len(standing) == 4 and copies == {}
+
+
+def test_another_outputs_bucket_is_compared_only_against_this_runs_images(monkeypatch):
+    """--leakage_check against a table of many rows near one hash (a restamped padding, or
+    thousands of near-blank frames): another output's hashes are never compared with each
+    other, and its rows of one look stand as one (the leak names the smallest key, the
+    closest among equals). The hashes compared grow with this run's images times the
+    bucket, not with the bucket squared."""
+    from beam_pipeline.job import image_hashes
+
+    compared = []
+    counted = np.bitwise_count
+    monkeypatch.setattr(np, "bitwise_count", lambda x: compared.append(x.size) or counted(x))
+    rng = np.random.default_rng(3)
+    n, base = 3000, 0x0123_4567_89AB_CDEF
+    flips = [rng.choice(64, size=3, replace=False) for _ in range(n)]
+    theirs = [  # distinct re-encodes: distinct hashes within 3 bits, distinct signatures
+        dups.ImageHash(f"o{i:05d}", "", base ^ sum(1 << int(b) for b in bits), None, _signature(i))
+        for i, bits in enumerate(flips)
+    ]
+    padded = [dups.ImageHash(f"p{i:05d}", "", base, None, _signature(9)) for i in range(n)]
+    ours = [dups.ImageHash(f"k{i}", _sha(i), base, None, _signature(9)) for i in range(3)]
+    members = [dups.Tagged("", image) for image in ours]
+    members += [dups.Tagged("/other/", image) for image in theirs + padded]
+    probes = [image_hashes.as_probe(member) for member in members]
+    found = image_hashes.compare_buckets([(0, probes)], 12)
+    candidates = [value for tag, value in found if tag == "candidates"]
+    # each of ours against each distinct row and the padding's smallest key (ours stand as
+    # one: one look), fanned out to its copies
+    assert len(candidates) == 3 * (n + 1)
+    assert {c[1][1] for c in candidates} - {t.key for t in theirs} == {"p00000"}
+    assert sum(compared) <= 10 * len(members)  # was 2 * len(members) ** 2
+
+
+def test_the_hash_row_bound_is_the_longest_row_a_key_can_make():
+    """limits.HASH_ROW_BYTES, which bounds a split's hash tables by its records, is the row
+    of a key of PATH_MAX control characters (6 bytes each as JSON) with every field."""
+    from transforms.limits import DEFAULT_METADATA_LIMITS, HASH_ROW_BYTES
+
+    key = "\x01" * DEFAULT_METADATA_LIMITS.key_bytes
+    row = dups.ImageHash(key, "f" * 64, (1 << 64) - 1, "e" * 64, bytes(range(192)))
+    assert len(dups.hash_rows_bytes([row])) == HASH_ROW_BYTES

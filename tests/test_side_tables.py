@@ -216,6 +216,12 @@ def _damage_hashes(test_out: Path, how: str) -> None:
     elif how == "long_line_listed":
         table.write_bytes(data + b'{"key": "' + b"x" * (1 << 20) + b'"}\n')
         _relist(test_out)
+    elif how == "padded_listed":  # one row's copies under new keys: far more rows than records
+        row = json.loads(data.splitlines()[0])
+        records = _metadata(test_out)["splits"]["train"]["num_examples"]
+        padding = (json.dumps({**row, "key": f"zz{n:07d}"}) + "\n" for n in range(100 * records))
+        table.write_bytes(data + "".join(padding).encode())
+        _relist(test_out)
     elif how == "negative_phash_listed":  # int(x, 16) would read it as -1
         rows = [json.loads(line) for line in data.splitlines()]
         rows[0]["phash"] = "-000000000000001"
@@ -234,6 +240,7 @@ def _damage_hashes(test_out: Path, how: str) -> None:
         "index_folder_a_link",
         "name_outside",
         "long_line_listed",
+        "padded_listed",
     ],
 )
 def test_a_damaged_hash_table_refuses_the_leakage_check(leakage, tmp_path, capsys, how):
@@ -247,6 +254,7 @@ def test_a_damaged_hash_table_refuses_the_leakage_check(leakage, tmp_path, capsy
     assert f"--leakage_check {test_out}" in error
     assert "train.hashes.jsonl" in error or "../../file" in error
     assert "segprep verify" in error or how == "name_outside"
+    assert "records can need" in error or how != "padded_listed"
     assert not (out / "metadata.json").exists()
 
 

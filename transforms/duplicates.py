@@ -353,8 +353,9 @@ def bucket_pairs(
     those of the whole dataset; never two of another output's, nor one of another output's
     with a stored one. The run's own image comes first in a mixed pair.
 
-    Work is quadratic in the bucket, in numpy blocks of _ROWS rows (a few numpy calls per
-    block, not per member); memory is that of one block.
+    Work is that of the members a pair can start from (this run's, the appended output's)
+    times the bucket, in numpy blocks of _ROWS rows (a few numpy calls per block, not per
+    member); memory is that of one block.
     """
     own = np.array([not m.source for m in members], dtype=bool)
     stored = np.array([is_existing(m.source) for m in members], dtype=bool)
@@ -362,44 +363,81 @@ def bucket_pairs(
         return
     values = np.array([m.image.phash for m in members], dtype=np.uint64)
     columns = np.arange(len(members))
-    for start in range(0, len(members), _ROWS):
-        rows = columns[start : start + _ROWS]
+    pairing = own | stored
+    starts = np.flatnonzero(pairing)  # another output's hash starts no pair
+    for start in range(0, len(starts), _ROWS):
+        rows = starts[start : start + _ROWS]
         apart = np.bitwise_count(values[rows, None] ^ values[None, :])
-        # Each pair once (i < j); another output's hash only against this run's.
-        close = (apart <= distance) & (columns[None, :] > rows[:, None])
+        # Each pair once (i < j between two that start pairs, else from the one that does);
+        # another output's hash only against this run's.
+        close = (apart <= distance) & ((columns[None, :] > rows[:, None]) | ~pairing[None, :])
         close &= own[rows, None] | own[None, :] | (stored[rows, None] & stored[None, :])
-        first, second = np.nonzero(close)
-        first = rows[first]
+        block, second = np.nonzero(close)
+        first = rows[block]
         keep = _first_shared_band_is(values[first] ^ values[second], band, distance)
-        for i, j in zip(first[keep].tolist(), second[keep].tolist(), strict=True):
+        found = zip(first[keep].tolist(), second[keep].tolist(), block[keep].tolist(), strict=True)
+        for i, j, row in found:
             a, b = (members[i], members[j]) if own[i] or not own[j] else (members[j], members[i])
             if b.source == "" and b.image.key == a.image.key:
                 continue
-            yield a, b, int(apart[i - start, j])
+            yield a, b, int(apart[row, j])
 
 
 _ROWS = 256  # bucket members compared against the whole bucket per numpy block
+_OWN, _STORED, _OTHER = 0, 1, 2  # where a probe's image comes from (its source)
+
+
+def _kind(source: str) -> int:
+    return _OWN if not source else _STORED if is_existing(source) else _OTHER
 
 
 def within_distance_of_another(probes: Sequence[tuple], distance: int) -> list[tuple]:
     """The probes (source, key, phash, sha256 prefix, ...) of a bucket that a pair can hold,
-    in their order: those within `distance` of another probe, and those whose bytes another
-    probe claims too (the copies collapse_copies joins). The per-member work that follows
-    is then that of the few close hashes, not of the whole bucket: of 8,000 distinct
-    photos' 98,800 bucket entries, 16,702 are kept."""
+    in their order: those within `distance` of another probe they can pair with (another
+    output's only with this run's; the appended output's with this run's and its own), and
+    those whose bytes another probe claims too (the copies collapse_copies joins). The
+    per-member work that follows is then that of the few close hashes, not of the whole
+    bucket: of 8,000 distinct photos' 98,800 bucket entries, 16,702 are kept.
+
+    Distances are taken between distinct hash values, and only from the values a pair can
+    start from (this run's and the appended output's) to every value: a bucket of n rows of
+    one hash (another output's blank frames, a restamped table) costs n, not n^2, and
+    another output's hashes are never compared with each other."""
     count = len(probes)
     if count < 2:
         return []
     values = np.fromiter((probe[2] for probe in probes), dtype=np.uint64, count=count)
-    close = np.empty(count, dtype=bool)
-    for start in range(0, count, _ROWS):
-        near = np.bitwise_count(values[start : start + _ROWS, None] ^ values[None, :])
-        close[start : start + _ROWS] = np.count_nonzero(near <= distance, axis=1) > 1
-    claimed = collections.Counter(probe[3] for probe in probes)
+    kinds = np.fromiter((_kind(probe[0]) for probe in probes), dtype=np.int8, count=count)
+    unique, inverse = np.unique(values, return_inverse=True)
+    held = np.zeros((len(unique), 3), dtype=np.int64)  # probes of each kind per value
+    np.add.at(held, (inverse, kinds), 1)
+    own, pairing = held[:, _OWN] > 0, held[:, _OWN] + held[:, _STORED] > 0
+    near_any = np.zeros(len(unique), dtype=bool)  # another value within distance
+    near_pairing = np.zeros(len(unique), dtype=bool)  # another own or stored value
+    near_own = own.copy()  # an own value within distance (its own value included)
+    starts = np.flatnonzero(pairing)
+    for start in range(0, len(starts), _ROWS):
+        rows = starts[start : start + _ROWS]
+        close = np.bitwise_count(unique[rows, None] ^ unique[None, :]) <= distance
+        close[np.arange(len(rows)), rows] = False  # the value itself: counted in `held`
+        near_any[rows] = close.any(axis=1)
+        near_pairing[rows] = (close & pairing[None, :]).any(axis=1)
+        near_own |= (close & own[rows, None]).any(axis=0)
+    keep = np.empty((3, len(unique)), dtype=bool)
+    keep[_OWN] = near_any | (held.sum(axis=1) > 1)
+    keep[_STORED] = near_pairing | (held[:, _OWN] + held[:, _STORED] > 1)
+    keep[_OTHER] = near_own
+    near = keep[kinds, inverse].tolist()
+    # another output's bytes are not compared (its rows carry none)
+    bytes_of = [
+        probe[3] if kind != _OTHER else None
+        for probe, kind in zip(probes, kinds.tolist(), strict=True)
+    ]
+    claimed = collections.Counter(bytes_of)
     return [
         probe
-        for probe, near in zip(probes, close.tolist(), strict=True)
-        if near or claimed[probe[3]] > 1
+        for probe, close, same in zip(probes, near, bytes_of, strict=True)
+        if close or (same is not None and claimed[same] > 1)
     ]
 
 
@@ -413,29 +451,57 @@ def _first_shared_band_is(xor: np.ndarray, band: int, distance: int) -> np.ndarr
 
 
 def collapse_copies(members: Sequence[Tagged]) -> tuple[list[Tagged], dict[Any, list[Tagged]]]:
-    """This run's byte-identical images (same sha256) stand as one in the search: the
-    smallest key for all of them; so do the appended output's own (apart from this run's:
+    """Images that pair with exactly the same images stand as one in the search, the
+    smallest key for all of them: this run's of one sha256, or of one perceptual hash and
+    one colour signature (`look`); so do the appended output's own (apart from this run's:
     a leak is looked for with this run's images only). Returns the members that stand
-    (every other output's too) and, per standing image of two or more copies, all of them
-    (the standing one first), keyed by its key (this run's) or (STORED, key). Identical
-    bytes have identical hashes, so they share every bucket, pair with exactly the same
-    images, and pair with each other; a copy-heavy scrape then costs the search its
-    distinct images, not its copies squared."""
-    by_bytes: dict[tuple[bool, str], list[Tagged]] = {}
+    (one per look of another output's, whose others are left out: a leak names the
+    closest image, the smallest key among equals) and, per standing image of two or more
+    copies, all of them (the standing one first), keyed by its key (this run's) or
+    (STORED, key). A copy-heavy scrape, or thousands of re-encodes or frames of one hash
+    and signature, then costs the search its distinct images, not its copies squared."""
+    by_look: dict[tuple, list[Tagged]] = {}
     standing: list[Tagged] = []
     for member in members:
-        stored = is_existing(member.source)
-        if (member.source and not stored) or not member.image.sha256:
+        kind = _kind(member.source)
+        same = look(member.image)
+        if same is None and (kind == _OTHER or not member.image.sha256):
             standing.append(member)
-        else:
-            by_bytes.setdefault((stored, member.image.sha256), []).append(member)
+            continue
+        where = member.source if kind == _OTHER else kind
+        by_look.setdefault((where, same or member.image.sha256), []).append(member)
     copies: dict[Any, list[Tagged]] = {}
-    for (stored, _), same in by_bytes.items():
+    for (where, _), same in by_look.items():
         same.sort(key=lambda member: member.image.key)
         standing.append(same[0])
-        if len(same) > 1:
-            copies[(STORED, same[0].image.key) if stored else same[0].image.key] = same
+        if len(same) > 1 and where in (_OWN, _STORED):
+            copies[(STORED, same[0].image.key) if where == _STORED else same[0].image.key] = same
     return standing, copies
+
+
+FLAT = b"\0"  # signature_token of a flat signature (one colour)
+
+
+def signature_token(signature: bytes) -> bytes:
+    """What the search carries of a colour signature past verification: b"" for none,
+    FLAT for a flat one, else the first 16 bytes of its sha256 (equal tokens, equal
+    signatures). A token is its own token, so a probe's image can carry it as its
+    signature."""
+    if len(signature) <= 16:
+        return signature
+    if not any(signature):
+        return FLAT
+    return hashlib.sha256(signature).digest()[:16]
+
+
+def look(image: ImageHash) -> tuple[int, bytes] | None:
+    """(perceptual hash, signature token) when they make the image interchangeable with
+    any other of the same: one hash gives the same distances, one non-flat signature the
+    same verdict against anything, and two such images verify each other (correlation 1).
+    None without a signature (judged by distance alone) or with a flat one (confirmed by
+    identical bytes only)."""
+    token = signature_token(image.signature)
+    return None if token in (b"", FLAT) else (image.phash, token)
 
 
 STORED = "stored"  # collapse_copies' key of an appended output's own copies
@@ -507,9 +573,10 @@ def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
     the component, grouped or not (the job places a component in one split, so no verified
     pair ever straddles two splits). Components in order of their smallest key.
 
-    A pair of identical bytes (same non-empty sha256) makes its two images one class: each
-    pairs with whatever the other pairs with, so the search reports a copy only with the
-    key that stands for its bytes (collapse_copies) and never its copies squared."""
+    A pair of identical bytes (same non-empty sha256), or of one look (one hash and one
+    non-flat signature), makes its two images one class: each pairs with whatever the other
+    pairs with, so the search reports a copy only with the key that stands for it
+    (collapse_copies) and never its copies squared."""
     images: dict[str, ImageHash] = {}
     near: list[tuple[str, str]] = []
     parent: dict[str, str] = {}
@@ -525,7 +592,7 @@ def linked_groups(pairs: Iterable[tuple[ImageHash, ImageHash]]) -> list[Linked]:
             continue
         for image in (a, b):
             images.setdefault(image.key, image)
-        if a.sha256 and a.sha256 == b.sha256:
+        if (a.sha256 and a.sha256 == b.sha256) or (look(a) is not None and look(a) == look(b)):
             first, second = sorted((root(a.key), root(b.key)))
             parent[second] = first
         else:

@@ -102,10 +102,23 @@ class MetadataLimits:
     split_examples: int = 100_000_000  # records in one split
     shard_bytes: int = 1 << 40  # bytes of one shard
     key_table_bytes: int = 1024 * MB  # bytes of one split's key table (FileLimits reads no more)
+    # A key is a relative path, so at most PATH_MAX bytes of UTF-8; written as JSON a byte
+    # takes at most 6 (a control character or an undecodable byte: \u0001, \udcff).
+    key_bytes: int = 4096
     side_file_bytes: int = 64 * MB  # a TFDS file listed in metadata.json
 
 
 DEFAULT_METADATA_LIMITS = MetadataLimits()
+# Longest key-table line: ["key", shard, record] with the key escaped at worst and both
+# numbers 20 digits; a split's key tables together hold one line per record.
+KEY_ROW_BYTES = 6 * DEFAULT_METADATA_LIMITS.key_bytes + 2 * 20 + len('["", , ]\n')
+# Longest hash-table line (transforms/duplicates.py ImageHash.row): the key escaped at
+# worst, the sha256 and mask digests (64 hex digits), phash (16), signature (256 base64).
+HASH_ROW_BYTES = (
+    6 * DEFAULT_METADATA_LIMITS.key_bytes
+    + len('{"key": "", "mask": "", "phash": "", "sha256": "", "sig": ""}\n')
+    + 64 + 64 + 16 + 256
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Duplicates and leakage, found once the shards are written (docs/duplicates.md).
 
 The shard writers hash each image in its validation decode (job/shard_work.py) -> each
-hash's probe (source, key, phash, sha256 and mask digest prefixes) keyed by its D + 1 band
-values (gathered into lists per bundle) -> inside each band bucket (writer pool on local
-runs) this run's exact copies stand as one, pairs of identical bytes go straight to the
-groups, and the other pairs within D (transforms/duplicates.py: pigeonhole, every pair
+hash's probe (source, key, phash, sha256 and mask digest prefixes, signature token) keyed
+by its D + 1 band values (gathered into lists per bundle) -> inside each band bucket
+(writer pool on local runs) this run's exact copies, and its images of one hash and one
+colour signature, stand as one, pairs of identical bytes or of one look go straight to
+the groups, and the other pairs within D (transforms/duplicates.py: pigeonhole, every pair
 within D shares a band) are candidates -> one join by partition of image gives each
 candidate its two images' whole hashes (signature, digests), which travel once rather than
 D + 1 times -> the pairs whose colour signatures confirm them, with the exact ones, are

@@ -38,16 +38,19 @@ def _prefix(digest: str) -> bytes:
 
 
 def as_probe(tagged: dups.Tagged) -> tuple:
+    """(source, key, phash, sha256 prefix, mask digest prefix, signature token)."""
     image = tagged.image
     mask = None if image.mask is None else _prefix(image.mask)
-    return tagged.source, image.key, image.phash, _prefix(image.sha256), mask
+    token = dups.signature_token(image.signature)
+    return tagged.source, image.key, image.phash, _prefix(image.sha256), mask, token
 
 
 def from_probe(value: tuple) -> dups.Tagged:
-    """A probe as a hash the bucket search can compare (its digests the prefixes, in hex)."""
-    source, key, phash, prefix, mask = value
+    """A probe as a hash the bucket search can compare (its digests the prefixes, in hex;
+    its signature the token, which tells images of one look: dups.collapse_copies)."""
+    source, key, phash, prefix, mask, token = value
     mask = None if mask is None else mask.hex()
-    return dups.Tagged(source, dups.ImageHash(key, prefix.hex(), phash, mask))
+    return dups.Tagged(source, dups.ImageHash(key, prefix.hex(), phash, mask, token))
 
 
 def identity(value: tuple) -> tuple[str, str]:
@@ -60,10 +63,11 @@ def compare_buckets(buckets: Sequence[tuple[int, Sequence[tuple]]], distance: in
     only, this run's image first: ("pairs", (member, member)) for identical bytes, which
     need no verification, and ("candidates", (probe, probe, distance)) to verify.
 
-    This run's exact copies stand as one (dups.collapse_copies): each is reported once,
-    paired with the key standing for its bytes, in band 0 (the first band identical hashes
-    share); a candidate of the standing key with another output's image (a leak, once
-    verified) is one for each copy too."""
+    This run's exact copies, and its images of one look (one hash, one non-flat signature),
+    stand as one (dups.collapse_copies): each is reported once, paired with the key standing
+    for it, in band 0 (the first band identical hashes share), unverified (identical
+    signatures correlate at 1); a candidate of the standing key with another output's image
+    (a leak, once verified) is one for each copy too."""
     found = []
     for band, values in buckets:
         values = dups.within_distance_of_another(values, distance)
@@ -102,12 +106,13 @@ def verify(candidate: tuple, a: tuple, b: tuple, min_similarity: float):
 
 def as_member(tagged: dups.Tagged) -> tuple:
     """A hash as the groups need it: its digests' prefixes in hex (the groups only compare
-    them), no signature (only the verification reads it)."""
+    them), its signature's token (images of one look are one class, as identical bytes)."""
     image = tagged.image
     mask = None if image.mask is None else image.mask[: 2 * _PREFIX]
-    return tagged.source, image.key, image.phash, image.sha256[: 2 * _PREFIX], mask
+    token = dups.signature_token(image.signature)
+    return tagged.source, image.key, image.phash, image.sha256[: 2 * _PREFIX], mask, token
 
 
 def from_member(value: tuple) -> dups.Tagged:
-    source, key, phash, sha256, mask = value
-    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask))
+    source, key, phash, sha256, mask, token = value
+    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, token))

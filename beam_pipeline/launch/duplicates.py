@@ -126,6 +126,7 @@ def _checked_hash_tables(
     for name, split in sorted(info.splits.items()):
         try:
             refs = side_tables.hash_table_refs(split)
+            side_tables.check_hash_table_sizes(split, refs)
             for ref in refs:
                 side_tables.open_table(output, ref).close()
         except (side_tables.SideTableError, OSError) as error:

@@ -42,7 +42,7 @@ from transforms.format.naming import (
 )
 from transforms.format.record_index import FRAME_OVERHEAD, is_count
 from transforms.limits import DEFAULT_METADATA_LIMITS as LIMITS
-from transforms.limits import FILE_LIMITS
+from transforms.limits import FILE_LIMITS, KEY_ROW_BYTES
 
 if TYPE_CHECKING:
     from transforms.codecs.class_mask import ClassMaskSettings
@@ -806,6 +806,17 @@ def _split(name: Any, entry: Any, adapter: record_formats.RecordFormat) -> Split
     )
     for ref in appended_tables:
         _capped(ref.bytes, LIMITS.key_table_bytes, "bytes", f"{where} {ref.file}")
+    if key_table is not None:
+        # The tables hold one line per record, so the records bound them: a restamped
+        # size far over what the records need is refused before a reader reads it whole.
+        tables = (key_table, *appended_tables)
+        largest = max(tables, key=lambda ref: ref.bytes).file
+        _capped(
+            sum(ref.bytes for ref in tables),
+            num_examples * KEY_ROW_BYTES,
+            "bytes",
+            f"{where} key table {largest} ({num_examples:,} records, key tables together)",
+        )
     appended_hashes = _appended_hashes(name, entry.get("appended_hashes"), where)
     known = ("num_examples", "num_shards", "image_shape", "shards", "key_table")
     known += ("appended_key_tables", "appended_hashes")

@@ -36,6 +36,7 @@ from transforms.format import digest_table
 from transforms.format.dataset_info import DatasetInfo, FileRef, SplitInfo
 from transforms.format.naming import INDEX_DIR, SIDE_TABLE_RE, hashes_name
 from transforms.format.record_index import is_count
+from transforms.limits import HASH_ROW_BYTES
 
 _CHUNK = 1 << 20
 # No row segprep writes in a digest, key or hash table comes near this (a key is a file
@@ -72,6 +73,20 @@ def hash_table_refs(split: SplitInfo) -> tuple[FileRef, ...]:
     searched), then each append's that searched (`appended_hashes`)."""
     first = hash_table_ref_of(split.name, split.extra.get("hashes"))
     return (*((first,) if first else ()), *split.appended_hashes)
+
+
+def check_hash_table_sizes(split: SplitInfo, refs: tuple[FileRef, ...]) -> None:
+    """SideTableError naming the largest of a split's hash tables when together they are
+    listed larger than one longest row per record: they hold one row per record (a version
+    with --duplicates off none), so a table padded with rows and restamped is refused
+    before a search reads it."""
+    total, cap = sum(ref.bytes for ref in refs), split.num_examples * HASH_ROW_BYTES
+    if total > cap:
+        largest = max(refs, key=lambda ref: ref.bytes).file
+        raise SideTableError(
+            f"{largest}: split {split.name!r}'s hash tables are listed at {total:,} bytes, "
+            f"more than the {cap:,} its {split.num_examples:,} records can need"
+        )
 
 
 def hash_table_ref_of(split: str, entry: Any) -> FileRef | None:
