@@ -467,3 +467,40 @@ def test_a_mask_of_another_form_than_metadata_says_is_refused(copy):
     serialized = RecordSource(copy, "train").read_serialized(0)
     with pytest.raises(CorruptRecordError, match="mask: a 1-channel 8-bit PNG, expected a 1-ch"):
         decode_example(serialized, "jpeg", "train record 0")
+
+
+FIFO_LATER_CHILD = """
+import glob, os, sys
+import shard_reader
+directory, when = sys.argv[1], sys.argv[2]
+# Each pass a new iterator, as Keras makes one per epoch: repeat=True prefetches the next
+# pass, which can check a shard before this script replaces it (docs/reader.md: the limit).
+dataset = shard_reader.make_dataset(directory, "train", 2, training=False)
+if when == "between epochs":
+    for _ in dataset:
+        pass
+shard = sorted(glob.glob(os.path.join(directory, "train-*")))[1]
+os.unlink(shard)
+os.mkfifo(shard)
+try:
+    for _ in dataset:
+        pass
+except Exception as error:
+    print(type(error).__name__, str(error).replace(os.linesep, " "))
+"""
+
+
+@pytest.mark.parametrize("when", ["between epochs", "before the first batch"])
+def test_a_shard_turned_fifo_after_make_dataset_is_an_error_not_a_hang(copy, when):
+    """tf.data opens every shard again on each pass, with a blocking open: a shard that
+    became a FIFO after make_dataset's check blocked the pipeline for ever."""
+    child = subprocess.run(
+        [sys.executable, "-c", FIFO_LATER_CHILD, str(copy), when],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    said = child.stdout
+    assert said.startswith("InvalidArgumentError") and "not a regular file" in said, said
+    assert "train-00001-of-00002" in said, said
