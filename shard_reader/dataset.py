@@ -395,6 +395,29 @@ def _check_regular(info: SplitInfo) -> None:
             )
 
 
+def _not_regular(path: bytes) -> bytes:
+    """Why `path` must not be opened now ("" when it may): it is not a regular file."""
+    try:
+        with open_regular(path.decode()):
+            return b""
+    except NotAFileError as error:
+        return f"{error}: a shard must be the file segprep wrote".encode()
+    except OSError:
+        return b""  # a missing shard is tf.data's NotFoundError, as at build time
+
+
+def _still_regular(path: tf.Tensor, *segment: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    """The segment, once its shard is checked again: tf.data opens each shard anew on every
+    pass, with a blocking open, so a shard turned into a FIFO after make_dataset's check
+    (between epochs, or before the first batch) would block the pipeline for ever. The
+    check opens without blocking; one shard replaced between it and tf.data's open can
+    still block (milliseconds apart)."""
+    why = tf.numpy_function(_not_regular, [path], tf.string, stateful=True)
+    check = tf.debugging.Assert(tf.equal(why, ""), [why])
+    with tf.control_dependencies([check]):
+        return (tf.identity(path), *segment)
+
+
 def _sealer(directory: cache_dir.CacheDirectory, spec) -> tf.data.Dataset:
     """No elements: reached once the cache before it has been read to its end, when tf.data
     has finished the cache files; it then writes their manifest (cache_dir.seal)."""
@@ -430,6 +453,8 @@ def _records(
     )
     if training:
         table = table.shuffle(len(segments), seed=seed, reshuffle_each_iteration=True)
+    if not any(files.is_remote(path) for path in info.files):
+        table = table.map(_still_regular)
 
     def read(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor, expected: tf.Tensor):
         # CRC of every record is checked by the reader: a corrupt shard raises DataLossError.

@@ -89,7 +89,7 @@ def make_decoder(
     if mask_format not in features.MASK_FORMATS:
         raise ValueError(f"unknown mask format {mask_format!r}")
     mask = _BinaryMask(mask_format) if classes is None else _ClassMask(classes)
-    spec = feature_spec(with_keys)
+    spec = feature_spec(True)  # the key names a record that fails a check
     fit = image_size is not None and resize == resizing.FIT
     if image_size is None:
         pixels = _full_size(mask, image_shape)
@@ -108,7 +108,9 @@ def make_decoder(
 
     def decode(serialized: tf.Tensor) -> Decoded:
         parsed = tf.io.parse_single_example(serialized, spec)
-        image, mask_pixels = pixels(parsed[features.IMAGE], parsed[features.MASK])
+        image, mask_pixels = pixels(
+            parsed[features.IMAGE], parsed[features.MASK], parsed[features.KEY]
+        )
         values = mask.finish(mask_pixels)
         if fit:
             image, values = _pad(image, image_size, 0), _pad(values, image_size, mask_fill)
@@ -130,7 +132,7 @@ def _threshold(grey: tf.Tensor) -> tf.Tensor:
     return tf.cast(grey >= features.MASK_FOREGROUND / 2, tf.uint8)
 
 
-Pixels = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+Pixels = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 
 
 class _BinaryMask:
@@ -141,10 +143,11 @@ class _BinaryMask:
         self.scales = mask_format == "jpeg"  # libjpeg's scaled IDCT applies
 
     def decode(self, data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
-        """Grey mask [h,w,1] (0..255); PNG has no scaled decoding, so it comes at full size."""
+        """Grey mask [h,w,c] (0..255), c as stored (`as_stored` checks it is 1); PNG has no
+        scaled decoding, so it comes at full size."""
         if self.mask_format == "png":
-            return tf.io.decode_png(data, channels=1)
-        return tf.io.decode_jpeg(data, channels=1, ratio=ratio)
+            return tf.io.decode_png(data, channels=0)
+        return tf.io.decode_jpeg(data, channels=0, ratio=ratio)
 
     def resize(self, grey: tf.Tensor, size: Size) -> tf.Tensor:
         return _area(grey, size)
@@ -196,10 +199,24 @@ class _ClassMask:
 _Mask = _BinaryMask | _ClassMask
 
 
+def as_stored(pixels: tf.Tensor, channels: int, what: str, key: tf.Tensor) -> tf.Tensor:
+    """`pixels` decoded with channels=0 (the channels its header states), refused unless they
+    are `channels`. Decoding with channels=3 or 1 converts whatever is stored, so an image
+    and mask exchanged in a record would be served as a grey "photo" and a thresholded
+    photo; the check costs a shape comparison, not a second header parse."""
+    found = tf.shape(pixels)[-1]
+    check = tf.debugging.Assert(
+        tf.equal(found, channels),
+        ["record with key", key, f": {what} has", found, f"channels, expected {channels}"],
+    )
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(tf.identity(pixels), [None, None, channels])
+
+
 def _full_size(mask: _Mask, image_shape: Size | None) -> Pixels:
-    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        image = tf.io.decode_jpeg(image_data, channels=3)
-        mask_pixels = mask.decode(mask_data)
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
+        image = as_stored(tf.io.decode_jpeg(image_data, channels=0), 3, "image", key)
+        mask_pixels = as_stored(mask.decode(mask_data), 1, "mask", key)
         if image_shape is not None:
             image = tf.ensure_shape(image, [*image_shape, 3])
             return image, tf.ensure_shape(mask_pixels, [*image_shape, 1])
@@ -227,17 +244,16 @@ def _resized(mask: _Mask, image_shape: Size, image_size: Size) -> Pixels:
     mask_ratio = ratio if mask.scales else 1
     mask_decoded = scaled_size(image_shape, mask_ratio)
 
-    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
         # Scaled decoding only checks the size to within the ratio: read the header too.
         tf.debugging.assert_equal(
             tf.io.extract_jpeg_shape(image_data)[:2],
             tf.constant(image_shape, tf.int32),
             message="image size differs from metadata.json image_shape",
         )
-        image = tf.ensure_shape(
-            tf.io.decode_jpeg(image_data, channels=3, ratio=ratio), [*decoded, 3]
-        )
-        mask_pixels = mask.decode(mask_data, mask_ratio)
+        image = tf.io.decode_jpeg(image_data, channels=0, ratio=ratio)
+        image = tf.ensure_shape(as_stored(image, 3, "image", key), [*decoded, 3])
+        mask_pixels = as_stored(mask.decode(mask_data, mask_ratio), 1, "mask", key)
         mask_pixels = tf.ensure_shape(mask_pixels, [*mask_decoded, 1])
         if decoded != image_size:
             image = _to_uint8(_area(image, image_size))
@@ -272,7 +288,7 @@ def _resized_any_size(mask: _Mask, image_size: Size, fit: bool = False) -> Pixel
     """Sizes vary per record: the ratio is picked per record from the JPEG header. With
     `fit`, the target is the record's own scaled size (padded later), not image_size."""
 
-    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
         stored = tf.io.extract_jpeg_shape(image_data)[:2]
         target = _fit_inner(stored, image_size) if fit else tf.constant(image_size, tf.int32)
         # Ratios that fit form a prefix of DCT_RATIOS (output shrinks as the ratio grows).
@@ -282,13 +298,15 @@ def _resized_any_size(mask: _Mask, image_size: Size, fit: bool = False) -> Pixel
         def by_ratio(decode: Callable[[int], tf.Tensor]) -> tf.Tensor:
             return tf.switch_case(index, [lambda r=r: decode(r) for r in DCT_RATIOS])
 
-        image = by_ratio(lambda r: tf.io.decode_jpeg(image_data, channels=3, ratio=r))
+        image = by_ratio(lambda r: tf.io.decode_jpeg(image_data, channels=0, ratio=r))
+        image = as_stored(image, 3, "image", key)
         if mask.scales:
             mask_pixels = by_ratio(lambda r: mask.decode(mask_data, r))
             mask_stored = tf.io.extract_jpeg_shape(mask_data)[:2]
         else:
             mask_pixels = mask.decode(mask_data)
             mask_stored = tf.shape(mask_pixels)[:2]
+        mask_pixels = as_stored(mask_pixels, 1, "mask", key)
         tf.debugging.assert_equal(stored, mask_stored, message="image and mask sizes differ")
         if fit:  # shapes vary until padded
             return _to_uint8(_area(image, target)), mask.resize(mask_pixels, target)

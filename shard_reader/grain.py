@@ -33,7 +33,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import select
 import threading
+import time
 
 import numpy as np
 
@@ -163,8 +165,57 @@ def make_loader(
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
     iterable = dataset.to_iter_dataset(options)
     if worker_count > 0:
-        iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
+        iterable = iterable.mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=worker_count),
+            worker_init_fn=_ExitWithStarter(),
+        )
     return iterable
+
+
+# How often a worker without pidfds (not Linux 5.3+) checks that its starter is alive.
+_PARENT_POLL_SECONDS = 1.0
+
+
+class _ExitWithStarter:
+    """worker_init_fn: the worker exits as soon as the process that started it is gone.
+
+    Grain's workers are spawned processes: a SIGKILLed training process (OOM killer,
+    preemption) runs no cleanup, so they were re-parented to init and kept running. Not
+    PR_SET_PDEATHSIG: it fires when the starting *thread* exits, and Grain starts workers
+    from its own threads. The starter is the process that pickles this object for the
+    worker (Grain does so as it starts each one), so its pid is recorded then.
+    """
+
+    def __init__(self) -> None:
+        self.starter = os.getpid()
+
+    def __getstate__(self) -> dict[str, int]:
+        return {"starter": os.getpid()}
+
+    def __call__(self, worker_index: int, worker_count: int) -> None:
+        try:
+            lifeline = os.pidfd_open(self.starter)
+        except ProcessLookupError:
+            os._exit(1)
+        except (AttributeError, OSError):
+            lifeline = None
+        # The pid may already name another process: then this worker has a new parent.
+        if os.getppid() != self.starter:
+            os._exit(1)
+        threading.Thread(
+            target=_exit_with, args=(self.starter, lifeline), name="segprep-lifeline", daemon=True
+        ).start()
+
+
+def _exit_with(starter: int, lifeline: int | None) -> None:
+    if lifeline is not None:
+        select.select([lifeline], [], [])  # a pidfd turns readable when its process exits
+    else:
+        while os.getppid() == starter:
+            time.sleep(_PARENT_POLL_SECONDS)
+    # No cleanup to wait for: the multiprocessing resource tracker unlinks this worker's
+    # shared memory once the last process holding it is gone.
+    os._exit(1)
 
 
 def _read(

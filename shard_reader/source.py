@@ -450,8 +450,10 @@ def decode_example(
         raise CorruptRecordError(f"{where}: not a segprep example: {error}") from None
     where = f"{where} (key {key})"
     try:
-        size = header_size(image_bytes, where, shape if out is None else out[0].shape[:2])
-        header_size(mask_bytes, f"{where} mask", size)
+        size = header_size(
+            image_bytes, where, shape if out is None else out[0].shape[:2], IMAGE_FORM
+        )
+        header_size(mask_bytes, f"{where} mask", size, mask_form(mask_format, classes))
         # fastdct: TensorFlow's default DCT (INTEGER_FAST), so pixels match tf.data's.
         if out is None:
             image = simplejpeg.decode_jpeg(image_bytes, colorspace="RGB", fastdct=True)
@@ -488,13 +490,48 @@ def decode_example(
     return {"image": image, "mask": mask, "key": key}
 
 
-def header_size(data: bytes, where: str, expected: Sequence[int] | None) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class Form:
+    """What a stored picture's header states besides its size. The decoders convert
+    whatever they are given to the channels asked for (a grey mask to a "photo", a photo to
+    a grey "mask"), so an image and mask exchanged in a record would otherwise decode."""
+
+    format: str  # "JPEG" or "PNG"
+    channels: int
+    bits: int = 8
+
+    def __str__(self) -> str:
+        return f"{self.channels}-channel {self.bits}-bit {self.format}"
+
+
+IMAGE_FORM = Form("JPEG", 3)
+# PNG colour type -> channels (a palette decodes to RGB).
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+# simplejpeg's colour space of a JPEG -> channels.
+_JPEG_CHANNELS = {"Gray": 1, "YCbCr": 3, "RGB": 3, "CMYK": 4, "YCCK": 4}
+
+
+def mask_form(mask_format: str, classes: ClassesInfo | None = None) -> Form:
+    """A mask's form by metadata.json: grey, in its mask format (class ids: PNG of its depth)."""
+    if classes is not None:
+        return Form("PNG", 1, classes.png_bit_depth)
+    return Form(mask_format.upper(), 1)
+
+
+def header_size(
+    data: bytes, where: str, expected: Sequence[int] | None, form: Form | None = None
+) -> tuple[int, int]:
     """(height, width) in a JPEG's or PNG's header, `expected` when given, else at most the
-    pixels segprep writes: a forged header is refused before its pixels are allocated."""
-    if data.startswith(features.PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) >= 24:
+    pixels segprep writes: a forged header is refused before its pixels are allocated. With
+    `form`, the header must also state that format, channel count and bit depth."""
+    if data.startswith(features.PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) >= 26:
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        found = Form("PNG", _PNG_CHANNELS.get(data[25], 0), data[24])
     else:
-        height, width, *_ = simplejpeg.decode_jpeg_header(data)
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        found = Form("JPEG", _JPEG_CHANNELS.get(colorspace, 0))
+    if form is not None and found != form:
+        raise CorruptRecordError(f"{where}: a {found}, expected a {form}")
     if expected is not None and (height, width) != tuple(expected):
         raise CorruptRecordError(f"{where}: {height}x{width}, expected {tuple(expected)}")
     if height * width > dataset_info.LIMITS.image_pixels:

@@ -127,3 +127,65 @@ def test_transform_draws_per_sample_and_resumes_the_same(indexed, all_keys):
     assert [str(k) for b in resumed for k in b["key"]] == [
         str(k) for b in batches[3:] for k in b["key"]
     ]
+
+
+LOADER_CHILD = """
+import os, sys, time
+from shard_reader.grain import make_loader
+if __name__ == "__main__":
+    loader = make_loader(sys.argv[1], "train", 1, seed=0, worker_count=2, num_epochs=None)
+    batches = iter(loader)
+    next(batches)
+    print("ready", flush=True)
+    for _ in batches:
+        time.sleep(0.2)
+"""
+# A guard against a leak, far above the moment the workers take to notice; never a speed check.
+LEAK_GUARD_SECONDS = 120
+
+
+def test_workers_exit_with_a_sigkilled_training_process(indexed, tmp_path):
+    """SIGKILL runs no cleanup in the training process: its spawned Grain workers (and the
+    resource tracker, which outlives them only by its pipe) were re-parented to init and
+    kept running. Every process below it must exit."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.process_tree import descendants, survivors
+
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_CHILD)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(indexed)], stdout=subprocess.PIPE, text=True
+    )
+    tree, lifelines = {}, {}
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        tree = descendants(child.pid)
+        assert len(tree) >= 2, tree  # the two workers, at least
+        for pid in tree:
+            try:
+                lifelines[pid] = os.pidfd_open(pid)
+            except ProcessLookupError:
+                pass
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        deadline = time.monotonic() + LEAK_GUARD_SECONDS
+        while lifelines:  # a pidfd turns readable when its process exits
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select(list(lifelines.values()), [], [], left)
+            assert ready, f"still running {LEAK_GUARD_SECONDS} s after the SIGKILL: {lifelines}"
+            for pid, fd in list(lifelines.items()):
+                if fd in ready:
+                    os.close(lifelines.pop(pid))
+    finally:
+        child.kill()
+        child.wait()
+        for fd in lifelines.values():
+            os.close(fd)
+        for pid in survivors(tree):  # none, unless the test failed
+            os.kill(pid, signal.SIGKILL)

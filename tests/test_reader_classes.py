@@ -268,7 +268,9 @@ def test_a_mask_of_another_bit_depth_is_refused_not_rescaled(outputs, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match="not a 8-bit grey PNG"):
         for _ in shard_reader.make_dataset(copy, "train", 1, training=False):
             pass
-    with pytest.raises(CorruptRecordError, match="I;16, not the 8-bit grey PNG"):
+    with pytest.raises(
+        CorruptRecordError, match="a 1-channel 16-bit PNG, expected a 1-channel 8-bit PNG"
+    ):
         RecordSource(copy, "train")[0]
 
 

@@ -408,3 +408,99 @@ def test_a_forged_image_header_is_refused_before_decoding(copy, monkeypatch, wha
     if what == "image":
         with pytest.raises(CorruptRecordError, match="7000x7000, more than the 40,000,000"):
             decode_example(forged, "png")
+
+
+def swap_image_and_mask(directory: Path) -> None:
+    """Record 0 of the first shard with its image and mask bytes exchanged, its CRCs
+    recomputed: the record and shard keep their sizes, so every count and offset matches."""
+    from transforms.format import example_schema
+    from transforms.format.tfrecord import FRAME_OVERHEAD, frame
+
+    metadata = json.loads((directory / METADATA_FILE).read_text())["splits"]["train"]
+    path = directory / metadata["shards"][0]["file"]
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    example = example_schema.Example.FromString(data[12 : 12 + length])
+    image = example.features.feature["image"].bytes_list.value
+    mask = example.features.feature["mask"].bytes_list.value
+    image[0], mask[0] = mask[0], image[0]
+    swapped = example.SerializeToString()
+    assert len(swapped) == length
+    path.write_bytes(frame(swapped) + data[length + FRAME_OVERHEAD :])
+
+
+@pytest.mark.parametrize("mask_format", ["jpeg", "png"])
+def test_an_image_and_mask_exchanged_in_a_record_are_refused(tmp_path, mask_format):
+    """Decoders convert what they get to the channels asked for: a record whose image and
+    mask were exchanged was served by every reader as a grey "photo" and a thresholded
+    photo. Each checks the channel count its header (or the decoded pixels) states."""
+    import tensorflow as tf
+
+    from shard_reader.source import CorruptRecordError
+
+    write_output(tmp_path / "out", [[(40, 32)] * 3, [(40, 32)] * 2], mask_format=mask_format)
+    swap_image_and_mask(tmp_path / "out")
+    stored = "1-channel 8-bit JPEG" if mask_format == "jpeg" else "1-channel 8-bit PNG"
+    said = rf"train record 0 \(key k000\): a {stored}, expected a 3-channel 8-bit JPEG"
+    with pytest.raises(CorruptRecordError, match=said):
+        RecordSource(tmp_path / "out", "train")[0]
+    for module in ("shard_reader.torch", "shard_reader.grain"):
+        pytest.importorskip(module.split(".")[1])
+        loader = importlib.import_module(module)
+        options = {"num_workers": 0} if module.endswith("torch") else {}
+        with pytest.raises(CorruptRecordError, match=said):
+            list(loader.make_loader(tmp_path / "out", "train", 1, shuffle=False, **options))
+    for size in (None, 16):
+        dataset = shard_reader.make_dataset(
+            tmp_path / "out", "train", 1, training=False, image_size=size
+        )
+        # A PNG where the JPEG belongs fails extract_jpeg_shape's size check when resizing.
+        said = "k000.*image has.*1.*expected 3" if size is None else "k000.*image has|Invalid JPEG"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=said):
+            list(dataset)
+
+
+def test_a_mask_of_another_form_than_metadata_says_is_refused(copy):
+    """The mask's header must state the grey PNG (or JPEG) metadata.json gives."""
+    from shard_reader.source import CorruptRecordError, decode_example
+
+    serialized = RecordSource(copy, "train").read_serialized(0)
+    with pytest.raises(CorruptRecordError, match="mask: a 1-channel 8-bit PNG, expected a 1-ch"):
+        decode_example(serialized, "jpeg", "train record 0")
+
+
+FIFO_LATER_CHILD = """
+import glob, os, sys
+import shard_reader
+directory, when = sys.argv[1], sys.argv[2]
+# Each pass a new iterator, as Keras makes one per epoch: repeat=True prefetches the next
+# pass, which can check a shard before this script replaces it (docs/reader.md: the limit).
+dataset = shard_reader.make_dataset(directory, "train", 2, training=False)
+if when == "between epochs":
+    for _ in dataset:
+        pass
+shard = sorted(glob.glob(os.path.join(directory, "train-*")))[1]
+os.unlink(shard)
+os.mkfifo(shard)
+try:
+    for _ in dataset:
+        pass
+except Exception as error:
+    print(type(error).__name__, str(error).replace(os.linesep, " "))
+"""
+
+
+@pytest.mark.parametrize("when", ["between epochs", "before the first batch"])
+def test_a_shard_turned_fifo_after_make_dataset_is_an_error_not_a_hang(copy, when):
+    """tf.data opens every shard again on each pass, with a blocking open: a shard that
+    became a FIFO after make_dataset's check blocked the pipeline for ever."""
+    child = subprocess.run(
+        [sys.executable, "-c", FIFO_LATER_CHILD, str(copy), when],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    said = child.stdout
+    assert said.startswith("InvalidArgumentError") and "not a regular file" in said, said
+    assert "train-00001-of-00002" in said, said
