@@ -329,6 +329,19 @@ def test_a_long_caption_is_cut_by_halving_to_the_longest_prefix_that_fits():
     assert len(measured) <= 2 + len(caption).bit_length()
 
 
+def test_a_caption_of_millions_of_characters_is_cut_not_refused():
+    """A class name of 2,000,000 characters made Pillow refuse to measure the caption
+    ("too many characters in string") and inspect fail."""
+    from PIL import Image, ImageDraw
+
+    from beam_pipeline.commands.inspect_sheet.drawing import _fit_text, _font
+
+    draw, font = ImageDraw.Draw(Image.new("RGB", (8, 8))), _font(12)
+    cut = _fit_text(draw, "x" * 2_000_000, font, 200)
+    assert cut.endswith("...") and draw.textlength(cut, font=font) <= 200
+    assert _fit_text(draw, "\u200b" * 2_000, font, 200).endswith("...")  # zero-width, cut
+
+
 def test_text_from_the_input_is_drawn_escaped_never_refused():
     """A key, class name or path holding a line break (or another control character) made
     Pillow refuse to measure the caption, and `inspect` failed; every string drawn on the

@@ -104,8 +104,12 @@ def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
     from the input, and a line break in them would make Pillow refuse to measure the text
     (and a caption has one line); escaped, they show as the terminal shows them."""
     text = printable(text)
-    if draw.textlength(text, font=font) <= width:
+    # Pillow refuses to measure a string of a million characters or more (a class name can
+    # be that long); no caption shows more characters than its pixels of width, many times.
+    kept = text[: 8 * width + 8]
+    if kept == text and draw.textlength(text, font=font) <= width:
         return text
+    text = kept
     fits, over = 0, len(text)  # text[:fits] + "..." fits (or fits is 0); text[:over] does not
     while over - fits > 1:
         middle = (fits + over) // 2
