@@ -45,6 +45,16 @@ def test_binarize_accepts_0_1_and_0_255_and_bool():
         np.testing.assert_array_equal(binarize(variant), expected)
 
 
+@pytest.mark.parametrize("shape", [(600, 800), (800, 600), (3, 257), (5, 512), (1, 700), (700, 1)])
+def test_a_column_major_0_1_mask_scales_to_the_same_row_major_pixels(shape):
+    """MATLAB's column-major masks are scaled in strips of columns: every pixel must match
+    the plain scaling, strip edges and a last partial strip included, in row-major order."""
+    values = (np.random.default_rng(sum(shape)).random(shape) < 0.4).astype(np.uint8)
+    scaled = binarize(np.asfortranarray(values))
+    assert scaled.flags.c_contiguous
+    np.testing.assert_array_equal(scaled, values * np.uint8(255))
+
+
 @pytest.mark.parametrize("values", [np.array([[0, 1], [2, 0]]), np.array([[0.0, 0.5], [1.0, 1.0]])])
 def test_non_binary_mask_is_rejected_not_degraded(values):
     with pytest.raises(RejectError) as caught:
