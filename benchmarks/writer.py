@@ -30,8 +30,10 @@ plus statistics for classes). Rates are paired entries per second; medians.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -248,21 +250,48 @@ def classes_main(sizes: list[int], repeats: int) -> None:
         )
 
 
-def timed(command: list[str]) -> tuple[float, int, str]:
-    """(wall seconds, peak tree PSS bytes, stdout) of a command, until every process it
-    started has let go of its output."""
+def timed(command: list[str]) -> tuple[float, int, str, float]:
+    """(wall seconds, peak tree PSS bytes, stdout, CPU seconds) of a command, until every
+    process it started has let go of its output. The CPU seconds (user + system) are those
+    of every process of the tree that was waited for (the writers by their fork server, it
+    by the launcher): the work done, which the VM's speed from minute to minute moves less
+    than the wall time."""
     from tests.helpers.process_tree import run_measured  # the tests' process-tree PSS sampler
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
     # The previous run's dirty pages (up to 1.4 GB here) would otherwise be written back
     # while this one runs and bill it for them: every run starts from a flushed page cache.
     os.sync()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done, peak = run_measured(command, env=env, timeout=None, sample_seconds=SAMPLE_SECONDS)
     seconds = time.perf_counter() - started
+    _reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{command[:3]} failed: {done.stderr[-2000:]}")
-    return seconds, peak, done.stdout
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, peak, done.stdout, cpu
+
+
+def _adopt_orphans() -> None:
+    """Become the subreaper of every process this one starts (prctl PR_SET_CHILD_SUBREAPER),
+    so the CPU of a run's orphans counts too: the writers' fork server is the launcher's
+    child, but nobody waits for it when the launcher ends."""
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def _reap_orphans(seconds: float = 30.0) -> None:
+    """Wait for the orphans of the run that just ended (the fork server leaves a moment after
+    the launcher), so that RUSAGE_CHILDREN holds their CPU."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.01)
 
 
 UNPAIRED = ("missing_image", "missing_mask")
@@ -271,12 +300,12 @@ UNPAIRED = ("missing_image", "missing_mask")
 GROUPED: dict[Path, int] = {}  # data -> keys the last default run put in duplicate groups
 
 
-def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, int]:
-    """(seconds, peak PSS, paired entries processed)."""
+def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, int, float]:
+    """(seconds, peak PSS, paired entries processed, CPU seconds)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [str(BIN / "segprep"), "prepare", "--image_dir", str(data / "images")]
     command += ["--mask_dir", str(data / "masks"), "--output_dir", str(out), *extra]
-    seconds, peak, _ = timed(command)
+    seconds, peak, _, cpu = timed(command)
     metadata = json.loads((out / "metadata.json").read_text())
     if metadata["duplicates"]["mode"] != "off":
         GROUPED[data] = metadata["duplicates"]["keys_in_groups"]
@@ -285,15 +314,17 @@ def run_segprep(data: Path, out: Path, extra: list[str]) -> tuple[float, int, in
     if accepted + rejected != metadata["num_discovered"]:
         raise AssertionError("keys lost or duplicated")
     unpaired = sum(metadata["num_rejected"]["by_reason"].get(reason, 0) for reason in UNPAIRED)
-    return seconds, peak, metadata["num_discovered"] - unpaired
+    return seconds, peak, metadata["num_discovered"] - unpaired, cpu
 
 
-def run_plain_loop(data: Path, out: Path) -> tuple[float, int, int]:
-    """(seconds, peak PSS, paired entries processed)."""
+def run_plain_loop(data: Path, out: Path) -> tuple[float, int, int, float]:
+    """(seconds, peak PSS, paired entries processed, CPU seconds)."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    seconds, peak, stdout = timed([sys.executable, __file__, "--plain-loop", str(data), str(out)])
-    return seconds, peak, int(stdout.split()[-1])
+    seconds, peak, stdout, cpu = timed(
+        [sys.executable, __file__, "--plain-loop", str(data), str(out)]
+    )
+    return seconds, peak, int(stdout.split()[-1]), cpu
 
 
 def plain_loop(data: Path, out: Path) -> None:
@@ -368,6 +399,7 @@ def main() -> None:
     )
     parser.add_argument("--plain-loop", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    _adopt_orphans()
     if args.plain_loop:
         plain_loop(Path(args.plain_loop[0]), Path(args.plain_loop[1]))
         return
@@ -413,8 +445,9 @@ def main() -> None:
         for (kind, name), results in runs.items():
             seconds = statistics.median(result[0] for result in results)
             peak = max(result[1] for result in results)
+            cpu = statistics.median(result[3] for result in results)
             label = f"{kind}: {name}" if len(kinds) > 1 or kind != "copies" else name
-            table.append((n, kind, label, seconds, peak, results[0][2] / seconds))
+            table.append((n, kind, label, seconds, peak, results[0][2] / seconds, cpu))
         shutil.rmtree(scratch, ignore_errors=True)
     # The median, like every other figure in the table; the best trial is shown beside it.
     limit = statistics.median(limits)
@@ -427,12 +460,12 @@ def main() -> None:
         if source in GROUPED:
             print(f"{kind} {n:,}: {GROUPED[source]:,} keys in duplicate groups (default run)")
     print()
-    print("| N | run | entries/s | wall s | peak PSS MB | vs plain loop | vs cores x c |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    plain = {(n, kind): rate for n, kind, name, _, _, rate in table if name.endswith("plain loop")}
-    for n, kind, name, seconds, peak, rate in table:
+    print("| N | run | entries/s | wall s | CPU s | peak PSS MB | vs plain loop | vs cores x c |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    plain = {(n, k): rate for n, k, name, _, _, rate, _ in table if name.endswith("plain loop")}
+    for n, kind, name, seconds, peak, rate, cpu in table:
         print(
-            f"| {n:,} | {name} | {rate:.0f} | {seconds:.1f} | {peak / 2**20:.0f} | "
+            f"| {n:,} | {name} | {rate:.0f} | {seconds:.1f} | {cpu:.1f} | {peak / 2**20:.0f} | "
             f"{rate / plain[n, kind]:.2f} | {rate / (cores * limit):.0%} |"
         )
 
