@@ -90,8 +90,6 @@ def thumbnail(image: Image.Image) -> np.ndarray:
     image = eight_bit(image)
     if "A" in image.getbands():  # transparent pixels count as white, as most viewers show
         image = on_background(image, (255, 255, 255))
-    elif image.mode not in ("L", "RGB"):
-        image = image.convert("RGB")
     if image.mode != "RGB":  # convert() copies even an RGB image: skipped, same pixels
         image = image.convert("RGB")
     small = image.resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX)
