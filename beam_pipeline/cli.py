@@ -234,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(VERBOSE, action="store_true", help="show tracebacks and library logs")
         return _one_line_errors(sub)
 
+    def output_command(name: str, help: str) -> argparse.ArgumentParser:
+        """A command that reads a prepared output: its DIR argument first."""
+        sub = command(name, help)
+        sub.add_argument(
+            "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+        )
+        return sub
+
     sample = command("sample-data", "write a synthetic dataset in the real layout")
     sample.add_argument("dir", type=location, help="creates DIR/images and DIR/masks")
     sample.add_argument(
@@ -263,13 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=BEAM_FLAGS_NOTE,
     )
 
-    verify = command(
+    verify = output_command(
         "verify",
         "re-read an output and check shards, CRCs, sha256, counts and rejects "
         "against metadata.json (exit 1 on any problem)",
-    )
-    verify.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     verify.add_argument(
         "--repair",
@@ -278,20 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
         "it got) and clear what ended runs left in .segprep/",
     )
 
-    index = command(
+    output_command(
         "index",
         "add the record index (random access, PyTorch, Grain) and the TFDS files to an "
         "output that lacks them",
     )
-    index.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
-    )
 
-    inspect = command(
+    inspect = output_command(
         "inspect", "render a contact sheet PNG (image | mask | overlay) of examples or rejects"
-    )
-    inspect.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
     inspect.add_argument(
@@ -325,13 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the groups of duplicates.jsonl, group by group (docs/duplicates.md)",
     )
 
-    report = command(
+    report = output_command(
         "report",
         "write one self-contained HTML page about an output (counts, classes, samples, "
         "rejects, shards); prints its path",
-    )
-    report.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     report.add_argument(
         "--out",
