@@ -69,10 +69,7 @@ def plan_append(
     try:
         dataset_info.check_latest_version(info)
     except MetadataError as error:
-        raise UsageError(
-            f"--append: {path}: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(f"{path}: {error}", output_dir) from None
     differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
     if differences:
         raise UsageError(
@@ -110,10 +107,15 @@ def check_shards(output_dir: str, info: DatasetInfo) -> None:
                 if size == shard.bytes:
                     continue
                 problem = f"{shard.file}: {size:,} bytes, metadata.json lists {shard.bytes:,}"
-            raise UsageError(
-                f"--append: {problem}: the output is damaged, nothing was appended; run "
-                f"`segprep verify {output_dir}`"
-            )
+            raise _damaged(problem, output_dir)
+
+
+def _damaged(problem: object, output_dir: str) -> UsageError:
+    """The refusal of an output whose files disagree with its metadata.json."""
+    return UsageError(
+        f"--append: {problem}: the output is damaged, nothing was appended; run "
+        f"`segprep verify {output_dir}`"
+    )
 
 
 def check_digest_table(output_dir: str, ref: FileRef) -> None:
@@ -123,10 +125,7 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
     try:
         side_tables.open_table(output_dir, ref, sorted_keys=True).close()
     except (side_tables.SideTableError, OSError) as error:
-        raise UsageError(
-            f"--append: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(error, output_dir) from None
 
 
 def _require_storable_lines(output_dir: str, name: str) -> None:
@@ -144,10 +143,7 @@ def _require_storable_lines(output_dir: str, name: str) -> None:
                 if b"\\u" in line:
                     _parsed_line(line, f"{name} line {number}")
     except json_shape.LoneSurrogateError as error:
-        raise UsageError(
-            f"--append: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(error, output_dir) from None
     except (OSError, files.LineTooLongError) as error:
         raise UsageError(
             f"--append: {name}: not readable ({error}): run `segprep verify {output_dir}`"
