@@ -198,7 +198,8 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
     """How entries find their split is not part of a record, but an append must keep it:
     'name: output X, this run Y' for each difference."""
     used = raw.get("parameters") or {}
-    stored_method, method = _split_method(used), _split_method_of(fractions)
+    stored_method = _split_method(used.get("split_files"), used.get("split_by_folder"))
+    method = _split_method(isinstance(fractions, SplitLists), isinstance(fractions, FolderSplits))
     stored, ours = {}, {}
     if stored_method != method:
         stored["split"], ours["split"] = stored_method, method
@@ -208,18 +209,11 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
     return field_differences(stored, ours)
 
 
-def _split_method(used: dict[str, Any]) -> str:
-    """How the stored output placed entries in splits (plan.py's split parameters)."""
-    if used.get("split_files"):
+def _split_method(lists: Any, by_folder: Any) -> str:
+    """The flag that places entries in splits: given official lists (the stored output's
+    `split_files` parameter, or this run's SplitLists), else split by folder, else sizes."""
+    if lists:
         return "--split_file"
-    if used.get("split_by_folder"):
-        return "--split_by_folder"
-    return "--train_size/--validation_size"
-
-
-def _split_method_of(fractions: SplitFractions | SplitLists | FolderSplits) -> str:
-    if isinstance(fractions, SplitLists):
-        return "--split_file"
-    if isinstance(fractions, FolderSplits):
+    if by_folder:
         return "--split_by_folder"
     return "--train_size/--validation_size"
