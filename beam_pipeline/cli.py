@@ -22,6 +22,7 @@ from beam_pipeline import __version__
 from beam_pipeline.errors import (
     RejectLimitError,
     UsageError,
+    one_line_errors,
     printable,
     printable_lines,
     shortened,
@@ -207,18 +208,10 @@ def quiet_libraries() -> None:
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
-def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    def error(message: str):
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
-
-
 def build_parser() -> argparse.ArgumentParser:
     from beam_pipeline.launch.plan import build_parser as prepare_parser
 
-    parser = _one_line_errors(
+    parser = one_line_errors(
         argparse.ArgumentParser(
             prog="segprep",
             description="Images + segmentation masks -> sharded TFRecords.",
@@ -232,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, formatter_class=HelpFormatter, **kwargs)
         sub.add_argument(VERBOSE, action="store_true", help="show tracebacks and library logs")
-        return _one_line_errors(sub)
+        return one_line_errors(sub)
 
     def output_command(name: str, help: str) -> argparse.ArgumentParser:
         """A command that reads a prepared output: its DIR argument first."""
