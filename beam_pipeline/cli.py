@@ -22,6 +22,7 @@ from beam_pipeline import __version__
 from beam_pipeline.errors import (
     RejectLimitError,
     UsageError,
+    one_line_errors,
     printable,
     printable_lines,
     shortened,
@@ -207,18 +208,10 @@ def quiet_libraries() -> None:
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
-def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    def error(message: str):
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
-
-
 def build_parser() -> argparse.ArgumentParser:
     from beam_pipeline.launch.plan import build_parser as prepare_parser
 
-    parser = _one_line_errors(
+    parser = one_line_errors(
         argparse.ArgumentParser(
             prog="segprep",
             description="Images + segmentation masks -> sharded TFRecords.",
@@ -232,7 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, formatter_class=HelpFormatter, **kwargs)
         sub.add_argument(VERBOSE, action="store_true", help="show tracebacks and library logs")
-        return _one_line_errors(sub)
+        return one_line_errors(sub)
+
+    def output_command(name: str, help: str) -> argparse.ArgumentParser:
+        """A command that reads a prepared output: its DIR argument first."""
+        sub = command(name, help)
+        sub.add_argument(
+            "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
+        )
+        return sub
 
     sample = command("sample-data", "write a synthetic dataset in the real layout")
     sample.add_argument("dir", type=location, help="creates DIR/images and DIR/masks")
@@ -263,13 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=BEAM_FLAGS_NOTE,
     )
 
-    verify = command(
+    verify = output_command(
         "verify",
         "re-read an output and check shards, CRCs, sha256, counts and rejects "
         "against metadata.json (exit 1 on any problem)",
-    )
-    verify.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     verify.add_argument(
         "--repair",
@@ -278,20 +276,14 @@ def build_parser() -> argparse.ArgumentParser:
         "it got) and clear what ended runs left in .segprep/",
     )
 
-    index = command(
+    output_command(
         "index",
         "add the record index (random access, PyTorch, Grain) and the TFDS files to an "
         "output that lacks them",
     )
-    index.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
-    )
 
-    inspect = command(
+    inspect = output_command(
         "inspect", "render a contact sheet PNG (image | mask | overlay) of examples or rejects"
-    )
-    inspect.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     inspect.add_argument("--split", default=DEFAULT_INSPECT_SPLIT, help="split to show")
     inspect.add_argument(
@@ -325,13 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the groups of duplicates.jsonl, group by group (docs/duplicates.md)",
     )
 
-    report = command(
+    report = output_command(
         "report",
         "write one self-contained HTML page about an output (counts, classes, samples, "
         "rejects, shards); prints its path",
-    )
-    report.add_argument(
-        "dir", type=location, help="output directory of `segprep prepare` (local or gs://)"
     )
     report.add_argument(
         "--out",

@@ -1,6 +1,7 @@
 """User mistakes: reported as one line and exit code 2, never as a traceback; and text
 from the input (keys, labels, paths) made safe to print on a terminal."""
 
+import argparse
 import re
 from collections.abc import Iterable
 
@@ -39,6 +40,16 @@ def shortened(text: str, limit: int = 200) -> str:
 
 class UsageError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser`, raising UsageError where argparse would print its usage and exit."""
+
+    def error(message: str):
+        raise UsageError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
 
 
 class RejectLimitError(RuntimeError):

@@ -36,10 +36,8 @@ def image_size_arg(image_size: int | Size | None) -> Size | None:
     else:
         try:
             sides = tuple(image_size)
-        except TypeError:
-            raise ValueError(
-                f"image_size must be an int or (height, width), got {image_size!r}"
-            ) from None
+        except TypeError:  # not iterable: refused below, as a wrong pair is
+            sides = ()
     if len(sides) != 2 or not all(
         isinstance(side, numbers.Integral) and not isinstance(side, bool) for side in sides
     ):

@@ -90,8 +90,6 @@ def thumbnail(image: Image.Image) -> np.ndarray:
     image = eight_bit(image)
     if "A" in image.getbands():  # transparent pixels count as white, as most viewers show
         image = on_background(image, (255, 255, 255))
-    elif image.mode not in ("L", "RGB"):
-        image = image.convert("RGB")
     if image.mode != "RGB":  # convert() copies even an RGB image: skipped, same pixels
         image = image.convert("RGB")
     small = image.resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX)
@@ -344,6 +342,14 @@ class Tagged:
     image: ImageHash
 
 
+_ROWS = 256  # bucket members compared against the whole bucket per numpy block
+_OWN, _STORED, _OTHER = 0, 1, 2  # where a probe's image comes from (its source)
+
+
+def _kind(source: str) -> int:
+    return _OWN if not source else _STORED if is_existing(source) else _OTHER
+
+
 def bucket_pairs(
     band: int, members: Sequence[Tagged], distance: int
 ) -> Iterator[tuple[Tagged, Tagged, int]]:
@@ -357,13 +363,13 @@ def bucket_pairs(
     times the bucket, in numpy blocks of _ROWS rows (a few numpy calls per block, not per
     member); memory is that of one block.
     """
-    own = np.array([not m.source for m in members], dtype=bool)
-    stored = np.array([is_existing(m.source) for m in members], dtype=bool)
+    kinds = np.array([_kind(m.source) for m in members], dtype=np.int8)
+    own, stored = kinds == _OWN, kinds == _STORED
     if len(members) < 2 or not (own.any() or stored.sum() > 1):
         return
     values = np.array([m.image.phash for m in members], dtype=np.uint64)
     columns = np.arange(len(members))
-    pairing = own | stored
+    pairing = kinds != _OTHER
     starts = np.flatnonzero(pairing)  # another output's hash starts no pair
     for start in range(0, len(starts), _ROWS):
         rows = starts[start : start + _ROWS]
@@ -381,14 +387,6 @@ def bucket_pairs(
             if b.source == "" and b.image.key == a.image.key:
                 continue
             yield a, b, int(apart[row, j])
-
-
-_ROWS = 256  # bucket members compared against the whole bucket per numpy block
-_OWN, _STORED, _OTHER = 0, 1, 2  # where a probe's image comes from (its source)
-
-
-def _kind(source: str) -> int:
-    return _OWN if not source else _STORED if is_existing(source) else _OTHER
 
 
 def within_distance_of_another(probes: Sequence[tuple], distance: int) -> list[tuple]:

@@ -36,10 +36,11 @@ from concurrent.futures.process import BrokenProcessPool
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindows
 
 from beam_pipeline.job import image_hashes
+from beam_pipeline.job.image_hashes import from_member
 from beam_pipeline.job.settings import DuplicateSettings
+from beam_pipeline.job.write_shards import in_global_window
 from beam_pipeline.runtime import writer_pool
 from transforms import duplicates as dups
 from transforms import files
@@ -55,8 +56,6 @@ _BUCKETED = 50_000  # hashes one bundle gathers into bucket lists before passing
 _OTHER_BUCKETED = 4096
 _OTHER_PARTED = 4 * _OTHER_BUCKETED
 
-
-from_member = image_hashes.from_member
 HASHES = "hashes"  # another output's whole hashes by partition, beside its bucket lists
 EXACT = "exact"  # pairs of identical bytes, which go to the groups unverified
 
@@ -125,8 +124,7 @@ class _Gathered(beam.DoFn):
             self.start_bundle()
 
     def finish_bundle(self):
-        for item in self._passed():
-            yield GlobalWindows.windowed_value(item)
+        yield from map(in_global_window, self._passed())
         self.start_bundle()
 
     def _passed(self):
@@ -163,13 +161,7 @@ class _CompareInBuckets(beam.DoFn):
             yield from self._keyed(self._send())
 
     def finish_bundle(self):
-        for output in self._keyed(self._send(drain=True)):
-            if isinstance(output, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(
-                    output.tag, GlobalWindows.windowed_value(output.value)
-                )
-            else:
-                yield GlobalWindows.windowed_value(output)
+        yield from map(in_global_window, self._keyed(self._send(drain=True)))
 
     def _keyed(self, found):
         for tag, value in found:
@@ -432,10 +424,6 @@ def _leak_verdict(element):
     return key, (-1, Reason.LEAKS_INTO.value, detail)
 
 
-def _closest(found):
-    return min(found)
-
-
 def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
     """Stage duplicates.jsonl; metadata.json's `duplicates` section (without the files)."""
     groups, placed = found
@@ -551,7 +539,7 @@ class FindDuplicates(beam.PTransform):
             return {"moves": groups.moves, "verdicts": None, "report": groups.report}
         leaks = (
             found.leaks
-            | "ClosestLeak" >> beam.CombinePerKey(_closest)
+            | "ClosestLeak" >> beam.CombinePerKey(min)  # (distance, source, key): the closest
             | "LeakVerdict" >> beam.Map(_leak_verdict)
         )
         leak_count = leaks | "CountLeaks" >> beam.combiners.Count.Globally()

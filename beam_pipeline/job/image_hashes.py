@@ -29,6 +29,7 @@ def as_tuple(tagged: dups.Tagged) -> tuple:
 
 
 def from_tuple(value: tuple) -> dups.Tagged:
+    """A whole hash, or a member (as_member: the same fields, cut to what the groups need)."""
     source, key, phash, sha256, mask, signature = value
     return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, signature))
 
@@ -113,6 +114,4 @@ def as_member(tagged: dups.Tagged) -> tuple:
     return tagged.source, image.key, image.phash, image.sha256[: 2 * _PREFIX], mask, token
 
 
-def from_member(value: tuple) -> dups.Tagged:
-    source, key, phash, sha256, mask, token = value
-    return dups.Tagged(source, dups.ImageHash(key, sha256, phash, mask, token))
+from_member = from_tuple  # a member has a whole hash's layout

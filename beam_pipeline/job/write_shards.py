@@ -18,6 +18,14 @@ REJECTS = "rejects"
 HASHES = "hashes"  # each shard's image hashes, for the duplicate search
 
 
+def in_global_window(output):
+    """An output of finish_bundle, which has no input element's window to take: put in the
+    global window (a TaggedOutput's value, inside its tag)."""
+    if isinstance(output, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+    return GlobalWindows.windowed_value(output)
+
+
 class PooledWork(beam.DoFn):
     """A DoFn whose calls, plain Python `work(settings, *args)`, run in this process or, on
     the in-process local runner, in the run's writer pool: collected during the bundle and
@@ -56,13 +64,7 @@ class PooledWork(beam.DoFn):
             pool = writer_pool.pool_of(self._settings.pool)
             futures = [pool.submit(self.work, self._settings, *args) for _, args, _ in jobs]
             for (_, _, context), future in zip(jobs, futures, strict=True):
-                for output in self.emit(context, future.result()):
-                    if isinstance(output, beam.pvalue.TaggedOutput):
-                        yield beam.pvalue.TaggedOutput(
-                            output.tag, GlobalWindows.windowed_value(output.value)
-                        )
-                    else:
-                        yield GlobalWindows.windowed_value(output)
+                yield from map(in_global_window, self.emit(context, future.result()))
         except BrokenProcessPool as error:
             raise RuntimeError(
                 f"a writer process died while {self.doing}: out of memory, or a script that "

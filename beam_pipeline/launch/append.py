@@ -69,10 +69,7 @@ def plan_append(
     try:
         dataset_info.check_latest_version(info)
     except MetadataError as error:
-        raise UsageError(
-            f"--append: {path}: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(f"{path}: {error}", output_dir) from None
     differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
     if differences:
         raise UsageError(
@@ -110,10 +107,15 @@ def check_shards(output_dir: str, info: DatasetInfo) -> None:
                 if size == shard.bytes:
                     continue
                 problem = f"{shard.file}: {size:,} bytes, metadata.json lists {shard.bytes:,}"
-            raise UsageError(
-                f"--append: {problem}: the output is damaged, nothing was appended; run "
-                f"`segprep verify {output_dir}`"
-            )
+            raise _damaged(problem, output_dir)
+
+
+def _damaged(problem: object, output_dir: str) -> UsageError:
+    """The refusal of an output whose files disagree with its metadata.json."""
+    return UsageError(
+        f"--append: {problem}: the output is damaged, nothing was appended; run "
+        f"`segprep verify {output_dir}`"
+    )
 
 
 def check_digest_table(output_dir: str, ref: FileRef) -> None:
@@ -123,10 +125,7 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
     try:
         side_tables.open_table(output_dir, ref, sorted_keys=True).close()
     except (side_tables.SideTableError, OSError) as error:
-        raise UsageError(
-            f"--append: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(error, output_dir) from None
 
 
 def _require_storable_lines(output_dir: str, name: str) -> None:
@@ -144,10 +143,7 @@ def _require_storable_lines(output_dir: str, name: str) -> None:
                 if b"\\u" in line:
                     _parsed_line(line, f"{name} line {number}")
     except json_shape.LoneSurrogateError as error:
-        raise UsageError(
-            f"--append: {error}: the output is damaged, nothing was appended; run "
-            f"`segprep verify {output_dir}`"
-        ) from None
+        raise _damaged(error, output_dir) from None
     except (OSError, files.LineTooLongError) as error:
         raise UsageError(
             f"--append: {name}: not readable ({error}): run `segprep verify {output_dir}`"
@@ -202,7 +198,8 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
     """How entries find their split is not part of a record, but an append must keep it:
     'name: output X, this run Y' for each difference."""
     used = raw.get("parameters") or {}
-    stored_method, method = _split_method(used), _split_method_of(fractions)
+    stored_method = _split_method(used.get("split_files"), used.get("split_by_folder"))
+    method = _split_method(isinstance(fractions, SplitLists), isinstance(fractions, FolderSplits))
     stored, ours = {}, {}
     if stored_method != method:
         stored["split"], ours["split"] = stored_method, method
@@ -212,18 +209,11 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
     return field_differences(stored, ours)
 
 
-def _split_method(used: dict[str, Any]) -> str:
-    """How the stored output placed entries in splits (plan.py's split parameters)."""
-    if used.get("split_files"):
+def _split_method(lists: Any, by_folder: Any) -> str:
+    """The flag that places entries in splits: given official lists (the stored output's
+    `split_files` parameter, or this run's SplitLists), else split by folder, else sizes."""
+    if lists:
         return "--split_file"
-    if used.get("split_by_folder"):
-        return "--split_by_folder"
-    return "--train_size/--validation_size"
-
-
-def _split_method_of(fractions: SplitFractions | SplitLists | FolderSplits) -> str:
-    if isinstance(fractions, SplitLists):
-        return "--split_file"
-    if isinstance(fractions, FolderSplits):
+    if by_folder:
         return "--split_by_folder"
     return "--train_size/--validation_size"

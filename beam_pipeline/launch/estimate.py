@@ -29,31 +29,8 @@ if TYPE_CHECKING:
 CALIBRATION_ENTRIES = 50
 # Dataflow's default batch worker (Runner v2) when --worker_machine_type is not given.
 DEFAULT_MACHINE_TYPE = "n1-standard-1"
-# vCPUs and memory (GB) of common Compute Engine machine types (cloud.google.com/compute/docs/
-# general-purpose-machines); other sizes of these families follow their GB-per-vCPU ratio.
-MACHINE_TYPES: dict[str, tuple[int, float]] = {
-    "n1-standard-1": (1, 3.75),
-    "n1-standard-2": (2, 7.5),
-    "n1-standard-4": (4, 15.0),
-    "n1-standard-8": (8, 30.0),
-    "n1-standard-16": (16, 60.0),
-    "n1-highmem-2": (2, 13.0),
-    "n1-highmem-4": (4, 26.0),
-    "n1-highmem-8": (8, 52.0),
-    "n1-highcpu-4": (4, 3.6),
-    "n1-highcpu-8": (8, 7.2),
-    "n2-standard-2": (2, 8.0),
-    "n2-standard-4": (4, 16.0),
-    "n2-standard-8": (8, 32.0),
-    "n2-standard-16": (16, 64.0),
-    "n2-highmem-4": (4, 32.0),
-    "n2-highcpu-8": (8, 8.0),
-    "e2-standard-2": (2, 8.0),
-    "e2-standard-4": (4, 16.0),
-    "e2-standard-8": (8, 32.0),
-    "c2-standard-4": (4, 16.0),
-    "c2-standard-8": (8, 32.0),
-}
+# GB of memory per vCPU of Compute Engine machine families (cloud.google.com/compute/docs/
+# general-purpose-machines): FAMILY-KIND-N has N vCPUs and N times its family's GB.
 _GB_PER_VCPU = {
     ("n1", "standard"): 3.75,
     ("n1", "highmem"): 6.5,
@@ -100,10 +77,8 @@ class Machine:
 
 
 def machine_type(name: str) -> Machine:
-    """vCPUs and memory of a Compute Engine machine type, from the table or its family's
-    ratio; a usage error naming the flag for any other name."""
-    if name in MACHINE_TYPES:
-        return Machine(name, *MACHINE_TYPES[name])
+    """vCPUs and memory of a Compute Engine machine type, from its family's ratio; a usage
+    error naming the flag for any other name."""
     match = _FAMILY_SIZE.match(name)
     if match and (match[1], match[2]) in _GB_PER_VCPU:
         vcpus = int(match[3])

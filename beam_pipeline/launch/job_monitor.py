@@ -38,7 +38,6 @@ def status_line(state: str, values: dict[str, int]) -> str:
 def watch(
     result: Any,
     *,
-    interval: float = POLL_SECONDS,
     stream: TextIO | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
@@ -56,4 +55,4 @@ def watch(
             last = line
         if PipelineState.is_terminal(result.state):
             return state
-        sleep(interval)
+        sleep(POLL_SECONDS)

@@ -65,9 +65,9 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 
 
 def _number(text: str, kind: type) -> float:
+    shown = text if len(text) <= 40 else text[:40] + "..."
     if kind is int:
         if not _INTEGER.fullmatch(text.strip()):
-            shown = text if len(text) <= 40 else text[:40] + "..."
             if re.fullmatch(r"[+-]?[0-9]+", text.strip()):
                 raise argparse.ArgumentTypeError(f"{shown} is too large (at most 18 digits)")
             raise argparse.ArgumentTypeError(f"{shown!r} is not an integer")
@@ -75,7 +75,6 @@ def _number(text: str, kind: type) -> float:
     try:
         value = kind(text)
     except ValueError:
-        shown = text if len(text) <= 40 else text[:40] + "..."
         raise argparse.ArgumentTypeError(f"{shown!r} is not a number") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")

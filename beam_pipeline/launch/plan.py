@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.errors import UsageError, printable, usage_error
+from beam_pipeline.errors import UsageError, one_line_errors, printable, usage_error
 from beam_pipeline.job.settings import (
     CommitSettings,
     JobSettings,
@@ -235,7 +235,7 @@ class _Decided:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]):
     """segprep's flags, frozen, with Beam's left over; the annotation export and the folders."""
-    _raise_usage_errors(parser)
+    one_line_errors(parser)
     try:
         parsed, rest = parser.parse_known_args(argv)
         args = frozen_args(parsed)
@@ -487,13 +487,6 @@ def _flags(args: argparse.Namespace, export: masks.Annotations | None) -> tuple[
     return image, "--data_dir" if args.data_dir is not None else "--mask_dir"
 
 
-def _raise_usage_errors(parser: argparse.ArgumentParser) -> None:
-    def error(message: str):
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
-
-
 def _beam_parser() -> argparse.ArgumentParser:
     """Beam's own parser of every pipeline option, through Beam's public extension hook."""
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -505,7 +498,7 @@ def _beam_parser() -> argparse.ArgumentParser:
 
 def _parse_beam_flags(rest: list[str], ours: argparse.ArgumentParser) -> argparse.Namespace:
     parser = _beam_parser()
-    _raise_usage_errors(parser)
+    one_line_errors(parser)
     known, unknown = parser.parse_known_args(rest)
     flags = [arg for arg in unknown if arg.startswith("-")]
     if unknown:

@@ -32,8 +32,7 @@ import json
 import os
 import re
 import signal
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from beam_pipeline.runtime import interrupts
 from beam_pipeline.runtime.refusal import Refusal
@@ -276,7 +275,8 @@ def run(output_dir: str, journal: Journal, metadata: bytes) -> None:
         hook("metadata")
         _finish_forward(output_dir, journal)
     except BaseException:
-        with _signals_held():
+        # A second Ctrl-C, SIGTERM or SIGHUP waits until the roll-back is done.
+        with interrupts.blocked({signal.SIGINT, signal.SIGTERM, signal.SIGHUP}):
             # With the storage gone a rollback would only retry for minutes: the journal
             # stays for `verify --repair` (or the next run) once it answers again.
             if not files.storage_gone(output_dir) and _journal_on_disk(output_dir) == journal:
@@ -588,21 +588,6 @@ def _remove_tree(output_dir: str, relative: str) -> None:
                 shutil.rmtree(path)  # never follows a link inside the tree
         return
     files.delete_tree(path + "/")
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """A second Ctrl-C, SIGTERM or SIGHUP waits until the roll-back is done (main thread
-    only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 _hooked: list[str] = []

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 
+from beam_pipeline.runtime import interrupts
+
 PRELOAD = ("beam_pipeline.runtime.writer_process",)
 _CHECK_SECONDS = 0.2
 
@@ -36,24 +38,12 @@ _pools: dict[str, ProcessPoolExecutor] = {}  # run id -> that run's pool
 def warm_up() -> None:
     """Start the fork server now (idempotent); its imports run beside the caller's work."""
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
-    with _hang_up_blocked():
+    # Processes started here (the fork server, the resource tracker, and so every writer)
+    # keep SIGHUP blocked: a closed terminal hangs up on the whole process group, and only
+    # the launcher must take it (it stops the writers, and cleans up); the helpers exit with
+    # the launcher. multiprocessing spares them Ctrl-C and SIGTERM the same way.
+    with interrupts.blocked({signal.SIGHUP}):
         forkserver.ensure_running()  # and multiprocessing's resource tracker
-
-
-@contextlib.contextmanager
-def _hang_up_blocked() -> Iterator[None]:
-    """Processes started here (the fork server, the resource tracker, and so every writer)
-    keep SIGHUP blocked: a closed terminal hangs up on the whole process group, and only
-    the launcher must take it (it stops the writers, and cleans up); the helpers exit with
-    the launcher. multiprocessing spares them Ctrl-C and SIGTERM the same way."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def usable_cores() -> int:
@@ -72,7 +62,7 @@ def writer_pool(run_id: str, processes: int) -> Iterator[ProcessPoolExecutor]:
     """
     warm_up()
     context = multiprocessing.get_context("forkserver")
-    with _hang_up_blocked():  # a fork server or resource tracker started again
+    with interrupts.blocked({signal.SIGHUP}):  # a fork server or tracker started again
         stop = context.Event()
         pool = ProcessPoolExecutor(
             processes,

@@ -49,12 +49,12 @@ def _uri(image: Image.Image) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode("ascii")
 
 
-def _fit(image: Image.Image, resample=Image.Resampling.BILINEAR) -> Image.Image:
+def _fit(image: Image.Image) -> Image.Image:
     """HEIGHT tall, or MAX_WIDTH wide for an image wider than MAX_WIDTH / HEIGHT (a 3000x1
     strip scaled to HEIGHT would be wider than JPEG's 65,500 pixels)."""
     scale = min(HEIGHT / image.height, MAX_WIDTH / image.width)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    return image.resize(size, resample)
+    return image.resize(size, Image.Resampling.BILINEAR)
 
 
 def image_thumbnail(data: bytes) -> str | None:
