@@ -191,7 +191,7 @@ def test_tfds_reads_the_latest_version_as_split_sum(grown):
     assert sorted(keys) == sorted(_keys_by_split(out)["train"])
 
 
-def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
+def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)
     keys = sorted(grown["v1_keys"]["train"])
@@ -213,7 +213,21 @@ def test_identical_keys_are_skipped_and_changed_keys_rejected(grown, tmp_path):
     for name, value in before.items():
         if name not in {"metadata.json", "rejects.jsonl", "dataset_info.json", "features.json"}:
             assert _snapshot(out)[name] == value
+    # The changed key is stored (version 1) and rejected: discovered counts it once (it
+    # said 41 of the 40 keys), and the summary adds up.
+    assert info["num_discovered"] == 40 == sum(s["num_examples"] for s in info["splits"].values())
+    printed = capsys.readouterr().out
+    assert "40 entries discovered, 40 accepted, 0 rejected (and 1 key_exists" in printed
     assert main(["verify", str(out)]) == 0
+    # verify takes the count an earlier segprep wrote (the key twice), and no other
+    info["num_discovered"] = 41
+    (out / "metadata.json").write_text(json.dumps(info))
+    assert main(["verify", str(out)]) == 0
+    info["num_discovered"] = 39
+    (out / "metadata.json").write_text(json.dumps(info))
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    assert "num_discovered 39 but 40 records + 1 rejects - 1 key_exists" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("unlabeled", ["reject", "skip"])

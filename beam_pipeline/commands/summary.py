@@ -30,10 +30,14 @@ def summary_lines(info: DatasetInfo, plan: RunPlan | None = None) -> list[str]:
     accepted = sum(split.num_examples for split in splits.values())
     shards = sum(split.num_shards for split in splits.values())
     rejected = info.num_rejected or RejectCounts(0, {})
+    # key_exists: an append refused a stored key's new bytes; its record stays, counted once
+    # in num_discovered, as accepted.
+    kept = rejected.by_reason.get("key_exists", 0)
     lines = [
         f"segprep: {_counted(info.num_discovered or 0, 'entry', 'entries')} discovered, "
         f"{accepted:,} accepted, "
-        f"{rejected.total:,} rejected",
+        f"{rejected.total - kept:,} rejected"
+        + (f" (and {kept:,} key_exists: stored keys kept as they were)" if kept else ""),
     ]
     if len(info.dataset_versions) > 1:  # an append: what this run did, then the dataset now
         latest = info.dataset_versions[-1]

@@ -72,7 +72,10 @@ def describe(
     num_discovered = run.discovered
     if previous is not None:  # each key of the latest version once, in a shard or rejected
         num_discovered = (
-            sum(s.num_examples for s in splits.values()) + run.num_rejected.total + run.unlabeled
+            sum(s.num_examples for s in splits.values())
+            + run.num_rejected.total
+            - kept_keys(run.num_rejected)
+            + run.unlabeled
         )
     info = DatasetInfo(
         format_version=FORMAT_VERSION,
@@ -104,6 +107,12 @@ def describe(
     )
     earlier = previous.dataset_versions if previous else ()
     return dataclasses.replace(info, dataset_versions=(*earlier, record))
+
+
+def kept_keys(rejected: RejectCounts) -> int:
+    """The rejects of keys a shard also holds: an append's `key_exists` lines, whose key an
+    earlier version stores and keeps. num_discovered counts such a key once, as stored."""
+    return rejected.by_reason.get(Reason.KEY_EXISTS.value, 0)
 
 
 def _added_splits(

@@ -33,6 +33,7 @@ class Checked:
     # shard file -> (key, serialized length) of each record, for shards read to the end
     records: dict[str, list[tuple[str | None, int]]] = dataclasses.field(default_factory=dict)
     rejects_read: bool = False
+    kept_rejects: int = 0  # key_exists lines whose key a shard holds (counted once, stored)
     classes: ClassesInfo | None = None  # None with has_classes: a broken section
     class_counts: dict[str, ClassCount] = dataclasses.field(default_factory=dict)
 
