@@ -432,6 +432,36 @@ def test_an_output_missing_a_listed_shard_refuses_the_append(grown, tmp_path, ca
     assert len(_metadata(out)["dataset_versions"]) == 2
 
 
+@pytest.mark.parametrize(
+    "line", [b"not json", b"[1, 2]", b'{"key": 3, "reason": "x"}', b'{"key": "k"}', b"\xff{"]
+)
+def test_a_rejects_line_the_commit_cannot_merge_refuses_the_append(
+    grown, tmp_path, capsys, line
+):
+    """A line of rejects.jsonl that is not a JSON object with a string key and reason: the
+    append ran the whole job and failed at its commit (exit 1, a JSONDecodeError naming
+    neither file nor line); it is refused before the job, naming both."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    rejects = out / "rejects.jsonl"
+    number = len(rejects.read_bytes().splitlines()) + 1
+    with rejects.open("ab") as handle:
+        handle.write(line + b"\n")
+    before = _snapshot(out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+
+    assert _prepare(batch, out, "--append") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert f"--append: rejects.jsonl line {number}: not a JSON object with a key and a reason" in (
+        error
+    ), error
+    assert "nothing was appended" in error and f"segprep verify {out}" in error, error
+    assert _snapshot(out) == before
+    assert not list((out / ".segprep" / "runs").glob("*/*.tfrecord*")), "the job ran"
+
+
 @pytest.mark.parametrize("output", ["before", "out"])
 @pytest.mark.parametrize("count", ["num_examples", "added"])
 def test_edited_counts_of_the_latest_version_refuse_the_append(

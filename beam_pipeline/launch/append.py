@@ -130,9 +130,11 @@ def check_digest_table(output_dir: str, ref: FileRef) -> None:
 
 def _require_storable_lines(output_dir: str, name: str) -> None:
     """The commit carries the earlier lines of rejects.jsonl (or unlabeled.jsonl) into the
-    new one and counts their reasons into metadata.json; a line holding a lone surrogate (a
-    JSON \\ud800 escape, which segprep never writes) would fail that write after the whole
-    job ran, so it is refused here. Only lines with a \\u escape are parsed."""
+    new one, sorted by key and reason, and counts their reasons into metadata.json: a line
+    that is not a JSON object with a string key and reason (not JSON at all, or holding a
+    lone surrogate, a JSON \\ud800 escape segprep never writes) would fail that commit after
+    the whole job ran, so it is refused here, naming the first such line. Every line is
+    parsed, streamed (memory: one line), as the commit parses each of them anyway."""
     path = files.join(output_dir, name)
     if not files.exists(path):
         return
@@ -140,9 +142,9 @@ def _require_storable_lines(output_dir: str, name: str) -> None:
         with files.opened(path) as (handle, _):
             lines = files.bounded_lines(handle, FILE_LIMITS.jsonl_line_bytes, name)
             for number, line in enumerate(lines, start=1):
-                if b"\\u" in line:
+                if line.strip():
                     _parsed_line(line, f"{name} line {number}")
-    except json_shape.LoneSurrogateError as error:
+    except (json_shape.LoneSurrogateError, _NotARejectLine) as error:
         raise _damaged(error, output_dir) from None
     except (OSError, files.LineTooLongError) as error:
         raise UsageError(
@@ -150,14 +152,28 @@ def _require_storable_lines(output_dir: str, name: str) -> None:
         ) from None
 
 
+class _NotARejectLine(ValueError):
+    """A line of rejects.jsonl (or unlabeled.jsonl) the commit cannot merge."""
+
+
 def _parsed_line(line: bytes, source: str) -> None:
-    """A LoneSurrogateError for a line holding one; other damage is not this check's."""
+    """A LoneSurrogateError for a line holding one, a _NotARejectLine for one that is not a
+    JSON object with a string key and reason."""
     try:
-        json_shape.loads(line, source)
+        if b"\\u" in line:  # else no string of it can hold a surrogate: json.loads alone
+            entry = json_shape.loads(line, source)
+        else:
+            entry = json.loads(line)
     except json_shape.LoneSurrogateError:
         raise
-    except ValueError:
-        pass
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past Python's stack
+        entry = None
+    if not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("key"), str)
+        and isinstance(entry.get("reason"), str)
+    ):
+        raise _NotARejectLine(f"{source}: not a JSON object with a key and a reason")
 
 
 def _require_readable_manifest(output_dir: str) -> None:
