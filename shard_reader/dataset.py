@@ -440,7 +440,8 @@ def _records(
     seed: int | None,
     deterministic: bool,
 ) -> tf.data.Dataset:
-    """Serialized records of this pipeline's segments, shards read in parallel."""
+    """(serialized record, its shard's path) of this pipeline's segments, shards read in
+    parallel."""
     segments = sharding.plan_segments(info.shard_sizes, *pipeline)
     table = tf.data.Dataset.from_tensor_slices(
         (
@@ -459,7 +460,9 @@ def _records(
     def read(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor, expected: tf.Tensor):
         # CRC of every record is checked by the reader: a corrupt shard raises DataLossError.
         records = tf.data.TFRecordDataset(path).skip(skip).take(take)
-        return records.apply(tf.data.experimental.assert_cardinality(expected))
+        records = records.apply(tf.data.experimental.assert_cardinality(expected))
+        # Each record goes with its shard's path, which the decoder's refusals name.
+        return records.map(lambda record: (record, path))
 
     return table.interleave(
         read,

@@ -106,11 +106,12 @@ def make_decoder(
         pixels = _resized(mask, image_shape, image_size)
     mask_fill = 0 if classes is None else classes.ignore_index
 
-    def decode(serialized: tf.Tensor) -> Decoded:
+    def decode(serialized: tf.Tensor, shard: tf.Tensor | None = None) -> Decoded:
+        """`shard`: the path of the shard the record comes from, named with the record's
+        key in every refusal (make_dataset passes it; the cache holds decoded examples)."""
         parsed = tf.io.parse_single_example(serialized, spec)
-        image, mask_pixels = pixels(
-            parsed[features.IMAGE], parsed[features.MASK], parsed[features.KEY]
-        )
+        where = record_where(parsed[features.KEY], shard)
+        image, mask_pixels = pixels(parsed[features.IMAGE], parsed[features.MASK], where)
         values = mask.finish(mask_pixels)
         if fit:
             image, values = _pad(image, image_size, 0), _pad(values, image_size, mask_fill)
@@ -199,6 +200,34 @@ class _ClassMask:
 _Mask = _BinaryMask | _ClassMask
 
 
+def record_where(key: tf.Tensor, shard: tf.Tensor | None) -> tf.Tensor:
+    """'k000 in shard PATH': the record (its key) and the shard, for a refusal's message."""
+    if shard is None:
+        return key
+    return tf.strings.join([key, " in shard ", shard])
+
+
+_JPEG_SOI = b"\xff\xd8\xff"  # every JPEG's first bytes: start of image, then a marker
+
+
+def jpeg_image(data: tf.Tensor, where: tf.Tensor) -> tf.Tensor:
+    """`data`, once its first bytes are a JPEG's, else an InvalidArgumentError naming the
+    record and shard: TensorFlow's decoders take a PNG (or GIF, BMP) where the JPEG belongs,
+    and extract_jpeg_shape, which the resizing paths read first, fails with "Invalid JPEG
+    data or crop window" naming neither. A comparison of 3 bytes per record."""
+    is_jpeg = tf.equal(tf.strings.substr(data, 0, len(_JPEG_SOI)), _JPEG_SOI)
+    found = tf.where(
+        tf.equal(tf.strings.substr(data, 0, len(features.PNG_SIGNATURE)), features.PNG_SIGNATURE),
+        "a PNG",
+        "not a JPEG",
+    )
+    check = tf.debugging.Assert(
+        is_jpeg, ["record with key", where, ": image is", found, ", expected a 3-channel JPEG"]
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(data)
+
+
 def as_stored(pixels: tf.Tensor, channels: int, what: str, key: tf.Tensor) -> tf.Tensor:
     """`pixels` decoded with channels=0 (the channels its header states), refused unless they
     are `channels`. Decoding with channels=3 or 1 converts whatever is stored, so an image
@@ -215,6 +244,7 @@ def as_stored(pixels: tf.Tensor, channels: int, what: str, key: tf.Tensor) -> tf
 
 def _full_size(mask: _Mask, image_shape: Size | None) -> Pixels:
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
+        image_data = jpeg_image(image_data, key)
         image = as_stored(tf.io.decode_jpeg(image_data, channels=0), 3, "image", key)
         mask_pixels = as_stored(mask.decode(mask_data), 1, "mask", key)
         if image_shape is not None:
@@ -245,6 +275,7 @@ def _resized(mask: _Mask, image_shape: Size, image_size: Size) -> Pixels:
     mask_decoded = scaled_size(image_shape, mask_ratio)
 
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
+        image_data = jpeg_image(image_data, key)
         # Scaled decoding only checks the size to within the ratio: read the header too.
         tf.debugging.assert_equal(
             tf.io.extract_jpeg_shape(image_data)[:2],
@@ -289,6 +320,7 @@ def _resized_any_size(mask: _Mask, image_size: Size, fit: bool = False) -> Pixel
     `fit`, the target is the record's own scaled size (padded later), not image_size."""
 
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
+        image_data = jpeg_image(image_data, key)
         stored = tf.io.extract_jpeg_shape(image_data)[:2]
         target = _fit_inner(stored, image_size) if fit else tf.constant(image_size, tf.int32)
         # Ratios that fit form a prefix of DCT_RATIOS (output shrinks as the ratio grows).

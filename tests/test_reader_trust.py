@@ -450,12 +450,18 @@ def test_an_image_and_mask_exchanged_in_a_record_are_refused(tmp_path, mask_form
         options = {"num_workers": 0} if module.endswith("torch") else {}
         with pytest.raises(CorruptRecordError, match=said):
             list(loader.make_loader(tmp_path / "out", "train", 1, shuffle=False, **options))
-    for size in (None, 16):
+    shard = json.loads((tmp_path / "out" / METADATA_FILE).read_text())["splits"]["train"]
+    shard = shard["shards"][0]["file"]
+    for size in (None, 16, (40, 32), 64):
         dataset = shard_reader.make_dataset(
             tmp_path / "out", "train", 1, training=False, image_size=size
         )
-        # A PNG where the JPEG belongs fails extract_jpeg_shape's size check when resizing.
-        said = "k000.*image has.*1.*expected 3" if size is None else "k000.*image has|Invalid JPEG"
+        # A PNG where the JPEG belongs failed extract_jpeg_shape's size check when resizing
+        # with "Invalid JPEG data or crop window", naming neither record nor shard.
+        found = "image is.*a PNG.*expected a 3-channel JPEG" if mask_format == "png" else (
+            "image has.*1.*channels, expected 3"
+        )
+        said = rf"record with key.*k000 in shard .*/out/{shard}.*: {found}"
         with pytest.raises(tf.errors.InvalidArgumentError, match=said):
             list(dataset)
 
