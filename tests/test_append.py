@@ -435,9 +435,7 @@ def test_an_output_missing_a_listed_shard_refuses_the_append(grown, tmp_path, ca
 @pytest.mark.parametrize(
     "line", [b"not json", b"[1, 2]", b'{"key": 3, "reason": "x"}', b'{"key": "k"}', b"\xff{"]
 )
-def test_a_rejects_line_the_commit_cannot_merge_refuses_the_append(
-    grown, tmp_path, capsys, line
-):
+def test_a_rejects_line_the_commit_cannot_merge_refuses_the_append(grown, tmp_path, capsys, line):
     """A line of rejects.jsonl that is not a JSON object with a string key and reason: the
     append ran the whole job and failed at its commit (exit 1, a JSONDecodeError naming
     neither file nor line); it is refused before the job, naming both."""

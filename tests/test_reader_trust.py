@@ -458,8 +458,10 @@ def test_an_image_and_mask_exchanged_in_a_record_are_refused(tmp_path, mask_form
         )
         # A PNG where the JPEG belongs failed extract_jpeg_shape's size check when resizing
         # with "Invalid JPEG data or crop window", naming neither record nor shard.
-        found = "image is.*a PNG.*expected a 3-channel JPEG" if mask_format == "png" else (
-            "image has.*1.*channels, expected 3"
+        found = (
+            "image is.*a PNG.*expected a 3-channel JPEG"
+            if mask_format == "png"
+            else ("image has.*1.*channels, expected 3")
         )
         said = rf"record with key.*k000 in shard .*/out/{shard}.*: {found}"
         with pytest.raises(tf.errors.InvalidArgumentError, match=said):

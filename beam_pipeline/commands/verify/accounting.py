@@ -158,7 +158,8 @@ def check_accounting(state: Checked) -> None:
     if discovered not in (counted - kept, counted):
         state.problem(
             f"metadata.json num_discovered {discovered} but {accepted} records + "
-            f"{state.report.rejects} rejects" + (f" + {unlabeled} unlabeled" if unlabeled else "")
+            f"{state.report.rejects} rejects"
+            + (f" + {unlabeled} unlabeled" if unlabeled else "")
             + (f" - {kept} key_exists rejects of stored keys" if kept else "")
         )
 
