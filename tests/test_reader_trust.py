@@ -203,6 +203,40 @@ def test_swapped_keys_with_their_places_kept_are_refused(copy):
     assert source.index_of(rows[1][0]) == 1  # an untouched line still answers
 
 
+def forge_key(directory: Path, key: str) -> Path:
+    """Record 0 of the first shard with its key feature changed to `key` (same length), its
+    CRCs recomputed: every size, count and offset still matches; the shard's path."""
+    from transforms.format import example_schema
+    from transforms.format.tfrecord import FRAME_OVERHEAD, frame
+
+    metadata = json.loads((directory / METADATA_FILE).read_text())["splits"]["train"]
+    path = directory / metadata["shards"][0]["file"]
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    example = example_schema.Example.FromString(data[12 : 12 + length])
+    example.features.feature["key"].bytes_list.value[0] = key.encode()
+    forged = example.SerializeToString()
+    assert len(forged) == length
+    path.write_bytes(frame(forged) + data[length + FRAME_OVERHEAD :])
+    return path
+
+
+@pytest.mark.parametrize("key", ["k009", "k003"])  # a key never stored; another record's
+def test_a_record_whose_key_was_changed_is_named_by_verify(copy, key, capsys):
+    """A record's key feature changed to another key of the same length, its CRCs
+    recomputed: the readers check framing, CRCs and headers, not identity, and serve it
+    (docs/bad-input.md says why they do not hold every key); verify names the shard's
+    sha256, the key table's line and, for another record's key, the key stored twice."""
+    from beam_pipeline.cli import main
+
+    shard = forge_key(copy, key)
+    assert RecordSource(copy, "train")[0]["key"] == key
+    assert main(["verify", str(copy)]) == 1
+    said = capsys.readouterr().out
+    assert shard.name in said and "sha256" in said
+    assert key in said
+
+
 def fill_cache(data_dir: Path, root: Path) -> Path:
     """The cache directory a full pass over `data_dir` fills under `root` (16x16 pixels)."""
     dataset = shard_reader.make_dataset(
