@@ -489,6 +489,34 @@ def test_edited_counts_of_the_latest_version_refuse_the_append(
     assert f"version {latest['version']} split 'train' says 1000000000 records" in printed
 
 
+def test_verify_while_an_append_commits_says_so_in_one_line(grown, tmp_path, capsys):
+    """verify reads without the lock: caught in an append's commit (its new shards moved
+    in, metadata.json not yet), it reported 30 problems ("extra shard", rejects.jsonl and
+    dataset_info.json not matching) of an output that was sound before and after."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
+    _extra_entry(grown, batch)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    args = ["prepare", *job_args(_Inputs(batch), out, *CLASSES, "--append")]
+    first = start_cli(args, env={HOOK_VARIABLE: f"publish:{fifo}"})
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(first.stderr.read()), daemon=True)
+    reader.start()
+    with open(fifo, "wb"):  # opens once the append waits with its shards published
+        assert main(["verify", str(out)]) == 1
+        printed = capsys.readouterr().out.strip().splitlines()
+        assert len(printed) == 2, printed
+        assert printed[0].startswith(".segprep/lock: run "), printed
+        assert f"(pid {first.pid} on " in printed[0], printed
+        assert "is writing into this folder right now" in printed[0], printed
+    first.wait(timeout=600)
+    reader.join(60)
+    assert first.returncode == 0, b"".join(errors).decode()
+    assert main(["verify", str(out)]) == 0
+
+
 def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)

@@ -9,7 +9,8 @@ from beam_pipeline.commands.verify.state import Checked
 from beam_pipeline.errors import UsageError, printable
 from transforms import files
 from transforms.format.dataset_info import IncompleteOutputError, MetadataError, read_metadata_json
-from transforms.format.naming import is_split_name
+from transforms.format.naming import LOCK_FILE, MANIFEST_FILE, is_split_name
+from transforms.limits import FILE_LIMITS
 
 
 def verify_output(directory: str) -> list[str]:
@@ -21,10 +22,55 @@ def verify_output(directory: str) -> list[str]:
 
 
 def check_output(directory: str) -> VerifyReport:
-    """The full report behind verify_output, with counts for the OK summary."""
+    """The full report behind verify_output, with counts for the OK summary.
+
+    Verify reads without the lock, so a run that holds it (an append, `index`, a prepare
+    --overwrite) or that commits while verify reads would have its half-moved files
+    reported as damage ("extra shard", rejects.jsonl counts, dataset_info.json sizes): 30
+    false problems for an append caught in its commit. Such a report is one line instead,
+    saying which run wrote and to verify again."""
     base = directory.rstrip("/") or "/"
     if not files.isdir(base):
         raise UsageError(f"{directory} is not a directory: pass a `segprep prepare` output")
+    before = _writer_state(base)
+    if before[0] is not None:
+        return _written_meanwhile(directory, before[0])
+    report = _check(base, directory)
+    after = _writer_state(base)
+    if after != before:
+        return _written_meanwhile(directory, after[0])
+    return report
+
+
+def _writer_state(base: str) -> tuple[str | None, bytes | None]:
+    """Who holds the lock now (None: no run) and the manifest's bytes, which every commit
+    rewrites: a run that started and committed while verify read changes them."""
+    from beam_pipeline.runtime import output_protocol
+
+    holder = output_protocol.current_holder(files.normalize_dir(base))
+    try:
+        manifest = files.read_bounded(f"{base}/{MANIFEST_FILE}", FILE_LIMITS.metadata_bytes)
+    except (OSError, ValueError):  # absent (an older segprep's output), or not readable: checked later
+        manifest = None
+    return (holder.describe() if holder is not None else None), manifest
+
+
+def _written_meanwhile(directory: str, holder: str | None) -> VerifyReport:
+    report = VerifyReport(directory)
+    if holder is not None:
+        report.problems.append(
+            f"{LOCK_FILE}: {holder} is writing into this folder right now: "
+            "nothing was checked; run segprep verify again once it has ended"
+        )
+    else:
+        report.problems.append(
+            f"{MANIFEST_FILE}: a run committed into this folder while verify read it: "
+            "what was read mixes two outputs; run segprep verify again"
+        )
+    return report
+
+
+def _check(base: str, directory: str) -> VerifyReport:
     report = VerifyReport(directory)
     try:
         metadata = read_metadata_json(base)
