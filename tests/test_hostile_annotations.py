@@ -593,3 +593,52 @@ def test_the_json_reader_measures_escaped_strings_and_numbers_across_chunk_edges
     ):
         with pytest.raises(TextLimitError, match=words):
             JsonReader(_Pieces(over, cut), "s", 4, limits).drain()
+
+
+# --- half a UTF-16 surrogate pair in a JSON escape ---------------------------------------------
+
+
+def test_half_a_surrogate_pair_in_a_labelme_file_is_its_images_reject(tmp_path):
+    """yajl (ijson's C backend) raised UnicodeDecodeError on `\\udc00`, which ended the run
+    with "'utf-8' codec can't decode byte 0xed", naming no file; it made `\\ud800` a "?", so
+    the label "x\\ud800" became "x?", the class of another file's label."""
+    _images(tmp_path, "ok.jpg", "low.jpg", "high.jpg", "pair.jpg")
+    folder = tmp_path / "labelme"
+    folder.mkdir()
+    points = [[5, 5], [30, 5], [30, 30]]
+    for name, label in (("ok", "x?"), ("low", "x\udc00"), ("high", "x\ud800"), ("pair", "x😀")):
+        shapes = [{"label": label, "shape_type": "polygon", "points": points}]
+        (folder / f"{name}.json").write_text(_labelme(f"{name}.jpg", shapes))  # ASCII escapes
+    done = _prepare(tmp_path, "--annotations", str(folder))
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "low": "mask_unreadable",
+        "high": "mask_unreadable",
+    }
+    assert "low.json: the escape \\udc00 is half a UTF-16 surrogate pair" in rejects["low"]["detail"]
+    assert "high.json: the escape \\ud800 is half" in rejects["high"]["detail"]
+    metadata = json.loads((tmp_path / "out/metadata.json").read_text())
+    assert sorted(metadata["classes"]["names"]) == ["background", "x?", "x😀"], metadata["classes"]
+    assert _stored(tmp_path) == 2
+
+
+def test_a_coco_file_name_of_half_a_surrogate_pair_is_one_line_not_a_question_mark(tmp_path):
+    """`"file_name": "\\ud800.jpg"` reached segprep as "?.jpg" and took the annotations to
+    the image folder's `?.jpg`, an image the file never named."""
+    _images(tmp_path, "a.jpg", "?.jpg")
+    export = tmp_path / "coco.json"
+    export.write_text(_coco(["a.jpg", "\ud800.jpg"]))
+    assert "\\ud800" in export.read_text()
+    done = _prepare(tmp_path, "--coco_annotations", str(export))
+    _usage_error(done, "coco.json", "the escape \\ud800 is half a UTF-16 surrogate pair")
+
+
+@pytest.mark.parametrize("cut", range(1, 24))
+def test_the_json_reader_finds_half_a_surrogate_pair_across_chunk_edges(cut):
+    from transforms.bounded_text import JsonReader, TextLimitError
+
+    whole = b'["\\ud83d\\ude00", "\\\\ud800", "\\\\\\\\udc00"]'  # a pair; backslash + text
+    JsonReader(_Pieces(whole, cut), "s", 4).drain()
+    for half in (b'["a\\ud800b"]', b'["\\ud83d\\ud83d"]', b'["\\\\\\udc00"]', b'["\\ude00\\ud83d"]'):
+        with pytest.raises(TextLimitError, match="half a UTF-16 surrogate pair"):
+            JsonReader(_Pieces(half, cut), "s", 4).drain()

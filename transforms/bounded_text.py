@@ -37,6 +37,15 @@ from transforms.limits import DEFAULT_LIMITS, InputLimits
 CHUNK_BYTES = 1 << 20
 SCAN_BYTES = 1 << 17  # one numpy pass of the check
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
+# A \uD800-\uDFFF escape where an escape starts (after an even run of backslashes), with
+# the low half that may follow it: a high half without one, or a low half alone, is half a
+# UTF-16 pair. yajl makes `\ud800` a "?" (so "x\ud800" was the label, or file name, "x?"),
+# `\ud800\ud800` another character, and raises UnicodeDecodeError on `\udc00`, which
+# ended a run with a message naming no file.
+_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u([dD][89a-fA-F][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+)
+_ESCAPE_TAIL = 12  # an escaped surrogate pair, `\ud83d\ude00`
 _STRING = re.compile(rb'"[^"]*"')  # in unescaped text, where no quote is escaped
 _BARE_RUN = re.compile(rb'[^"\[\]{},: \t\r\n]{%d}' % (DEFAULT_LIMITS.number_chars + 1))
 _NONE, _QUOTE, _OPEN, _CLOSE, _DELIMITER = 0, 1, 2, 3, 4
@@ -91,9 +100,16 @@ class JsonReader(_Reader):
     """JSON bytes for ijson (pass `buf_size=CHUNK_BYTES`), checked as module doc says."""
 
     def __init__(
-        self, stream: IO[bytes], source: str, depth: int, limits: InputLimits = DEFAULT_LIMITS
+        self,
+        stream: IO[bytes],
+        source: str,
+        depth: int,
+        limits: InputLimits = DEFAULT_LIMITS,
+        *,
+        surrogates: bool = True,
     ) -> None:
         super().__init__(stream, source)
+        self.surrogates = surrogates  # refuse half a surrogate pair (for ijson's yajl)
         self.depth_limit = depth
         self.string_limit = limits.json_string_bytes
         self.bare_limit = limits.number_chars
@@ -128,6 +144,37 @@ class JsonReader(_Reader):
             self._scan(text[at : at + SCAN_BYTES], self.offset + at)
             if self._unbalanced:
                 return
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0 or not self.surrogates:
+            return super().read(size)
+        buffer = bytearray(self._stream.read(max(CHUNK_BYTES, self._open_token())))
+        # A chunk never ends within an escape's reach of a backslash (but at the stream's
+        # end), so each escape, and a pair's low half, is whole in one chunk, and the next
+        # chunk starts outside any escape.
+        while b"\\" in buffer[-_ESCAPE_TAIL:]:
+            more = self._stream.read(4096)
+            if not more:
+                break
+            buffer += more
+        chunk = bytes(buffer)
+        del buffer
+        self._check(chunk)
+        self._check_surrogates(chunk)
+        self.offset += len(chunk)
+        return chunk
+
+    def _check_surrogates(self, chunk: bytes) -> None:
+        if b"\\u" not in chunk:
+            return
+        for match in _SURROGATE.finditer(chunk):
+            if int(match.group(1)[1:2], 16) < 0xC and match.group(2):
+                continue  # a high half and its low half: one character
+            raise TextLimitError(
+                f"{self.source}: the escape \\u{match.group(1).decode()} is half a UTF-16 "
+                f"surrogate pair, no character (near byte {self.offset + match.start():,})",
+                too_large=False,
+            )
 
     def _open_token(self) -> int:
         return self.offset - self._opened if self._inside else 0
@@ -257,7 +304,8 @@ def check_json(chunks: Iterable[bytes], source: str, depth: int) -> None:
         def read(self, size: int = -1) -> bytes:  # noqa: ARG002
             return next(iterator, b"")
 
-    JsonReader(_Chunks(), source, depth).drain()  # type: ignore[arg-type]
+    # json.loads, which these texts go to, keeps half a pair as it is: its callers say so
+    JsonReader(_Chunks(), source, depth, surrogates=False).drain()  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass(frozen=True)
