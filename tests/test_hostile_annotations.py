@@ -615,7 +615,8 @@ def test_half_a_surrogate_pair_in_a_labelme_file_is_its_images_reject(tmp_path):
         "low": "mask_unreadable",
         "high": "mask_unreadable",
     }
-    assert "low.json: the escape \\udc00 is half a UTF-16 surrogate pair" in rejects["low"]["detail"]
+    low = rejects["low"]["detail"]
+    assert "low.json: the escape \\udc00 is half a UTF-16 surrogate pair" in low, low
     assert "high.json: the escape \\ud800 is half" in rejects["high"]["detail"]
     metadata = json.loads((tmp_path / "out/metadata.json").read_text())
     assert sorted(metadata["classes"]["names"]) == ["background", "x?", "x😀"], metadata["classes"]
@@ -639,6 +640,7 @@ def test_the_json_reader_finds_half_a_surrogate_pair_across_chunk_edges(cut):
 
     whole = b'["\\ud83d\\ude00", "\\\\ud800", "\\\\\\\\udc00"]'  # a pair; backslash + text
     JsonReader(_Pieces(whole, cut), "s", 4).drain()
-    for half in (b'["a\\ud800b"]', b'["\\ud83d\\ud83d"]', b'["\\\\\\udc00"]', b'["\\ude00\\ud83d"]'):
+    halves = (b'["a\\ud800b"]', b'["\\ud83d\\ud83d"]', b'["\\\\\\udc00"]', b'["\\ude00\\ud83d"]')
+    for half in halves:
         with pytest.raises(TextLimitError, match="half a UTF-16 surrogate pair"):
             JsonReader(_Pieces(half, cut), "s", 4).drain()

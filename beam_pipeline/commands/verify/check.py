@@ -44,13 +44,19 @@ def check_output(directory: str) -> VerifyReport:
 
 def _writer_state(base: str) -> tuple[str | None, bytes | None]:
     """Who holds the lock now (None: no run) and the manifest's bytes, which every commit
-    rewrites: a run that started and committed while verify read changes them."""
+    rewrites: a run that started and committed while verify read changes them.
+
+    Only a local lock is asked (flock: held only by a live process). A gs:// lock can stay
+    after its run is gone (a remote job's, or a launcher's on another host); verify still
+    checks such an output and names the lock among its problems, as before."""
     from beam_pipeline.runtime import output_protocol
 
-    holder = output_protocol.current_holder(files.normalize_dir(base))
+    holder = None
+    if files.is_local(base):
+        holder = output_protocol.current_holder(files.normalize_dir(base))
     try:
         manifest = files.read_bounded(f"{base}/{MANIFEST_FILE}", FILE_LIMITS.metadata_bytes)
-    except (OSError, ValueError):  # absent (an older segprep's output), or not readable: checked later
+    except (OSError, ValueError):  # none (an older segprep), or unreadable: checked later
         manifest = None
     return (holder.describe() if holder is not None else None), manifest
 
