@@ -644,3 +644,44 @@ def test_the_json_reader_finds_half_a_surrogate_pair_across_chunk_edges(cut):
     for half in halves:
         with pytest.raises(TextLimitError, match="half a UTF-16 surrogate pair"):
             JsonReader(_Pieces(half, cut), "s", 4).drain()
+
+
+def test_coordinates_that_overflow_are_rejects_without_numpy_warnings(tmp_path):
+    """Label Studio points of 1e308 percent, a rotated box of 1e308 (Label Studio or CVAT):
+    the image was refused ("a non-finite coordinate"), but numpy's RuntimeWarning, "overflow
+    encountered in multiply" and the source line, went to stderr as two stray lines."""
+    _images(tmp_path, "ok.jpg", "box.jpg")
+    (tmp_path / "images/points.jpg").write_bytes(rgb_jpeg(200, 300, seed=7))  # over 100 px
+    huge_points = _polygon_result(300, 200)  # points in percent: 1e308 x 3 overflows
+    huge_points["value"]["points"] = [[1e308, 1], [-1e308, 1e308], [5, 5]]
+    box = {"x": 1, "y": 1, "width": 1e308, "height": 1e308, "rotation": 30}
+    huge_box = {"type": "rectanglelabels", "original_width": W, "original_height": H}
+    huge_box["value"] = {**box, "rectanglelabels": ["cat"]}
+    tasks = [
+        _task("ok.jpg", [_polygon_result()]),
+        _task("points.jpg", [huge_points]),
+        _task("box.jpg", [huge_box]),
+    ]
+    export = tmp_path / "tasks.json"
+    export.write_text(json.dumps(tasks))
+    done = _prepare(tmp_path, "--annotations", str(export))
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "points": "mask_unreadable",
+        "box": "mask_unreadable",
+    }
+    assert "non-finite coordinate" in rejects["box"]["detail"], rejects["box"]
+    assert "Warning" not in done.stderr, done.stderr
+
+    rotated = '<box label="cat" xtl="-1.7e308" ytl="-1.7e308" xbr="1.7e308" ybr="1.7e308" '
+    rotated += 'rotation="30"/>'
+    images = [_cvat_image("ok.jpg", ""), _cvat_image("box.jpg", rotated)]
+    export = tmp_path / "cvat.xml"
+    export.write_text(_cvat(images))
+    done = _prepare(tmp_path, "--annotations", str(export), "--overwrite")
+    rejects = _rejects(tmp_path, done)
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "box": "mask_unreadable",
+        "points": "missing_mask",
+    }
+    assert "Warning" not in done.stderr, done.stderr

@@ -344,11 +344,19 @@ def box_polygon(
     """The corners of a box rotated clockwise (image coordinates, y down) about `pivot`."""
     corners = np.array([[xtl, ytl], [xbr, ytl], [xbr, ybr], [xtl, ybr]], dtype=np.float64)
     if degrees:
-        angle = math.radians(degrees)
-        cos, sin = math.cos(angle), math.sin(angle)
-        shifted = corners - pivot
-        corners = np.stack(
-            [shifted[:, 0] * cos - shifted[:, 1] * sin, shifted[:, 0] * sin + shifted[:, 1] * cos],
-            axis=1,
-        ) + np.asarray(pivot)
+        # Corners of 1e308 rotate to inf or nan, which `_checked` refuses as the image's
+        # problem; numpy's RuntimeWarning about them went to stderr as two stray lines.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _rotated(corners, degrees, pivot)
     return corners.reshape(-1)
+
+
+def _rotated(corners: np.ndarray, degrees: float, pivot: tuple[float, float]) -> np.ndarray:
+    angle = math.radians(degrees)
+    cos, sin = math.cos(angle), math.sin(angle)
+    shifted = corners - pivot
+    rotated = np.stack(
+        [shifted[:, 0] * cos - shifted[:, 1] * sin, shifted[:, 0] * sin + shifted[:, 1] * cos],
+        axis=1,
+    ) + np.asarray(pivot)
+    return rotated.reshape(-1)

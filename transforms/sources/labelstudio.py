@@ -182,15 +182,15 @@ class _Reader:
                 xy = np.asarray(points, dtype=np.float64)
                 if xy.ndim != 2 or xy.shape[1] != 2:
                     raise ValueError("points must be [x, y] pairs")
-                xy = xy * [w / 100.0, h / 100.0]
+                with np.errstate(over="ignore", invalid="ignore"):  # non-finite: refused
+                    xy = xy * [w / 100.0, h / 100.0]  # where every shape's points are
                 shapes.append(ToolShape(label, (xy.reshape(-1),)))
             elif kind == "rectanglelabels":
                 x, y = float(value["x"]) * w / 100, float(value["y"]) * h / 100
                 bw, bh = float(value["width"]) * w / 100, float(value["height"]) * h / 100
                 rotation = float(value.get("rotation") or 0)
-                shapes.append(
-                    ToolShape(label, (box_polygon(x, y, x + bw, y + bh, rotation, (x, y)),))
-                )
+                box = box_polygon(x, y, x + bw, y + bh, rotation, (x, y))
+                shapes.append(ToolShape(label, (box,)))
             else:
                 rle = value.get("rle")
                 if not isinstance(rle, list):
