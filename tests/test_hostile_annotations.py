@@ -8,6 +8,7 @@ allocation the file's few bytes merely asked for.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -644,6 +645,21 @@ def test_the_json_reader_finds_half_a_surrogate_pair_across_chunk_edges(cut):
     for half in halves:
         with pytest.raises(TextLimitError, match="half a UTF-16 surrogate pair"):
             JsonReader(_Pieces(half, cut), "s", 4).drain()
+
+
+def test_a_chunk_grows_past_a_run_of_backslashes_by_a_string_limit_at_most():
+    """A chunk is extended while a backslash stands in its last bytes (an escape whole in
+    one chunk); a file of backslashes must not be read whole into memory for that."""
+    import io
+
+    from transforms.bounded_text import CHUNK_BYTES, JsonReader
+    from transforms.limits import DEFAULT_LIMITS
+
+    limits = dataclasses.replace(DEFAULT_LIMITS, json_string_bytes=1 << 16)
+    # valid JSON, a backslash every 5 bytes: short strings of one escaped backslash each
+    reader = JsonReader(io.BytesIO(b"[" + b'"\\\\",' * (2 << 20)), "s", 4, limits)
+    first = reader.read(CHUNK_BYTES)
+    assert CHUNK_BYTES < len(first) <= CHUNK_BYTES + (1 << 16) + 4096
 
 
 def test_coordinates_that_overflow_are_rejects_without_numpy_warnings(tmp_path):

@@ -151,8 +151,12 @@ class JsonReader(_Reader):
         buffer = bytearray(self._stream.read(max(CHUNK_BYTES, self._open_token())))
         # A chunk never ends within an escape's reach of a backslash (but at the stream's
         # end), so each escape, and a pair's low half, is whole in one chunk, and the next
-        # chunk starts outside any escape.
-        while b"\\" in buffer[-_ESCAPE_TAIL:]:
+        # chunk starts outside any escape. Held to a string's limit past the chunk: text
+        # with a backslash every few bytes for longer (a file of them) is not read whole
+        # into memory; there a pair cut at the chunk's end may be judged wrongly (a refusal,
+        # or yajl's "?" as before).
+        reach = len(buffer) + self.string_limit
+        while b"\\" in buffer[-_ESCAPE_TAIL:] and len(buffer) < reach:
             more = self._stream.read(4096)
             if not more:
                 break
