@@ -91,8 +91,10 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
 
 
 def _as_a_terminal_would() -> None:
-    """A foreground job gets Ctrl-C; a test runner started in the background may ignore it."""
+    """A foreground job gets Ctrl-C and a hang-up; a test runner started in the background
+    (or under nohup) may ignore them, and segprep keeps a hang-up ignored when it is."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def start_cli(args: list[str], **kwargs) -> subprocess.Popen:
