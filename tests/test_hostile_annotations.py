@@ -662,6 +662,50 @@ def test_a_chunk_grows_past_a_run_of_backslashes_by_a_string_limit_at_most():
     assert CHUNK_BYTES < len(first) <= CHUNK_BYTES + (1 << 16) + 4096
 
 
+# --- a UTF-8 byte order mark ------------------------------------------------------------------
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_utf8_byte_order_mark_before_coco_labelme_or_label_studio_json_is_skipped(tmp_path):
+    """Windows tools write a BOM before JSON (RFC 8259 lets a parser ignore it). A COCO file
+    with one, or a Label Studio export, ended the run "not valid JSON (lexical error: invalid
+    char in json text.)"; a labelme file with one yielded no shape, so a folder of them was
+    "no labels"."""
+    _images(tmp_path, "a.jpg", "b.jpg")
+    coco = tmp_path / "coco.json"
+    coco.write_bytes(BOM + _coco(["a.jpg", "b.jpg"]).encode())
+    _rejects(tmp_path, _prepare(tmp_path, "--coco_annotations", str(coco)))
+    assert _stored(tmp_path) == 2
+
+    folder = tmp_path / "labelme"
+    folder.mkdir()
+    shapes = [{"label": "cat", "shape_type": "polygon", "points": [[5, 5], [30, 5], [30, 30]]}]
+    (folder / "a.json").write_bytes(BOM + _labelme("a.jpg", shapes).encode())
+    (folder / "b.json").write_text(_labelme("b.jpg", shapes))
+    done = _prepare(tmp_path, "--annotations", str(folder), "--overwrite")
+    assert _rejects(tmp_path, done) == {}
+    metadata = json.loads((tmp_path / "out/metadata.json").read_text())
+    assert metadata["classes"]["names"] == ["background", "cat"], metadata["classes"]
+    assert _stored(tmp_path) == 2
+
+    tasks = tmp_path / "tasks.json"
+    tasks.write_bytes(
+        BOM + json.dumps([_task(f"{n}.jpg", [_polygon_result()]) for n in "ab"]).encode()
+    )
+    done = _prepare(tmp_path, "--annotations", str(tasks), "--overwrite")
+    assert _rejects(tmp_path, done) == {}
+    assert _stored(tmp_path) == 2
+
+    from transforms.bounded_text import JsonReader, TextLimitError
+
+    with pytest.raises(TextLimitError, match="byte 7:"):  # offsets stay the file's
+        JsonReader(io.BytesIO(BOM + b'["ab\xff"]'), "s", 4).drain()
+    with pytest.raises(TextLimitError, match="byte 4:"):  # a BOM anywhere else is no skip
+        JsonReader(io.BytesIO(b'["ab\xff"]' + BOM), "s", 4).drain()
+
+
 def test_coordinates_that_overflow_are_rejects_without_numpy_warnings(tmp_path):
     """Label Studio points of 1e308 percent, a rotated box of 1e308 (Label Studio or CVAT):
     the image was refused ("a non-finite coordinate"), but numpy's RuntimeWarning, "overflow

@@ -15,6 +15,11 @@ checks it in one pass at C speed (a regex, a lookup table and numpy; no loop per
   attribute value and text run (none may hold an unescaped `<`; a `<` inside a comment or
   CDATA section only shortens the stretch it is in).
 
+A UTF-8 byte order mark at the start of a JSON file (Windows tools write one; RFC 8259 lets a
+parser ignore it) is skipped: `JsonReader` never hands it on, and `skip_bom` moves a raw
+stream past it for a parser that reads the file itself (COCO's ijson passes). yajl took it
+for "lexical error: invalid char in json text".
+
 Over a cap is a `TextLimitError` naming the file, the cap and the byte offset; a parser
 never holds more than one capped token. `bounded_entries` builds the entries of a JSON
 stream (Label Studio tasks, labelme files) from ijson's events with a budget of values, so a
@@ -55,6 +60,7 @@ _JSON_CLASS[[ord("["), ord("{")]] = _OPEN
 _JSON_CLASS[[ord("]"), ord("}")]] = _CLOSE
 _JSON_CLASS[[ord(c) for c in ",: \t\r\n"]] = _DELIMITER
 _LESS_THAN = ord("<")
+UTF8_BOM = codecs.BOM_UTF8
 
 
 class TextLimitError(ValueError):
@@ -78,7 +84,7 @@ class _Reader:
         if size == 0:  # ijson asks for nothing to learn the stream's type
             return b""
         # The chunk size is ours, not the parser's: at least the open token's length so far.
-        chunk = self._stream.read(max(CHUNK_BYTES, self._open_token()))
+        chunk = self._first(self._stream.read(max(CHUNK_BYTES, self._open_token())))
         self._check(chunk)
         self.offset += len(chunk)
         return chunk
@@ -86,6 +92,10 @@ class _Reader:
     def _open_token(self) -> int:
         """Bytes of the token still open at the end of the last chunk (0: none)."""
         return 0
+
+    def _first(self, chunk: bytes) -> bytes:
+        """`chunk` as handed on: the first chunk without a JSON file's byte order mark."""
+        return chunk
 
     def drain(self) -> None:
         """Check the whole stream without parsing it."""
@@ -120,6 +130,16 @@ class JsonReader(_Reader):
         self._bare_from = -1  # the last boundary before the open bare token
         self._escaped_first = False  # the last chunk ended in an escaping backslash
         self._unbalanced = False  # a stray closer: the parser names the syntax error
+        self._started = False  # a first chunk was read (and a byte order mark skipped)
+
+    def _first(self, chunk: bytes) -> bytes:
+        if self._started:
+            return chunk
+        self._started = True
+        if chunk.startswith(UTF8_BOM):  # offsets stay the file's: messages name its bytes
+            self.offset = len(UTF8_BOM)
+            return chunk[len(UTF8_BOM) :]
+        return chunk
 
     def _check(self, chunk: bytes) -> None:
         if not chunk:
@@ -148,7 +168,7 @@ class JsonReader(_Reader):
     def read(self, size: int = -1) -> bytes:
         if size == 0 or not self.surrogates:
             return super().read(size)
-        buffer = bytearray(self._stream.read(max(CHUNK_BYTES, self._open_token())))
+        buffer = bytearray(self._first(self._stream.read(max(CHUNK_BYTES, self._open_token()))))
         # A chunk never ends within an escape's reach of a backslash (but at the stream's
         # end), so each escape, and a pair's low half, is whole in one chunk, and the next
         # chunk starts outside any escape. Held to a string's limit past the chunk: text
@@ -270,6 +290,13 @@ class XmlReader(_Reader):
                 f"{self.source}: a tag, attribute or text of more than {self.limit:,} bytes "
                 f"(near byte {self.offset:,})"
             )
+
+
+def skip_bom(stream: IO[bytes]) -> None:
+    """Move a seekable `stream`, at its start, past a UTF-8 byte order mark if it has one:
+    for a parser that reads the raw file (JsonReader hands on none)."""
+    if stream.read(len(UTF8_BOM)) != UTF8_BOM:
+        stream.seek(0)
 
 
 def check_json_bytes(data: bytes, source: str, depth: int) -> None:

@@ -31,7 +31,7 @@ import ijson
 import numpy as np
 
 from transforms import spill
-from transforms.bounded_text import CHUNK_BYTES, JsonReader
+from transforms.bounded_text import CHUNK_BYTES, JsonReader, skip_bom
 from transforms.files import open_regular
 from transforms.format.features import COCO_UNLABELED, DEFAULT_COCO_UNLABELED, MAX_CLASS_ID
 from transforms.limits import DEFAULT_LIMITS, InputLimits, TooLargeError
@@ -241,6 +241,7 @@ def _items(open_file: Callable[[], IO[bytes]], source: str, section: str) -> Ite
     """The elements of the top-level list `section`, parsed by ijson's C backend."""
     try:
         with open_file() as stream:
+            skip_bom(stream)  # checked by JsonReader, which skips it too
             yield from ijson.items(stream, f"{section}.item", use_float=True, buf_size=CHUNK_BYTES)
     except ijson.JSONError as error:
         first_line = (str(error).strip().splitlines() or [""])[0]
