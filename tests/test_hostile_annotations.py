@@ -341,6 +341,34 @@ def test_label_studio_tasks_with_odd_annotations_or_an_unparsable_url_are_their_
     assert _stored(tmp_path) == 1
 
 
+def test_label_studio_annotations_or_results_that_are_not_objects_or_lists_are_rejects(tmp_path):
+    """An annotation that is no JSON object was dropped uncounted: `[5]` left the task an
+    image without shapes (stored as all background), `["x", {...}]` used the next one; a
+    falsy `"annotations": {}` or `"result": ""` was read as an empty list."""
+    names = ("ok", "number", "mixed", "empty", "result")
+    _images(tmp_path, *(f"{name}.jpg" for name in names))
+    tasks = [
+        _task("ok.jpg", [_polygon_result()]),
+        {"id": 2, "data": {"image": "number.jpg"}, "annotations": [5]},
+        {"id": 3, "data": {"image": "mixed.jpg"}, "annotations": ["x", {"result": []}]},
+        {"id": 4, "data": {"image": "empty.jpg"}, "annotations": {}},
+        {"id": 5, "data": {"image": "result.jpg"}, "annotations": [{"result": ""}]},
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    rejects = _rejects(tmp_path, _prepare(tmp_path, "--annotations", str(tmp_path / "tasks.json")))
+    assert {key: entry["reason"] for key, entry in rejects.items()} == {
+        "number": "mask_unreadable",
+        "mixed": "mask_unreadable",
+        "empty": "mask_unreadable",
+        "result": "mask_unreadable",
+    }
+    assert "task 2: annotation 0 is not an object but int" in rejects["number"]["detail"]
+    assert "task 3: annotation 0 is not an object but str" in rejects["mixed"]["detail"]
+    assert "task 4: annotations is not a list but dict" in rejects["empty"]["detail"]
+    assert "result must be a list" in rejects["result"]["detail"], rejects["result"]
+    assert _stored(tmp_path) == 1
+
+
 # --- labelme -----------------------------------------------------------------------------------
 
 

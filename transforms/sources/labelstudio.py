@@ -128,11 +128,15 @@ class _Reader:
         name, problem = self._name_or_problem(url)
         if problem is not None:
             return ToolImage(name, 0, 0, problem=problem)
-        annotations = task.get("annotations") or []
+        annotations = task.get("annotations")  # a falsy non-list ({}, "", 0) is no list
+        annotations = [] if annotations is None else annotations
         if not isinstance(annotations, list):
             problem = f"task {task.get('id', position)!r}: annotations is not a list"
             return ToolImage(name, 0, 0, problem=f"{problem} but {type(annotations).__name__}")
-        annotations = [a for a in annotations if isinstance(a, dict)]
+        for index, annotation in enumerate(annotations):
+            if not isinstance(annotation, dict):  # was dropped uncounted: maybe the only one
+                problem = f"task {task.get('id', position)!r}: annotation {index} is not an object"
+                return ToolImage(name, 0, 0, problem=f"{problem} but {type(annotation).__name__}")
         chosen = None
         for annotation in annotations:
             if annotation.get("was_cancelled"):
@@ -144,7 +148,8 @@ class _Reader:
         if chosen is None:
             return ToolImage(name, 0, 0)
         try:
-            return self._shapes(name, chosen.get("result") or [])
+            results = chosen.get("result")  # a falsy non-list ({}, "", 0) is no empty list
+            return self._shapes(name, [] if results is None else results)
         except TooLargeError as error:
             return ToolImage(name, 0, 0, problem=f"Label Studio result: {error}", too_large=True)
         except (TypeError, ValueError, KeyError, IndexError) as error:
