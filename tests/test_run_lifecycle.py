@@ -196,6 +196,29 @@ def test_ctrl_c_stops_every_process_exits_130_and_publishes_nothing(dataset, tmp
     assert final_names(out) == []
     assert not _staged(out, complete=False)  # the interrupted run's shards are discarded
     assert not (out / ".segprep" / "lock").exists()
+    # The run made the folder and its .segprep/ (an empty .segprep/ was left): neither stays.
+    assert not out.exists(), sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+
+
+def test_an_interrupted_run_removes_only_the_empty_folders_it_made(dataset, tmp_path):
+    """Into the user's own empty folder: its .segprep/ goes, the folder stays; into an
+    output an earlier run left (.segprep/ there before), nothing of segprep's is removed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    writing = CTRL_C_MOMENTS["writing"]
+    process = start_cli(_args(dataset, out))
+    writing(process, out)
+    assert process.wait(timeout=60) == 130, process.stderr.read().decode()
+    assert out.is_dir() and list(out.iterdir()) == []
+
+    (out / ".segprep" / "runs").mkdir(parents=True)  # as a run that was killed leaves it
+    process = start_cli(_args(dataset, out))
+    writing(process, out)
+    assert process.wait(timeout=60) == 130, process.stderr.read().decode()
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == [
+        Path(".segprep"),
+        Path(".segprep/runs"),
+    ]
 
 
 def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_commit(
@@ -233,6 +256,7 @@ def test_sigterm_is_handled_like_ctrl_c(dataset, tmp_path):
     assert process.returncode == 143
     assert "terminated: nothing was published" in process.stderr.read().decode()
     assert final_names(out) == []
+    assert not out.exists()  # nor the folder and .segprep/ the run made
 
 
 @pytest.mark.parametrize("to_group", [False, True], ids=["launcher", "group"])

@@ -314,6 +314,7 @@ class RunLock:
         self.info = _lock_info(run_id, remote=remote)
         self._descriptor: int | None = None
         self._generation: int | None = None
+        self._created: list[str] = []  # local folders this run made, innermost first
 
     def __enter__(self) -> RunLock:
         if files.is_local(self.output_dir):
@@ -329,10 +330,31 @@ class RunLock:
             self._generation = None
             return
         self.release()
+        if error is not None:
+            self._remove_created()
+
+    def _remove_created(self) -> None:
+        """After a failed or interrupted run: the folders it made (.segprep/ and its runs/,
+        a new output folder and its new parents) go again if they are empty, innermost
+        first. rmdir removes nothing but an empty folder and follows no link, so a folder
+        that holds anything (a refused run's rejects.jsonl, a user's file) stays, and so
+        does every folder around it."""
+        for path in self._created:
+            try:
+                os.rmdir(path)
+            except OSError:
+                return
 
     def _acquire_local(self) -> None:
         folder = os.path.join(self.output_dir, SEGPREP_DIR)
+        missing = []
+        path = os.path.abspath(folder)
+        while not os.path.lexists(path) and path != os.path.dirname(path):
+            missing.append(path)
+            path = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
+        if missing and missing[0] == os.path.abspath(folder):  # then its runs/ is new too
+            self._created = [os.path.abspath(os.path.join(self.output_dir, RUNS_DIR)), *missing]
         if os.path.islink(folder):
             raise Refusal(f"{{output_dir}} {self.output_dir}: {SEGPREP_DIR} is a link")
         path = os.path.join(self.output_dir, LOCK_FILE)
