@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import zlib
 from pathlib import Path
@@ -258,6 +259,82 @@ def test_writer_processes_bound_memory_too(hostile, tmp_path):
     assert code == 0, err
     assert 0 < peak_mb < PEAK_LIMIT_MB, f"peak PSS {peak_mb} MB"
     assert main(["verify", str(tmp_path / "out")]) == 0
+
+
+KMSG = Path("/proc/kmsg")
+
+
+def _kmsg_opens() -> bool:
+    """/proc/kmsg opens as a regular file (root with CAP_SYSLOG, not masked by a container).
+    Opening takes nothing from the kernel's log; reading would."""
+    try:
+        descriptor = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(descriptor).st_mode)
+    finally:
+        os.close(descriptor)
+
+
+@pytest.mark.skipif(not _kmsg_opens(), reason="needs /proc/kmsg readable: root with CAP_SYSLOG")
+def test_a_link_to_a_kernel_file_whose_read_waits_is_a_reject_not_a_hang(tmp_path):
+    """/proc/kmsg is a "regular" file of 0 bytes whose read waits for the kernel's next log
+    line: open_regular opened it non-blocking, checked it, then set it blocking, and the
+    writer hung for ever on an empty log (a non-empty one handed its bytes to the decoder,
+    taking them from the kernel's log). A file that states no bytes is now never read, and a
+    read that would wait is an error (test_a_read_that_would_wait_is_an_error_not_a_wait).
+    The outcome does not depend on what the kernel's log holds."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    for key in ("ok", "kmsg", "kmsg_as_mask"):
+        _write(images, f"{key}.jpg", rgb_jpeg(H, W))
+        _write(masks, f"{key}_mask.mat", mat_bytes(mask=MASK))
+    os.remove(images / "kmsg.jpg")
+    (images / "kmsg.jpg").symlink_to(KMSG)  # a link to a regular file is read like the file
+    os.remove(masks / "kmsg_as_mask_mask.mat")
+    (masks / "kmsg_as_mask_mask.mat").symlink_to(KMSG)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*SEGPREP, "prepare", "--image_dir", str(images), "--mask_dir", str(masks)]
+        + ["--output_dir", str(out), "--runner", "FnApiRunner", "--writer_processes", "1"]
+        + ["--max_reject_fraction", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,  # a guard against the hang, not a speed check
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert {entry["key"]: entry["reason"] for entry in rejects} == {
+        "kmsg": "image_empty",
+        "kmsg_as_mask": "mask_empty",
+    }
+    assert main(["verify", str(out)]) == 0
+
+
+def test_a_read_that_would_wait_is_an_error_not_a_wait():
+    """open_regular's reader keeps its descriptor non-blocking (regular files ignore it):
+    a read the kernel would make wait is a WouldBlockError, through read, readline and
+    hashlib's reads alike, never a hang nor a silent end. No regular file whose read waits
+    is reachable to every user, so its reader is given a pipe a live writer holds open
+    and never writes to."""
+    import hashlib
+    import io
+
+    from transforms import files
+
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(read_end, False)
+        handle = io.BufferedReader(files._NonBlockingFile(read_end, "waiting"))
+        for read in (lambda: handle.read(10), handle.readline, handle.read):
+            with pytest.raises(files.WouldBlockError, match="waiting: reading it would wait"):
+                read()
+        with pytest.raises(files.NotAFileError):  # a not_a_file reject where images are read
+            hashlib.file_digest(handle, "sha256")
+        handle.close()
+    finally:
+        os.close(write_end)
 
 
 def test_an_unreadable_sub_folder_stops_the_run_before_it_starts(tmp_path):

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import glob as local_glob
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -34,6 +35,11 @@ _EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 
 class NotAFileError(OSError):
     """The path is a FIFO, device, socket or folder: never read (a FIFO would block)."""
+
+
+class WouldBlockError(NotAFileError):
+    """A "regular" file whose read would wait (/proc/kmsg, a kernel tracing pipe): never
+    waited on. The descriptor stays non-blocking, which true regular files ignore."""
 
 
 class TooLargeError(OSError):
@@ -72,29 +78,69 @@ def join(directory: str | os.PathLike, name: str) -> str:
 # --- local --------------------------------------------------------------------------------
 
 
+class _NonBlockingFile(io.FileIO):
+    """A file whose descriptor stays non-blocking: a read the kernel would make wait is a
+    WouldBlockError (FileIO's answer is None, which a caller takes for the end or a short
+    read), never a wait. Regular files ignore O_NONBLOCK, so their reads are as ever."""
+
+    def __init__(self, descriptor: int, path: str | os.PathLike) -> None:
+        super().__init__(descriptor, "rb", closefd=True)
+        self._path = path
+
+    def _would_block(self) -> WouldBlockError:
+        return WouldBlockError(
+            f"{self._path}: reading it would wait (a kernel file such as /proc/kmsg, not "
+            "a file's bytes)"
+        )
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        count = super().readinto(buffer)
+        if count is None:
+            raise self._would_block()
+        return count
+
+    def read(self, size: int = -1) -> bytes:
+        data = super().read(size)
+        if data is None:
+            raise self._would_block()
+        return data
+
+    def readall(self) -> bytes:
+        chunks = []
+        while data := self.read(_CHUNK):
+            chunks.append(data)
+        return b"".join(chunks)
+
+
 def open_regular(path: str | os.PathLike) -> BinaryIO:
     """A local regular file opened for reading, never blocking on a FIFO or device.
 
     The check is made with fstat on the open descriptor, so a file swapped for a FIFO or a
-    link to a device after any earlier check is still refused.
+    link to a device after any earlier check is still refused. The descriptor stays
+    non-blocking: a "regular" file of the kernel's whose read waits (/proc/kmsg) is a
+    WouldBlockError, never a hang (it once was set blocking before the read, and hung).
     """
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
             raise NotAFileError(f"{path}: not a regular file (FIFO, device, socket or folder)")
-        os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb")
+        raw = _NonBlockingFile(descriptor, path)
     except BaseException:
         os.close(descriptor)
         raise
+    return io.BufferedReader(raw)  # type: ignore[return-value]
 
 
 def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of a local regular file of at most `limit` bytes (see open_regular)."""
+    """The bytes of a local regular file of at most `limit` bytes (see open_regular). A file
+    that states no bytes is not read at all: /proc/kmsg states none, and hands out (and so
+    takes from the kernel's log) whatever it holds."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise TooLargeError(f"{path}: {size:,} bytes, more than the {limit:,} allowed")
+        if size == 0:
+            return b""
         data = handle.read(min(limit, size) + 1)  # grown since fstat: still caught below
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
