@@ -29,10 +29,14 @@ def summary_lines(info: DatasetInfo, plan: RunPlan | None = None) -> list[str]:
     splits = info.splits
     accepted = sum(split.num_examples for split in splits.values())
     shards = sum(split.num_shards for split in splits.values())
+    # Deferred: the job's modules are loaded by the run this summarises, not by verify,
+    # which imports this module for plural().
+    from beam_pipeline.job.describe import kept_keys
+
     rejected = info.num_rejected or RejectCounts(0, {})
     # key_exists: an append refused a stored key's new bytes; its record stays, counted once
     # in num_discovered, as accepted.
-    kept = rejected.by_reason.get("key_exists", 0)
+    kept = kept_keys(rejected)
     lines = [
         f"segprep: {_counted(info.num_discovered or 0, 'entry', 'entries')} discovered, "
         f"{accepted:,} accepted, "
