@@ -8,6 +8,7 @@ real CLI (in process, or as a process where it is killed or raced) and the real 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -489,10 +490,11 @@ def test_edited_counts_of_the_latest_version_refuse_the_append(
     assert f"version {latest['version']} split 'train' says 1000000000 records" in printed
 
 
-def test_verify_while_an_append_commits_says_so_in_one_line(grown, tmp_path, capsys):
-    """verify reads without the lock: caught in an append's commit (its new shards moved
-    in, metadata.json not yet), it reported 30 problems ("extra shard", rejects.jsonl and
-    dataset_info.json not matching) of an output that was sound before and after."""
+@contextlib.contextmanager
+def _append_paused_at(grown, tmp_path: Path, step: str):
+    """An append of one new entry to a copy of version 2, run as a process held at its
+    commit's `step` (the journal's test hook): yields (out, batch, process) while it waits
+    there, then lets it go on and checks that it finished."""
     out = tmp_path / "out"
     shutil.copytree(grown["out"], out)
     batch = _copy_entries(grown["all"], tmp_path / "batch", [])
@@ -500,41 +502,35 @@ def test_verify_while_an_append_commits_says_so_in_one_line(grown, tmp_path, cap
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     args = ["prepare", *job_args(_Inputs(batch), out, *CLASSES, "--append")]
-    first = start_cli(args, env={HOOK_VARIABLE: f"publish:{fifo}"})
+    append = start_cli(args, env={HOOK_VARIABLE: f"{step}:{fifo}"})
     errors: list[bytes] = []
-    reader = threading.Thread(target=lambda: errors.append(first.stderr.read()), daemon=True)
+    reader = threading.Thread(target=lambda: errors.append(append.stderr.read()), daemon=True)
     reader.start()
-    with open(fifo, "wb"):  # opens once the append waits with its shards published
+    with open(fifo, "wb"):  # opens once the append waits at `step`
+        yield out, batch, append
+    append.wait(timeout=600)
+    reader.join(60)
+    assert append.returncode == 0, b"".join(errors).decode()
+
+
+def test_verify_while_an_append_commits_says_so_in_one_line(grown, tmp_path, capsys):
+    """verify reads without the lock: caught in an append's commit (its new shards moved
+    in, metadata.json not yet), it reported 30 problems ("extra shard", rejects.jsonl and
+    dataset_info.json not matching) of an output that was sound before and after."""
+    with _append_paused_at(grown, tmp_path, "publish") as (out, _, first):
         assert main(["verify", str(out)]) == 1
         printed = capsys.readouterr().out.strip().splitlines()
         assert len(printed) == 2, printed
         assert printed[0].startswith(".segprep/lock: run "), printed
         assert f"(pid {first.pid} on " in printed[0], printed
         assert "is writing into this folder right now" in printed[0], printed
-    first.wait(timeout=600)
-    reader.join(60)
-    assert first.returncode == 0, b"".join(errors).decode()
     assert main(["verify", str(out)]) == 0
 
 
 def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
-    out = tmp_path / "out"
-    shutil.copytree(grown["out"], out)
-    batch = _copy_entries(grown["all"], tmp_path / "batch", [])
-    _extra_entry(grown, batch)
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    args = ["prepare", *job_args(_Inputs(batch), out, *CLASSES, "--append")]
-    first = start_cli(args, env={HOOK_VARIABLE: f"accounted:{fifo}"})
-    errors: list[bytes] = []
-    reader = threading.Thread(target=lambda: errors.append(first.stderr.read()), daemon=True)
-    reader.start()
-    with open(fifo, "wb"):  # opens once the first append waits in its commit
+    with _append_paused_at(grown, tmp_path, "accounted") as (out, batch, _):
         assert _prepare(batch, out, "--append") == 2
         assert "is in use by run" in capsys.readouterr().err
-    first.wait(timeout=600)
-    reader.join(60)
-    assert first.returncode == 0, b"".join(errors).decode()
     assert len(_metadata(out)["dataset_versions"]) == 3
     assert main(["verify", str(out)]) == 0
 
