@@ -60,6 +60,22 @@ _UNREADABLE = (
 )
 
 
+def _scipy_io():
+    """scipy.io, imported on first use (as is h5py, for v7.3): the launcher imports this
+    module with the job's graph but never loads a mask, and those imports would cost it
+    about 0.2 s of start-up (the writers import them beside Beam's)."""
+    import scipy.io
+
+    return scipy.io
+
+
+def _h5py():
+    """h5py, imported on first use: see _scipy_io."""
+    import h5py
+
+    return h5py
+
+
 def load_mask(
     data: bytes, filename: str, mask_key: str | None = None, limits: InputLimits = DEFAULT_LIMITS
 ) -> np.ndarray:
@@ -78,18 +94,16 @@ def load_mask(
 
 
 def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndarray:
-    import scipy.io  # here, not at the top: see _mat5_variables
-
     if data[512 : 512 + len(_HDF5_SIGNATURE)] == _HDF5_SIGNATURE or data.startswith(
         _HDF5_SIGNATURE
     ):
         return _load_mat_v73(data, mask_key, limits)
     try:
-        if scipy.io.matlab.matfile_version(io.BytesIO(data))[0] == 0:
+        if _scipy_io().matlab.matfile_version(io.BytesIO(data))[0] == 0:
             # v4 has no compression: nothing inflates, the file's size bounds the reads.
             listed = {
                 name: (tuple(shape), kind, None)
-                for name, shape, kind in scipy.io.whosmat(io.BytesIO(data))
+                for name, shape, kind in _scipy_io().whosmat(io.BytesIO(data))
             }
         else:
             listed = _mat5_variables(data)
@@ -115,10 +129,10 @@ def _load_mat(data: bytes, mask_key: str | None, limits: InputLimits) -> np.ndar
     declared = _check_size(shape, _MAT_ITEMSIZE[kind], limits)
     try:
         if element is None:
-            return scipy.io.loadmat(io.BytesIO(data), variable_names=[name])[name]
+            return _scipy_io().loadmat(io.BytesIO(data), variable_names=[name])[name]
         # room for a complex part, tags, dimensions and name
         bound, what = 2 * declared + (64 << 10), f"the {declared:,} bytes its header declares"
-        return scipy.io.loadmat(io.BytesIO(_single(data, element, name, bound, what)))[name]
+        return _scipy_io().loadmat(io.BytesIO(_single(data, element, name, bound, what)))[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
 
@@ -143,8 +157,6 @@ def _struct_field(
     A struct's header does not give its fields' sizes, so the whole variable is inflated under
     a bound of its own: a mask's worth of bytes, plus room for the struct's other fields.
     """
-    import scipy.io  # here, not at the top: see _mat5_variables
-
     if element is None:  # MAT v4 has no structs; whosmat never reports one there
         raise RejectError(Reason.MASK_VARIABLE, f"variable {name!r} is not a struct")
     bound = limits.mask_array_bytes
@@ -158,7 +170,7 @@ def _struct_field(
             raise RejectError(
                 Reason.MASK_VARIABLE, f"variable {name!r} nests more than {_MAX_NESTED:,} arrays"
             )
-        value = scipy.io.loadmat(io.BytesIO(single), simplify_cells=True)[name]
+        value = _scipy_io().loadmat(io.BytesIO(single), simplify_cells=True)[name]
     except _UNREADABLE as error:
         raise _unreadable(error) from error
     path = name
@@ -208,13 +220,7 @@ def _mat5_variables(data: bytes) -> dict[str, tuple[tuple[int, ...], str, tuple[
     Format": a 4-byte type, a 4-byte length; type 15 is one zlib stream). That framing is
     all that is read here, to find each variable; scipy reads each variable's header, from
     at most its first kilobyte inflated. No variable's data is inflated.
-
-    scipy.io (and h5py, for v7.3) are imported by the functions that read masks: the
-    launcher imports this module with the job's graph but never loads a mask, and those
-    imports cost it about 0.2 s of start-up (the writers import them beside Beam's).
     """
-    import scipy.io
-
     order = "<" if data[126:128] == b"IM" else ">"
     variables = {}
     position = _MAT5_HEADER
@@ -226,7 +232,9 @@ def _mat5_variables(data: bytes) -> dict[str, tuple[tuple[int, ...], str, tuple[
         head = element[:_MAT5_HEAD_BYTES]
         if kind == _MI_COMPRESSED:
             head = zlib_ng.decompressobj().decompress(element[8:], _MAT5_HEAD_BYTES)
-        for name, shape, matlab_class in scipy.io.whosmat(io.BytesIO(data[:_MAT5_HEADER] + head)):
+        for name, shape, matlab_class in _scipy_io().whosmat(
+            io.BytesIO(data[:_MAT5_HEADER] + head)
+        ):
             if not name.startswith("__"):
                 variables[name] = (tuple(shape), matlab_class, (element, kind == _MI_COMPRESSED))
         position += 8 + length
@@ -272,15 +280,13 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
     Shapes and types come from HDF5's metadata; only the chosen dataset is read, and HDF5
     inflates each chunk into a buffer of the chunk's declared size.
     """
-    import h5py  # here, not at the top: see _mat5_variables
-
     try:
-        with h5py.File(io.BytesIO(data), "r") as handle:
+        with _h5py().File(io.BytesIO(data), "r") as handle:
             datasets = {
                 name: item
                 for name in handle
                 if not name.startswith("#")
-                and isinstance(item := _hard_item(handle, name), h5py.Dataset)
+                and isinstance(item := _hard_item(handle, name), _h5py().Dataset)
             }
             shapes = {
                 name: (tuple(reversed(item.shape)), item.dtype.kind in "biuf")
@@ -310,9 +316,7 @@ def _load_mat_v73(data: bytes, mask_key: str | None, limits: InputLimits) -> np.
 def _hard_item(group, name: str):
     """group[name] where it is an object of the file itself; a soft or external link (to
     another file, anywhere on the machine) is refused, never followed."""
-    import h5py
-
-    if not isinstance(group.get(name, getlink=True), h5py.HardLink):
+    if not isinstance(group.get(name, getlink=True), _h5py().HardLink):
         raise RejectError(
             Reason.MASK_UNREADABLE, f"{name!r} is an HDF5 link to elsewhere: not followed"
         )
@@ -321,18 +325,16 @@ def _hard_item(group, name: str):
 
 def _hdf5_field(handle, name: str, fields: tuple[str, ...]):
     """The dataset at NAME/FIELD/... of a v7.3 file, where a struct is an HDF5 group."""
-    import h5py
-
     item, path = handle, ""
     for part in (name, *fields):
-        if not isinstance(item, h5py.Group) or part not in item:
+        if not isinstance(item, _h5py().Group) or part not in item:
             raise RejectError(
                 Reason.MASK_VARIABLE,
                 f"no {'variable' if not path else 'field'} {part!r}"
                 + (f" in {path!r}" if path else ""),
             )
         item, path = _hard_item(item, part), f"{path}.{part}" if path else part
-    if not isinstance(item, h5py.Dataset):
+    if not isinstance(item, _h5py().Dataset):
         raise RejectError(Reason.MASK_VARIABLE, f"{path!r} is a MATLAB struct: name a field")
     return item
 
