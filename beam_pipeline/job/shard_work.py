@@ -76,7 +76,7 @@ def write_shard(
     progress = Reporter(settings.progress_dir)
     rejects: list[Reject] = []
     ordered = sorted(pairs, key=lambda pair: pair.key)
-    convert = functools.partial(_record_or_reject, settings)
+    convert = functools.partial(build_record, settings)
     with ShardBuilder(settings, spec) as shard:
         for pair, made in ordered_map(convert, ordered, settings.threads):
             progress.add()
@@ -363,14 +363,9 @@ def pair_digest(settings: ShardWriterSettings, pair: Pair) -> str | RejectError:
 
 
 def build_record(settings: ShardWriterSettings, pair: Pair):
-    """One pair's (record, content digest, its image to hash or None), or why it is rejected: what
-    the writer does per entry (the dry run's estimate times this, launch/estimate.py)."""
-    return _record_or_reject(settings, pair)
-
-
-def _record_or_reject(settings: ShardWriterSettings, pair: Pair):
     """(record, content digest, its image as dups.Unhashed: None with the search off) from
-    one read of each file, or the RejectError saying why there is no record."""
+    one read of each file, or the RejectError saying why there is no record: what the writer
+    does per entry (the dry run's estimate times this, launch/estimate.py)."""
     source = registry.get(settings.mask_source)
     try:
         image_bytes, mask_bytes, mask_side = _read_pair(settings, pair)
