@@ -19,10 +19,6 @@ if TYPE_CHECKING:
     from beam_pipeline.launch.plan import RunPlan
 
 
-def _counted(number: int, one: str, many: str) -> str:
-    return f"{number:,} {one if number == 1 else many}"
-
-
 def summary_lines(info: DatasetInfo, plan: RunPlan | None = None) -> list[str]:
     """`prepare`'s summary, a line each: printed through printable_lines, which escapes a
     line break in a path or key instead of splitting the line there."""
@@ -38,7 +34,7 @@ def summary_lines(info: DatasetInfo, plan: RunPlan | None = None) -> list[str]:
     # in num_discovered, as accepted.
     kept = kept_keys(rejected)
     lines = [
-        f"segprep: {_counted(info.num_discovered or 0, 'entry', 'entries')} discovered, "
+        f"segprep: {plural(info.num_discovered or 0, 'entry', 'entries')} discovered, "
         f"{accepted:,} accepted, "
         f"{rejected.total - kept:,} rejected"
         + (f" (and {kept:,} key_exists: stored keys kept as they were)" if kept else ""),
@@ -129,14 +125,14 @@ def duplicates_lines(
     else:
         kept = "each kept in one split"
     line = (
-        f"  duplicates: {groups:,} {'group' if groups == 1 else 'groups'} of "
+        f"  duplicates: {plural(groups, 'group')} of "
         f"{section['keys_in_groups']:,} entries ({section['exact_groups']:,} exact), {kept}"
     )
     if section.get("conflicting_mask_groups"):
         line += f"; {section['conflicting_mask_groups']:,} with conflicting masks"
     matches = section.get("in_output_matches")
     if matches:
-        line += f"; {_counted(matches, 'near copy', 'near copies')} of images already in the output"
+        line += f"; {plural(matches, 'near copy', 'near copies')} of images already in the output"
     lines = [line + f" (distance <= {section['threshold']}; {DUPLICATES_FILE})"]
     moved = section.get("moved")
     if moved and splits is not None:
@@ -177,7 +173,7 @@ def _append_line(found: Mapping[str, Any]) -> str:
         found_line = f"{matches:,} new {copies} of images already in the output, {done}"
     line = (
         f"this append: {found_line}; "
-        f"{_counted(found.get('groups', 0), 'group', 'groups')} among "
+        f"{plural(found.get('groups', 0), 'group')} among "
         "the new and stored images"
     )
     if found.get("official_splits") and found.get("cross_split_groups"):
@@ -199,8 +195,8 @@ def _moved_line(
         sizes.append(f"{name} {now - change:,} -> {now:,}")
     if entries is None:
         return f"grouping changed the split sizes: {', '.join(sizes)}"
-    noun = "entry" if entries == 1 else "entries"
-    return f"grouping moved {entries:,} {noun} between splits: {', '.join(sizes)}"
+    counted = plural(entries, "entry", "entries")
+    return f"grouping moved {counted} between splits: {', '.join(sizes)}"
 
 
 def _crossing_line(section: Mapping[str, Any]) -> str:
@@ -274,9 +270,9 @@ def _percent(value: float) -> str:
     return f"{value:.2g}" if value < 10 else f"{value:.0f}"
 
 
-def plural(count: int, noun: str) -> str:
-    """`1 file`, `2 files`."""
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """`1 file`, `2 files`; `nouns` where the plural is not the noun and an s (`entries`)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def _shards(count: int) -> str:
