@@ -108,11 +108,7 @@ def make_loader(
     source = RecordSource(
         data_dir, split, version=version, cache_dir=cache_dir, cache_limit_bytes=cache_limit_bytes
     )
-    if len(source) == 0:
-        raise ValueError(
-            f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
-            "(no input was assigned to it, or every one was rejected: see rejects.jsonl)"
-        )
+    source.check_not_empty()
     if source.image_shape is None and size is None and batch_size > 1 and transform is None:
         raise ValueError(
             f"records of split {split!r} differ in size (metadata image_shape is null): "

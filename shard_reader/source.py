@@ -153,6 +153,15 @@ class RecordSource:
     def __len__(self) -> int:
         return self._starts[-1]
 
+    def check_not_empty(self) -> None:
+        """The loaders' check: ValueError when metadata.json lists no record of the split."""
+        if len(self) == 0:
+            raise ValueError(
+                f"split {self.split!r} of {self.data_dir} is empty: metadata.json lists no "
+                "records for it (no input was assigned to it, or every one was rejected: see "
+                "rejects.jsonl)"
+            )
+
     @property
     def mask_dtype(self) -> np.dtype:
         """uint8 (0/1 masks, 8-bit class ids), or int32 (16-bit class ids)."""

@@ -540,11 +540,7 @@ def make_loader(
     workers = default_num_workers() if num_workers is None else num_workers
     if source.cache is not None:
         source.cache.check_limit([shard.size for shard in source.remote_shards()], max(1, workers))
-    if len(source) == 0:
-        raise ValueError(
-            f"split {split!r} of {data_dir} is empty: metadata.json lists no records for it "
-            "(no input was assigned to it, or every one was rejected: see rejects.jsonl)"
-        )
+    source.check_not_empty()
     if world_size > len(source) and not uneven_ranks:
         raise ValueError(
             f"{world_size} ranks for the {len(source)} records of split {split!r}: some would "
