@@ -527,6 +527,24 @@ def test_verify_while_an_append_commits_says_so_in_one_line(grown, tmp_path, cap
     assert main(["verify", str(out)]) == 0
 
 
+def test_a_reader_caught_in_an_append_commit_is_told_to_open_it_again(grown, tmp_path):
+    """Between the earlier metadata.json moved aside and the new one in place a reader finds
+    no metadata.json: it was told the job failed or was still running and to re-run
+    prepare (which, with --overwrite, would throw the dataset away)."""
+    from shard_reader.source import RecordSource
+    from transforms.format import dataset_info
+
+    with _append_paused_at(grown, tmp_path, "aside") as (out, _, _):
+        assert not (out / "metadata.json").exists()
+        for load in (dataset_info.load, lambda path: RecordSource(path, "train")):
+            with pytest.raises(dataset_info.IncompleteOutputError) as caught:
+                load(out)
+            message = str(caught.value)
+            assert "is committing into" in message and "open it again in a moment" in message
+            assert "re-run `segprep prepare`" not in message
+    assert len(dataset_info.load(out).dataset_versions) == 3
+
+
 def test_a_second_append_at_once_is_refused(grown, tmp_path, capsys):
     with _append_paused_at(grown, tmp_path, "accounted") as (out, batch, _):
         assert _prepare(batch, out, "--append") == 2

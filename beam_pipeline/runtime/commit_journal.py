@@ -39,6 +39,8 @@ from beam_pipeline.runtime.refusal import Refusal
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError, parse_json
 from transforms.format.naming import (
+    COMMITTED,
+    COMMITTING,
     INDEX_DIR,
     INDEX_SUFFIX,
     MANIFEST_FILE,
@@ -54,8 +56,6 @@ from transforms.format.naming import (
 from transforms.format.side_tables import listed_refs
 from transforms.limits import FILE_LIMITS
 
-COMMITTING = "committing"
-COMMITTED = "committed"
 PREVIOUS_DIR = "previous"  # inside the run's staging folder: the earlier output, moved aside
 # Beyond the bytes a commit writes: the manifest's temporary copy, directory blocks and the
 # file system's own reserve.

@@ -28,16 +28,13 @@ import stat
 from collections.abc import Iterable
 
 from beam_pipeline.runtime import commit_journal
-from beam_pipeline.runtime.commit_journal import (
-    COMMITTED,
-    COMMITTING,
-    is_published_name,
-    own_folder,
-)
+from beam_pipeline.runtime.commit_journal import is_published_name, own_folder
 from beam_pipeline.runtime.refusal import Refusal
 from transforms import files, json_shape
 from transforms.format.dataset_info import DatasetInfo, MetadataError
 from transforms.format.naming import (
+    COMMITTED,
+    COMMITTING,
     INDEX_DIR,
     LOCK_FILE,
     MANIFEST_FILE,

@@ -26,7 +26,9 @@ from transforms.class_stats import ClassStats, split_weights
 from transforms.format import record_formats
 from transforms.format.features import MASK_FORMATS, MAX_CLASS_ID, class_png_bit_depth
 from transforms.format.naming import (
+    COMMITTING,
     FIRST_VERSION,
+    MANIFEST_FILE,
     MAX_VERSION,
     METADATA_FILE,
     SEGPREP_DIR,
@@ -897,6 +899,12 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
         raise IncompleteOutputError(f"{data_dir} {reason}: pass a segprep output directory")
     path = files.join(data_dir, METADATA_FILE)
     if not files.exists(path):
+        if _committing(data_dir):
+            raise IncompleteOutputError(
+                f"{path} not found: a segprep run is committing into {data_dir} right now "
+                "(its metadata.json is put in place last): open it again in a moment; if no "
+                f"run is alive, `segprep verify --repair {data_dir}` finishes its commit"
+            )
         if files.is_remote(data_dir) or files.isdir(files.join(data_dir, SEGPREP_DIR)):
             raise IncompleteOutputError(
                 f"{path} not found: {data_dir} is not a finished segprep output "
@@ -913,6 +921,19 @@ def read_metadata_json(data_dir: str | os.PathLike) -> dict[str, Any]:
     except (files.NotAFileError, files.TooLargeError) as error:
         raise MetadataError(str(error)) from None
     return parse_json(data, path)
+
+
+def _committing(data_dir: str | os.PathLike) -> bool:
+    """Whether the output's manifest is a commit's journal: its metadata.json is then aside
+    for the moment the commit's files move (or the commit was cut short)."""
+    try:
+        manifest = json_shape.loads(
+            files.read_bounded(files.join(data_dir, MANIFEST_FILE), FILE_LIMITS.metadata_bytes),
+            MANIFEST_FILE,
+        )
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("state") == COMMITTING
 
 
 def load(data_dir: str | os.PathLike, version: int | None = None) -> DatasetInfo:

@@ -23,6 +23,9 @@ SEGPREP_DIR = ".segprep"
 LOCK_FILE = f"{SEGPREP_DIR}/lock"
 MANIFEST_FILE = f"{SEGPREP_DIR}/manifest.json"
 RUNS_DIR = f"{SEGPREP_DIR}/runs"
+# The manifest's "state": a commit's journal while its files move, then the names it wrote.
+COMMITTING = "committing"
+COMMITTED = "committed"
 
 
 # A run's id: its start time and 8 hex digits; `segprep index` puts "index-" before it
