@@ -225,11 +225,12 @@ def pair_matrices(hashes: list[dups.ImageHash]) -> tuple[np.ndarray, np.ndarray,
     distance = np.bitwise_count(phashes[:, None] ^ phashes[None, :]).astype(np.int64)
     sigs = np.array([np.frombuffer(h.signature, np.int8) for h in hashes], dtype=np.float64)
     sigs /= np.maximum(np.linalg.norm(sigs, axis=1, keepdims=True), 1e-12)
+    similar = sigs @ sigs.T
     chroma = np.ones(distance.shape, dtype=bool)
     for i, j in zip(*np.nonzero(np.triu(distance <= max(PORTRAIT_THRESHOLDS), 1)), strict=True):
-        agree = dups.chroma_similarity(hashes[i].signature, hashes[j].signature)
-        chroma[i, j] = chroma[j, i] = agree is None or agree >= dups.MIN_CHROMA_SIMILARITY
-    return distance, sigs @ sigs.T, chroma
+        agree = dups.chroma_agrees(hashes[i].signature, hashes[j].signature, similar[i, j])
+        chroma[i, j] = chroma[j, i] = agree
+    return distance, similar, chroma
 
 
 def _group_outcome(hashes, truth, found: np.ndarray) -> tuple[float, float]:

@@ -49,9 +49,14 @@ MAX_DISTANCE = 31  # D + 1 bands of at least 2 bits each
 SIGNATURE_SIDE = 8  # the signature is the thumbnail box-filtered to 8x8x3 (192 bytes)
 # A candidate's chroma must correlate this well too (verified); below CHROMA_FLOOR (the
 # root mean square of a signature's chroma, in its int8 units) an image counts as grey.
-# benchmarks/duplicates.py chose both on portraits in front of near-identical backdrops.
-MIN_CHROMA_SIMILARITY = 0.88
+# Chosen on portraits in front of near-identical backdrops and on held-out portraits
+# (docs/duplicates.md): different people in dark clothes reach 0.89-0.925.
+MIN_CHROMA_SIMILARITY = 0.93
 CHROMA_FLOOR = 2.0
+# Signatures this close are a re-encoded copy's (0.985-0.999 on photo tiles): JPEG keeps
+# a small image's light and subsamples its colour, so its chroma may fall to 0.88.
+CLOSE_SIMILARITY = 0.985
+CLOSE_MIN_CHROMA_SIMILARITY = 0.88
 
 
 class UnhashableImage(ValueError):
@@ -187,7 +192,8 @@ def chroma_similarity(a: bytes, b: bytes) -> float | None:
 def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
     """A band-search candidate confirmed as a near copy (the job's default minimum is 0.95,
     DuplicateSettings.min_similarity): the same bytes, or signatures that correlate at
-    `min_similarity` or more whose chroma also correlates at MIN_CHROMA_SIMILARITY or more.
+    `min_similarity` or more whose chroma also correlates at MIN_CHROMA_SIMILARITY or more
+    (CLOSE_MIN_CHROMA_SIMILARITY when the signatures correlate at CLOSE_SIMILARITY or more).
     The chroma check is what tells two people apart in front of one backdrop: the backdrop
     and the silhouette make most of the signature, hair, skin and clothes most of its
     chroma; brightness and contrast changes scale the chroma, which the correlation ignores.
@@ -199,10 +205,17 @@ def verified(a: ImageHash, b: ImageHash, min_similarity: float) -> bool:
         return True
     if not any(a.signature) or not any(b.signature):
         return False  # a flat image: its hash is rounding noise, its brightness not kept
-    if similarity(a.signature, b.signature) < min_similarity:
-        return False
-    chroma = chroma_similarity(a.signature, b.signature)
-    return chroma is None or chroma >= MIN_CHROMA_SIMILARITY
+    agree = similarity(a.signature, b.signature)
+    return agree >= min_similarity and chroma_agrees(a.signature, b.signature, agree)
+
+
+def chroma_agrees(a: bytes, b: bytes, agree: float) -> bool:
+    """The chroma check of two signatures that correlate at `agree` (see verified)."""
+    chroma = chroma_similarity(a, b)
+    if chroma is None:
+        return True
+    close = agree >= CLOSE_SIMILARITY
+    return chroma >= (CLOSE_MIN_CHROMA_SIMILARITY if close else MIN_CHROMA_SIMILARITY)
 
 
 def perceptual_hash(image_bytes: bytes, *, mirrored: bool = False) -> int:

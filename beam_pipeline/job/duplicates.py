@@ -443,6 +443,8 @@ def _report(found, leaks: int, settings: DuplicateSettings) -> dict:
         "threshold": settings.distance,
         "min_similarity": settings.min_similarity,
         "min_chroma_similarity": dups.MIN_CHROMA_SIMILARITY,
+        "close_similarity": dups.CLOSE_SIMILARITY,
+        "close_min_chroma_similarity": dups.CLOSE_MIN_CHROMA_SIMILARITY,
         "official_splits": settings.official,
         "groups": len(groups),
         "keys_in_groups": sum(len(group.keys) for group in groups),
