@@ -457,3 +457,7 @@ def _fail(verbose: bool, message: str, code: int) -> int:
         traceback.print_exc()
     print(f"segprep: {printable(message)}", file=sys.stderr)  # cannot fail (_Guarded)
     return code
+
+
+if __name__ == "__main__":  # `python -m beam_pipeline.cli COMMAND ...`: what `segprep` runs
+    sys.exit(main())

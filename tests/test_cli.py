@@ -150,6 +150,27 @@ def test_python_dash_m_runs_the_job(sample_dataset, tmp_path):
     assert (tmp_path / "m" / "metadata.json").exists()
 
 
+def test_python_dash_m_of_the_cli_module_runs_its_command(tmp_path):
+    """`python -m beam_pipeline.cli COMMAND` ran nothing and exited 0: the module had no
+    main guard, so a command typed that way seemed to succeed."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "beam_pipeline.cli",
+            "sample-data",
+            str(tmp_path / "d"),
+            "--count",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(list((tmp_path / "d" / "images").iterdir())) >= 2
+
+
 @pytest.mark.parametrize("command", ["sample-data", "prepare", "verify", "index", "inspect"])
 def test_help_lists_every_option_once_with_its_default(command, capsys):
     from beam_pipeline.cli import build_parser
