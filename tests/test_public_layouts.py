@@ -162,6 +162,32 @@ def test_entries_in_no_list_are_not_in_split_and_not_bad(tmp_path):
     assert metadata(out)["splits"]["train"]["num_examples"] == 1
 
 
+def test_a_listed_key_with_spaces_is_the_whole_line(tmp_path):
+    """File names with spaces are keys like any other; a list naming them (`my photo 01`)
+    lists the whole line; a key followed by number columns only (VOC's, Pet's) is still its
+    first field. The first field `my` stored none of these and left all `not_in_split`."""
+    voc = tmp_path / "VOC2012"
+    spaced = [f"my photo {n:02d}" for n in range(4)]
+    for seed, key in enumerate(spaced):
+        (voc / "JPEGImages" / f"{key}.jpg").parent.mkdir(parents=True, exist_ok=True)
+        (voc / "JPEGImages" / f"{key}.jpg").write_bytes(rgb_jpeg(12, 10, seed))
+        _png(_ids(seed, 3), voc / "SegmentationClass" / f"{key}.png")
+    lists = voc / "ImageSets" / "Segmentation"
+    lists.mkdir(parents=True)
+    (lists / "train.txt").write_text(f"{spaced[0]}\r\n  {spaced[1]}.jpg \n{spaced[2]}\n")
+    (lists / "val.txt").write_text(f"{spaced[3]}\n")
+    out = tmp_path / "out"
+    assert cli.main(_voc_args(tmp_path, out, *_split_files(tmp_path))) == 0
+    stored = stored_masks(out)
+    assert {key: split for key, (split, _) in stored.items()} == {
+        spaced[0]: "train",
+        spaced[1]: "train",
+        spaced[2]: "train",
+        spaced[3]: "validation",
+    }
+    assert not rejects(out)
+
+
 def test_a_key_in_two_lists_stops_the_run_naming_it(tmp_path, capsys):
     _voc(tmp_path)
     lists = tmp_path / "VOC2012" / "ImageSets" / "Segmentation"

@@ -19,6 +19,8 @@ SPLIT_FILE_BYTES = 256 << 20  # ADE20K's and COCO's lists are a few MB
 SPLIT_LINE_BYTES = 4096  # a key is a relative path: PATH_MAX; a longer line lists no key
 # A split name becomes part of shard and table file names: short, lower-case letters.
 _SPLIT_NAME = re.compile(r"[a-z]{1,32}")
+# A list's extra columns (VOC's 1 / -1 / 0, Pet's class ids): numbers, never a key's words.
+_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
 
 
 def splitter(
@@ -93,9 +95,12 @@ def read_split_files(given: list[str], layout: Layout) -> SplitLists:
 
 
 def _list_lines(split: str, path: str) -> list[str]:
-    """The first whitespace-separated field of each line of a list (VOC's and Oxford-IIIT
-    Pet's lists carry more columns: `Abyssinian_1 1 1 1`), a UTF-8 BOM dropped; a line
-    longer than any key is a usage error naming the file and line."""
+    """The key of each line of a list, a UTF-8 BOM dropped: its first whitespace-separated
+    field when the others are numbers (VOC's and Oxford-IIIT Pet's columns:
+    `Abyssinian_1 1 1 1`, `2008_000002 -1`), else the whole line without its outer
+    whitespace, since a key may hold spaces (`my photo 01`: its first field `my` stored
+    one entry of six and left five `not_in_split`). A line longer than any key is a usage
+    error naming the file and line."""
     try:
         data = files.read_bounded(path, SPLIT_FILE_BYTES)
         text = data.decode("utf-8-sig")
@@ -112,9 +117,10 @@ def _list_lines(split: str, path: str) -> list[str]:
                 f"--split_file {split}: line {number} of {path} is {len(line):,} characters "
                 f"long, more than a key can be ({SPLIT_LINE_BYTES:,}): not a list of keys"
             )
-        first = line.split(None, 1)
-        if first:
-            fields.append(first[0])
+        words = line.split()
+        if words:
+            columns = all(_NUMBER.fullmatch(word) for word in words[1:])
+            fields.append(words[0] if columns else line.strip())
     return fields
 
 
