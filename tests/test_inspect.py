@@ -217,6 +217,17 @@ def test_out_folder_and_an_existing_out_file(dataset_copy, tmp_path, capsys):
     assert Image.open(tmp_path / "mine_2.png").format == "PNG"
 
 
+def test_an_out_that_is_a_fifo_or_device_is_refused(dataset_copy, tmp_path, capsys):
+    """`--out /dev/null` wrote a new file `/dev/null_2` beside the device (a FIFO: `fifo_2`);
+    the page of `segprep report` is refused there in one line, and so is the sheet."""
+    (tmp_path / "sheets").mkdir()
+    fifo = tmp_path / "sheets" / "fifo.png"
+    os.mkfifo(fifo)
+    assert cli.main(["inspect", str(dataset_copy), "--count", "1", "--out", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    assert sorted(path.name for path in fifo.parent.iterdir()) == ["fifo.png"]
+
+
 def test_sheets_written_at_once_get_distinct_names(tmp_path):
     target = str(tmp_path / "sheet.png")
     payloads = [f"sheet {i}".encode() for i in range(8)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import stat
 from collections.abc import Iterator
 
 from beam_pipeline.errors import UsageError
@@ -89,6 +90,17 @@ def check_out(out: str, directory: str) -> str:
             )
     if not os.path.isdir(os.path.dirname(out)):
         raise UsageError(f"--out {out}: folder {os.path.dirname(out)} does not exist")
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:  # not there (or a dangling link): a new name
+        return out
+    if not stat.S_ISREG(mode):
+        # `--out /dev/null` (or a FIFO) took the sheet to `/dev/null_2`, a new file among
+        # the devices: refused as report refuses its page.
+        raise UsageError(
+            f"--out {out} is not a regular file (a device, FIFO or socket): segprep writes "
+            "the sheet only to a new file, or beside a regular one under a new name"
+        )
     return out
 
 
