@@ -55,6 +55,9 @@ from shard_reader.batch_ring import Ring, Ringed
 from shard_reader.ranks import default_num_workers, resolve_ranks
 from shard_reader.read_order import epoch_order
 from shard_reader.source import RecordSource
+from transforms.files import NotAFileError
+from transforms.format.dataset_info import MetadataError
+from transforms.format.tfrecord import CorruptRecordError
 
 STATE_VERSION = 1
 
@@ -254,6 +257,24 @@ class _BatchSampler(torch.utils.data.Sampler):
         self.loader.set_epoch(epoch)
 
 
+def _from_worker(error: Exception) -> Exception:
+    """A worker's segprep error as it was raised: torch's DataLoader re-raises it as its type
+    around the worker's whole traceback ("Caught CorruptRecordError in DataLoader worker
+    process 0.\nOriginal Traceback ...", the reason on its last line), which buried the
+    one-line reason; `error` itself when it is not so wrapped."""
+    text = str(error)
+    if not text.startswith("Caught ") or "\nOriginal Traceback" not in text:
+        return error
+    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    name = f"{type(error).__module__}.{type(error).__qualname__}: "
+    if not last.startswith(name):
+        return error
+    try:
+        return type(error)(last[len(name) :])
+    except Exception:  # noqa: BLE001 - a type that takes other arguments: as torch gave it
+        return error
+
+
 class SegmentationLoader:
     """Iterable of batches; see make_loader and the module docstring."""
 
@@ -402,6 +423,11 @@ class SegmentationLoader:
                 out = tuple(tensor.permute(0, 3, 1, 2) for tensor in pixels)
                 yield (*out, keys) if self.with_keys else out
             self._finished = True
+        except (CorruptRecordError, MetadataError, NotAFileError) as error:
+            plain = _from_worker(error)
+            if plain is error:
+                raise
+            raise plain from None
         finally:
             self._running = False
             if prefetcher is not None:

@@ -546,3 +546,20 @@ def test_a_shard_turned_fifo_after_make_dataset_is_an_error_not_a_hang(copy, whe
     said = child.stdout
     assert said.startswith("InvalidArgumentError") and "not a regular file" in said, said
     assert "train-00001-of-00002" in said, said
+
+
+def test_a_damaged_record_read_by_torch_workers_is_one_line(tmp_path):
+    """torch's DataLoader re-raises a worker's exception with the whole worker traceback as
+    its message ("Caught CorruptRecordError in DataLoader worker process 0.\\nOriginal
+    Traceback ...", 26 lines, the reason last): the default loader (workers) says the
+    reason alone, as with num_workers=0."""
+    torch_loader = pytest.importorskip("shard_reader.torch")
+    from shard_reader.source import CorruptRecordError
+
+    write_output(tmp_path / "out", [[(40, 32)] * 3, [(40, 32)] * 2])
+    swap_image_and_mask(tmp_path / "out")
+    said = r"^train record 0 \(key k000\): a 1-channel 8-bit PNG, expected a 3-channel"
+    loader = torch_loader.make_loader(tmp_path / "out", "train", 1, shuffle=False, num_workers=2)
+    with pytest.raises(CorruptRecordError, match=said) as raised:
+        list(loader)
+    assert "\n" not in str(raised.value)
