@@ -242,13 +242,33 @@ def as_stored(pixels: tf.Tensor, channels: int, what: str, key: tf.Tensor) -> tf
         return tf.ensure_shape(tf.identity(pixels), [None, None, channels])
 
 
+def of_shape(pixels: tf.Tensor, image_shape: Size, what: str, key: tf.Tensor) -> tf.Tensor:
+    """`pixels`, refused naming the record and shard unless they are metadata.json's
+    `image_shape`: ensure_shape alone said "Shape of tensor EnsureShape [800,600,3] is not
+    compatible with expected shape [600,800,3]", naming neither."""
+    found = tf.shape(pixels)[:2]
+    check = tf.debugging.Assert(
+        tf.reduce_all(tf.equal(found, tf.constant(image_shape, tf.int32))),
+        [
+            "record with key",
+            key,
+            f": {what} is",
+            found,
+            f"(HxW), metadata.json image_shape is {list(image_shape)}",
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(pixels)
+
+
 def _full_size(mask: _Mask, image_shape: Size | None) -> Pixels:
     def pixels(image_data: tf.Tensor, mask_data: tf.Tensor, key: tf.Tensor) -> Decoded:
         image_data = jpeg_image(image_data, key)
         image = as_stored(tf.io.decode_jpeg(image_data, channels=0), 3, "image", key)
         mask_pixels = as_stored(mask.decode(mask_data), 1, "mask", key)
         if image_shape is not None:
-            image = tf.ensure_shape(image, [*image_shape, 3])
+            image = tf.ensure_shape(of_shape(image, image_shape, "image", key), [*image_shape, 3])
+            mask_pixels = of_shape(mask_pixels, image_shape, "mask", key)
             return image, tf.ensure_shape(mask_pixels, [*image_shape, 1])
         tf.debugging.assert_equal(
             tf.shape(image)[:2], tf.shape(mask_pixels)[:2], message="image and mask sizes differ"

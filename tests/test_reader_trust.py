@@ -563,3 +563,19 @@ def test_a_damaged_record_read_by_torch_workers_is_one_line(tmp_path):
     with pytest.raises(CorruptRecordError, match=said) as raised:
         list(loader)
     assert "\n" not in str(raised.value)
+
+
+def test_records_of_another_size_than_image_shape_are_named_by_make_dataset(copy):
+    """metadata.json's image_shape edited (HxW exchanged): RecordSource names the record;
+    make_dataset said only "Shape of tensor EnsureShape [40,32,3] is not compatible with
+    expected shape [32,40,3]", naming neither record nor shard."""
+    import tensorflow as tf
+
+    edit_metadata(copy, lambda metadata: metadata["splits"]["train"].update(image_shape=[32, 40]))
+    shard = json.loads((copy / METADATA_FILE).read_text())["splits"]["train"]["shards"][0]
+    dataset = shard_reader.make_dataset(copy, "train", 1, training=False)
+    said = (
+        rf"record with key.*k000 in shard .*/{shard['file']}.*image is.*image_shape is \[32, 40\]"
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=said):
+        list(dataset)
