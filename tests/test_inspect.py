@@ -392,3 +392,42 @@ def test_a_long_dataset_name_gets_a_sheet_name_that_fits(prepared, tmp_path, cap
         names.append(os.path.basename(path))
     assert names[0].startswith("ooo") and names[0].endswith("_inspect_train.png")
     assert names[1] == names[0].replace(".png", "_2.png") and len(names[1]) <= 255
+
+
+def test_a_reject_naming_a_gs_file_without_credentials_is_a_tile_not_a_failure(
+    dataset_copy, tmp_path
+):
+    """rejects.jsonl naming a gs:// original (an input in a bucket, or an edit) in a local
+    output, with no Google Cloud credentials: `inspect --rejects` ended "failed:
+    DefaultCredentialsError", exit 1; that file is shown as not readable, as a missing one."""
+    import subprocess
+
+    from tests.helpers.gcs_server import NO_METADATA_SERVER
+    from tests.helpers.process_tree import SEGPREP
+
+    rejects = dataset_copy / REJECTS_FILE
+    lines = [json.loads(line) for line in rejects.read_text().splitlines()]
+    lines[0]["image"] = "gs://segprep-no-such-bucket/images/x.jpg"
+    rejects.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")
+    }
+    env.update(
+        HOME=str(tmp_path),
+        CLOUDSDK_CONFIG=str(tmp_path / "gcloud"),
+        GCE_METADATA_HOST=NO_METADATA_SERVER,
+        GCE_METADATA_IP=NO_METADATA_SERVER,
+    )
+    out = tmp_path / "sheet.png"
+    done = subprocess.run(
+        [*SEGPREP, "inspect", str(dataset_copy), "--rejects", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a hang guard only
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert Image.open(out).format == "PNG"

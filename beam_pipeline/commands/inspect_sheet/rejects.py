@@ -52,6 +52,11 @@ def _read(path: str | None, what: str, limit: int) -> tuple[bytes | None, str]:
         return None, f"{what} file too large"
     except (OSError, ValueError):
         return None, f"{what} file not readable"
+    except Exception:  # noqa: BLE001 - gs:// without credentials (DefaultCredentialsError),
+        # the client's own errors: one reject's original, never the whole sheet
+        if not files.is_remote(path):
+            raise
+        return None, f"{what} file not readable"
     return (data, "") if data else (None, f"{what} file empty")
 
 
