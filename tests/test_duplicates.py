@@ -260,6 +260,22 @@ def test_a_groups_distance_and_mask_flag_have_their_types(field, value, message)
         dups.parse_groups((json.dumps(line) + "\n").encode())
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("[1, 2]", "not a JSON object"),
+        ('"text"', "not a JSON object"),
+        ('{"keys": ["a", "b"], "max_distance": 0}', "no kind field"),
+        ('{"kind": "near"}', "no keys field"),
+    ],
+)
+def test_a_group_line_of_another_shape_is_named_in_words(line, message):
+    """`inspect --duplicates`, report and verify said "line 1: 'kind'" (a KeyError's text)
+    or "list indices must be integers or slices, not str" for such lines."""
+    with pytest.raises(ValueError, match=f"^line 1: {message}$"):
+        dups.parse_groups((line + "\n").encode())
+
+
 def test_drop_rejects_all_but_the_smallest_key_naming_it(planted, tmp_path):
     data, copies = planted
     out = tmp_path / "out"

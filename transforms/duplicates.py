@@ -752,6 +752,11 @@ def parse_group(line: str | bytes) -> dict:
     """One line of duplicates.jsonl as segprep writes it; ValueError, KeyError or TypeError
     saying what is wrong with it (verify's and report's check of each line)."""
     group = json_shape.loads(line, "duplicates.jsonl")
+    if not isinstance(group, dict):
+        raise ValueError("not a JSON object")
+    for field in ("keys", "kind", "split", "max_distance", "conflicting_masks"):
+        if field not in group:  # present, even when null
+            raise ValueError(f"no {field} field")
     keys = group["keys"]
     if not (isinstance(keys, list) and len(keys) >= 2):
         raise ValueError("keys is not a list of two or more keys")
@@ -759,8 +764,6 @@ def parse_group(line: str | bytes) -> dict:
         raise ValueError("keys are not all strings")
     if group["kind"] not in ("exact", "near"):
         raise ValueError(f"kind {group['kind']!r} is not exact or near")
-    for field in ("split", "max_distance", "conflicting_masks"):
-        group[field]  # noqa: B018 - present, even when null
     split = group["split"]
     names = split if isinstance(split, list) else [split]
     if split is not None and not all(isinstance(name, str) for name in names):
