@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import io
 import itertools
+import operator
 import os
 import threading
 from collections.abc import Sequence
@@ -168,12 +169,18 @@ class RecordSource:
         return np.dtype(np.uint8) if self.classes is None else self.classes.mask_dtype
 
     def locate(self, index: int) -> tuple[int, int]:
-        """(shard number, record number in that shard) of record `index` of the split."""
-        index = int(index)
-        if index < 0:
-            index += len(self)
+        """(shard number, record number in that shard) of record `index` of the split: an
+        integer (numpy's too) as a sequence takes it; a float or a string was cut or parsed
+        (`source[1.5]` served record 1, `source["0"]` record 0)."""
+        try:
+            given = operator.index(index)
+        except TypeError:
+            raise TypeError(
+                f"record index {index!r} is not an integer ({type(index).__name__})"
+            ) from None
+        index = given + len(self) if given < 0 else given
         if not 0 <= index < len(self):
-            raise IndexError(f"record {index} outside 0..{len(self) - 1}")
+            raise IndexError(f"record {given} outside {-len(self)}..{len(self) - 1}")
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 

@@ -91,6 +91,18 @@ def test_index_and_key_lookup(indexed):
         RecordSource(indexed, "test")
 
 
+def test_a_record_index_is_an_integer_as_a_sequence_takes_it(indexed):
+    """`source[1.5]` served record 1 and `source["0"]` record 0 (int() of either); an index
+    out of range was named after adding the length (`record -1` for -len-1)."""
+    source = RecordSource(indexed, "validation")
+    assert source[np.int64(1)]["key"] == source[1]["key"]
+    for bad in (1.5, "0", None):
+        with pytest.raises(TypeError, match="is not an integer"):
+            source[bad]
+    with pytest.raises(IndexError, match=rf"^record {-len(source) - 1} outside "):
+        source[-len(source) - 1]
+
+
 def test_read_into_a_batch_buffer(indexed):
     source = RecordSource(indexed, "train")
     images = np.zeros((2, 160, 120, 3), np.uint8)
