@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -710,4 +711,69 @@ def test_an_append_whose_lists_move_a_stored_key_says_so(tmp_path):
         in (rejects[keys[0]]["detail"])
     )
     assert _keys_by_split(out)["train"].count(keys[0]) == 1
+    assert main(["verify", str(out)]) == 0
+
+
+def _bridging_blends(first, second):
+    """(a, c, b): blend weights of two portraits where c is a verified near copy of a and of
+    b, closer to b, and a and b are no near copies of each other."""
+    import io
+
+    from PIL import Image
+
+    from transforms import duplicates as dups
+
+    def hashed(weight):
+        data = io.BytesIO()
+        Image.blend(first, second, weight).save(data, "PNG")
+        image = Image.open(io.BytesIO(data.getvalue()))
+        return dups.fingerprint(str(weight), data.getvalue(), dups.thumbnail(image))
+
+    def near(x, y):
+        return dups.hamming(x.phash, y.phash) <= 12 and dups.verified(x, y, 0.95)
+
+    weights = [step / 40 for step in range(21)]
+    hashes = {weight: hashed(weight) for weight in weights}
+    for a, c, b in itertools.combinations(weights, 3):
+        ha, hc, hb = hashes[a], hashes[c], hashes[b]
+        closer = dups.hamming(hc.phash, hb.phash) < dups.hamming(hc.phash, ha.phash)
+        if near(ha, hc) and near(hc, hb) and not near(ha, hb) and closer:
+            return a, c, b
+    raise AssertionError("no bridging blend")
+
+
+def test_a_new_image_linking_stored_images_of_two_splits_joins_its_groups_split(tmp_path):
+    """A new image that is a near copy of two stored images in two splits (which are not
+    near copies of each other) was put in the split of the smaller stored key, while its
+    group held the other: duplicates.jsonl named a split one member is not stored in, and
+    verify failed the append it had just published."""
+    from PIL import Image
+
+    from beam_pipeline.commands.sample_data import write_sample_data
+    from transforms.splits import SplitFractions
+
+    write_sample_data(tmp_path / "src", count=8, seed=11, broken_fraction=0.0, height=64, width=48)
+    portraits = [Image.open(p).convert("RGB") for p in sorted((tmp_path / "src/images").iterdir())]
+    mask = sorted((tmp_path / "src/masks").iterdir())[0]
+    first, second = portraits[2], portraits[7]
+    rule = SplitFractions(0.9, 0.1)
+    a_key = next(k for k in (f"a{i:03d}" for i in range(999)) if rule.split_of(k) == "train")
+    b_key = next(k for k in (f"b{i:03d}" for i in range(999)) if rule.split_of(k) == "validation")
+    c_key = next(k for k in (f"c{i:03d}" for i in range(999)) if rule.split_of(k) == "train")
+    weights = dict(zip((a_key, c_key, b_key), _bridging_blends(first, second), strict=True))
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    (data / "masks").mkdir()
+    for key in (a_key, b_key, c_key):
+        if key == c_key:
+            shutil.copytree(data, tmp_path / "first")
+        Image.blend(first, second, weights[key]).save(data / "images" / f"{key}.png")
+        shutil.copy(mask, data / "masks" / f"{key}_mask.mat")
+    out = tmp_path / "out"
+    flags = ("--num_shards", "2")
+    assert main(["prepare", *job_args(_Inputs(tmp_path / "first"), out, *flags)]) == 0
+    assert main(["prepare", *job_args(_Inputs(data), out, *flags, "--append")]) == 0
+    (group,) = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+    assert group["keys"] == [b_key, c_key] and group["split"] == "validation"
+    assert c_key in _keys_by_split(out)["validation"]
     assert main(["verify", str(out)]) == 0

@@ -330,23 +330,29 @@ def _groups(pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[
     """Complete-linkage groups of every verified pair (each a duplicates.jsonl line), and
     (key, split) for this run's images that follow a split other than their own key's:
     without official splits, every image a chain of pairs links (grouped or not) follows
-    one split."""
+    one split, but for an append's group holding a stored image: it follows that image's
+    split (a chain can link stored images of two splits)."""
     tagged = [(from_member(a), from_member(b)) for a, b in filter(None, pairs)]
     stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
     stored = {key: split for key, split in stored.items() if split}
     groups, placed = [], []
     for linked in dups.linked_groups((a.image, b.image) for a, b in tagged):
         split = _linked_split(linked, stored, settings)
+        follows: dict[str, str | None] = {}
         for members in linked.groups:
             old = {m.key: stored[m.key] for m in members if m.key in stored}
-            named = _listed_splits(members, old, settings) if settings.official else split
+            # A group with a stored member follows that member's split: a new image can
+            # link stored images of two splits (near copies of both, which are not of each
+            # other), and joins the group of the one it is grouped with.
+            own = old[min(old)] if old else split
+            follows.update((m.key, own) for m in members)
+            named = _listed_splits(members, old, settings) if settings.official else own
             groups.append(dups.describe_group(members, named, old))
         if not settings.official and settings.mode == "group":
-            placed += [
-                (image.key, split)
-                for image in linked.images
-                if image.key not in stored and settings.fractions.split_of(image.key) != split
-            ]
+            for image in linked.images:
+                target = follows.get(image.key, split)
+                if image.key not in stored and settings.fractions.split_of(image.key) != target:
+                    placed.append((image.key, target))
     return sorted(groups, key=lambda group: group.keys), placed
 
 
