@@ -679,6 +679,24 @@ def test_an_append_with_another_class_map_is_refused(grown, tmp_path, capsys):
     assert _snapshot(out) == before
 
 
+@pytest.mark.parametrize("distance", ["20", "4"])
+def test_an_append_with_another_duplicate_distance_is_refused(grown, tmp_path, capsys, distance):
+    """An append's search groups stored images with each other too: a wider distance
+    grouped stored images of two splits (duplicates.jsonl named one split for records in
+    two, and verify failed the published append), a narrower one left stored images placed
+    together for a group that is gone. Without a search (--duplicates off) it is not used."""
+    out = tmp_path / "out"
+    shutil.copytree(grown["out"], out)
+    before = _snapshot(out)
+    assert _prepare(grown["all"], out, "--append", "--duplicate_distance", distance) == 2
+    err = capsys.readouterr().err
+    wanted = f"duplicate_distance: output 12, this run {distance}"
+    assert len(err.strip().splitlines()) == 1 and wanted in err, err
+    assert _snapshot(out) == before
+    flags = ("--duplicate_distance", distance, "--duplicates", "off")
+    assert _prepare(grown["all"], out, "--append", *flags) == 0
+
+
 def test_an_append_whose_lists_move_a_stored_key_says_so(tmp_path):
     """Official splits: an append's --split_file naming a stored key in another split was
     accepted silently, the key kept where it was while the summary said every entry is in

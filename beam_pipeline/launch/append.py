@@ -70,7 +70,11 @@ def plan_append(
         dataset_info.check_latest_version(info)
     except MetadataError as error:
         raise _damaged(f"{path}: {error}", output_dir) from None
-    differences = differences_from_stored(raw, spec) + split_differences(raw, fractions)
+    differences = (
+        differences_from_stored(raw, spec)
+        + split_differences(raw, fractions)
+        + distance_differences(raw, args)
+    )
     if differences:
         raise UsageError(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
@@ -223,6 +227,20 @@ def split_differences(raw: dict[str, Any], fractions: Any) -> list[str]:
         stored = {name: used.get(name) for name in ("train_size", "validation_size")}
         ours = {"train_size": fractions.train, "validation_size": fractions.validation}
     return field_differences(stored, ours)
+
+
+def distance_differences(raw: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The distance within which images are near copies, when this run and the output both
+    searched: an append's search groups stored images with each other too, so another
+    distance would group stored images of two splits (a wider one) or leave stored images
+    placed together for a group that is gone (a narrower one)."""
+    section = raw.get("duplicates")
+    stored = section.get("threshold") if isinstance(section, dict) else None
+    if stored is None or args.duplicates == "off":
+        return []
+    return field_differences(
+        {"duplicate_distance": stored}, {"duplicate_distance": args.duplicate_distance}
+    )
 
 
 def _split_method(lists: Any, by_folder: Any) -> str:
