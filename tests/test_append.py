@@ -795,3 +795,12 @@ def test_a_new_image_linking_stored_images_of_two_splits_joins_its_groups_split(
     assert group["keys"] == [b_key, c_key] and group["split"] == "validation"
     assert c_key in _keys_by_split(out)["validation"]
     assert main(["verify", str(out)]) == 0
+    # A copy of the train image then made the stored train and validation images one group
+    # (the copy's class took the validation image in), naming train: verify failed again.
+    shutil.copy(data / "images" / f"{a_key}.png", data / "images" / "d000.png")
+    shutil.copy(mask, data / "masks" / "d000_mask.mat")
+    assert main(["prepare", *job_args(_Inputs(data), out, *flags, "--append")]) == 0
+    groups = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+    assert {"d000", a_key} <= set(groups[0]["keys"]) and groups[0]["split"] == "train"
+    assert all(not {a_key, c_key} <= set(group["keys"]) for group in groups)
+    assert main(["verify", str(out)]) == 0

@@ -335,11 +335,22 @@ def _groups(pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[
     tagged = [(from_member(a), from_member(b)) for a, b in filter(None, pairs)]
     stored = {t.image.key: dups.existing_split(t.source) for pair in tagged for t in pair}
     stored = {key: split for key, split in stored.items() if split}
+    if not settings.official:
+        # Two stored images of two splits stay apart: neither record moves, so a group of
+        # both would name a split one of them is not in (a pair an earlier new image made,
+        # near copy of both, grouped with one of them).
+        tagged = [
+            (a, b)
+            for a, b in tagged
+            if stored.get(a.image.key, "") == stored.get(b.image.key, "")
+            or a.image.key not in stored
+            or b.image.key not in stored
+        ]
     groups, placed = [], []
     for linked in dups.linked_groups((a.image, b.image) for a, b in tagged):
         split = _linked_split(linked, stored, settings)
         follows: dict[str, str | None] = {}
-        for members in linked.groups:
+        for members in _apart_by_stored_split(linked.groups, stored, settings):
             old = {m.key: stored[m.key] for m in members if m.key in stored}
             # A group with a stored member follows that member's split: a new image can
             # link stored images of two splits (near copies of both, which are not of each
@@ -354,6 +365,24 @@ def _groups(pairs, settings: DuplicateSettings) -> tuple[list[dups.Group], list[
                 if image.key not in stored and settings.fractions.split_of(image.key) != target:
                     placed.append((image.key, target))
     return sorted(groups, key=lambda group: group.keys), placed
+
+
+def _apart_by_stored_split(groups, stored: dict[str, str], settings: DuplicateSettings):
+    """Without official splits, each group split where it holds images the output stores
+    in two splits (a copy of one of them joins it as a class, whatever pair was left out):
+    the part with the smallest stored key keeps the new members, each other split's stored
+    members are a group of their own when they are two or more. No stored record moves, so
+    no group names a split one of its records is not in."""
+    for members in groups:
+        splits = {stored[m.key] for m in members if m.key in stored}
+        if settings.official or len(splits) < 2:
+            yield members
+            continue
+        own = stored[min(m.key for m in members if m.key in stored)]
+        parts: dict[str, list] = {}
+        for member in members:
+            parts.setdefault(stored.get(member.key, own), []).append(member)
+        yield from (part for part in parts.values() if len(part) > 1)
 
 
 def _listed_splits(members, old: dict[str, str], settings: DuplicateSettings) -> list[str]:
