@@ -804,3 +804,43 @@ def test_a_new_image_linking_stored_images_of_two_splits_joins_its_groups_split(
     assert {"d000", a_key} <= set(groups[0]["keys"]) and groups[0]["split"] == "train"
     assert all(not {a_key, c_key} <= set(group["keys"]) for group in groups)
     assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("method", ["--split_file", "--split_by_folder"])
+def test_an_append_naming_a_split_the_output_lacks_is_refused(tmp_path, capsys, method):
+    """A test list (or test folder) added on an append ran the whole job and failed its
+    commit (the new split's key table was not version 1's). Refused in one line before."""
+    from beam_pipeline.commands.sample_data import write_sample_data
+
+    write_sample_data(tmp_path / "src", count=6, seed=5, broken_fraction=0.0, height=16, width=12)
+    keys = sorted(p.stem for p in (tmp_path / "src" / "images").iterdir())
+    data = tmp_path / "data"
+    folders = {"train": keys[:3], "val": keys[3:4], "test": keys[4:]}
+    for folder, names in folders.items():
+        where = f"{folder}/" if method == "--split_by_folder" else ""
+        (data / "images" / where).mkdir(parents=True, exist_ok=True)
+        (data / "masks" / where).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copy(tmp_path / "src/images" / f"{name}.jpg", data / "images" / where)
+            shutil.copy(tmp_path / "src/masks" / f"{name}_mask.mat", data / "masks" / where)
+    lists = []
+    for split, folder in (("train", "train"), ("validation", "val"), ("test", "test")):
+        path = tmp_path / f"{split}.txt"
+        path.write_text("".join(f"{name}\n" for name in folders[folder]))
+        lists += ["--split_file", f"{split}={path}"]
+    out = tmp_path / "out"
+    if method == "--split_file":
+        first, again = lists[:4], lists
+    else:
+        first = again = ["--split_by_folder"]
+        shutil.move(data / "images" / "test", tmp_path / "test_images")
+    assert main(["prepare", *job_args(_Inputs(data), out, *first)]) == 0
+    if method == "--split_by_folder":
+        shutil.move(tmp_path / "test_images", data / "images" / "test")
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert main(["prepare", *job_args(_Inputs(data), out, *again, "--append")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "names split 'test', which the output does not have (it has train, validation)" in err
+    assert _snapshot(out) == before

@@ -30,7 +30,7 @@ from transforms.format.naming import (
 )
 from transforms.limits import FILE_LIMITS
 from transforms.record_spec import RecordSpec, differences_from_stored, field_differences
-from transforms.splits import FolderSplits, SplitFractions, SplitLists
+from transforms.splits import FolderSplits, SplitFractions, SplitLists, folder_split
 
 
 def plan_append(
@@ -39,6 +39,7 @@ def plan_append(
     output: output_protocol.OutputState | None,
     spec: RecordSpec,
     fractions: Any,
+    image_dir: str | None = None,
 ) -> AppendSettings:
     if args.overwrite:
         raise UsageError("--append adds a version to an output; --overwrite replaces it: pick one")
@@ -80,6 +81,7 @@ def plan_append(
             f"--append: the parameters that shape records differ from {output_dir}'s: "
             + "; ".join(differences)
         )
+    _refuse_new_splits(info, fractions, image_dir)
     check_shards(output_dir, info)
     for refs in tables.values():
         for _, ref in refs:
@@ -91,6 +93,37 @@ def plan_append(
         previous_sha256=hashlib.sha256(data).hexdigest(),
         digest_tables={split: tuple(names) for split, names in tables.items()},
     )
+
+
+def _refuse_new_splits(info: DatasetInfo, fractions: Any, image_dir: str | None) -> None:
+    """An append adds records to the splits the output has: a split this run's lists (or
+    split folders) name and no version holds (a test list or folder added later) failed the
+    commit after the whole job (its key table is not version 1's). Refused before it."""
+    if isinstance(fractions, SplitLists):
+        named = {
+            split: f"--split_file {split}={fractions.sources[split]}" for split in fractions.sources
+        }
+    elif isinstance(fractions, FolderSplits) and image_dir:
+        named = {}
+        try:
+            names = files.listdir(image_dir)
+        except OSError:
+            names = []
+        for name in names:
+            split = folder_split(name)
+            local = files.is_local(image_dir)
+            if split and (not local or files.isdir(files.join(image_dir, name))):
+                named.setdefault(split, f"--split_by_folder folder {name!r}")
+    else:
+        return
+    new = [split for split in named if split not in info.splits]
+    if new:
+        split = sorted(new)[0]
+        raise UsageError(
+            f"--append: {named[split]} names split {split!r}, which the output does not have "
+            f"(it has {', '.join(info.splits)}): an append adds records to the output's "
+            "splits only; prepare the whole dataset once more (without --append) to add a split"
+        )
 
 
 def check_shards(output_dir: str, info: DatasetInfo) -> None:

@@ -169,7 +169,7 @@ def make_plan(argv: list[str]) -> RunPlan:
     spec = record_spec(args, mask_plan)
     listing = _inputs(args, layout, mask_plan, fractions, export)
     output = _output(args, output_dir)
-    append = _append(args, output_dir, output, spec, fractions)
+    append = _append(args, output_dir, output, spec, fractions, layout.image_dir)
     run_id = _run_id()
     started_at = time.time()
     processes = _writer_processes(args, runner, paths)
@@ -284,12 +284,12 @@ def _splitter(args, layout: Layout, paths) -> SplitFractions | SplitLists | Fold
     return fractions
 
 
-def _append(args, output_dir: str, output, spec: RecordSpec, fractions):
+def _append(args, output_dir: str, output, spec: RecordSpec, fractions, image_dir: str):
     if not args.append:
         return None
     from beam_pipeline.launch.append import plan_append
 
-    return plan_append(args, output_dir, output, spec, fractions)
+    return plan_append(args, output_dir, output, spec, fractions, image_dir)
 
 
 def _job_settings(decided: _Decided, append, started_at: float, progress: bool) -> JobSettings:
