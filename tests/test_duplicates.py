@@ -1359,6 +1359,8 @@ def test_the_append_line_keeps_drops_among_new_images_when_none_copies_a_stored_
     line = _append_line({"mode": "drop", "in_output_matches": 0, "dropped": 3, "groups": 2})
     assert "no new entry is a near copy of an image already in the output" in line
     assert "3 new entries dropped as duplicate_image" in line
+    one = _append_line({"mode": "drop", "in_output_matches": 0, "dropped": 1, "groups": 1})
+    assert "1 new entry dropped as duplicate_image" in one, one
 
 
 # ---- buckets of one hash: work near-linear in the bucket ---------------------------------

@@ -159,7 +159,8 @@ def _append_line(found: Mapping[str, Any]) -> str:
         )
     matches = found.get("in_output_matches", 0)
     if found.get("mode") == "drop":
-        done = f"{found.get('dropped', 0):,} new entries dropped as duplicate_image"
+        dropped = plural(found.get("dropped", 0), "new entry", "new entries")
+        done = f"{dropped} dropped as duplicate_image"
     elif found.get("official_splits"):
         done = "each entry kept in its listed split"
     else:
