@@ -133,14 +133,12 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
 
 def read_bounded_local(path: str | os.PathLike, limit: int) -> bytes:
     """The bytes of a local regular file of at most `limit` bytes (see open_regular). A file
-    that states no bytes is not read at all: /proc/kmsg states none, and hands out (and so
-    takes from the kernel's log) whatever it holds."""
+    that states no bytes is read for one byte: an empty file gives none, a kernel file
+    (/proc/self/mem's I/O error, /proc/kmsg's next byte or WouldBlockError) what it gives."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise TooLargeError(f"{path}: {size:,} bytes, more than the {limit:,} allowed")
-        if size == 0:
-            return b""
         data = handle.read(min(limit, size) + 1)  # grown since fstat: still caught below
     if len(data) > limit:
         raise TooLargeError(f"{path}: more than the {limit:,} bytes allowed")
